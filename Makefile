@@ -1,0 +1,174 @@
+# vtlab — the one build. `make` builds ./vtlab; `make test` runs every test;
+# `make run` is the README's main job. Every target that needs a Debian package
+# depends on `deps`, which installs only what is missing.
+#
+# Variables worth knowing:
+#   BUILD=dir        where objects go (build/ by default; sanitize and mutation
+#                    builds use their own dirs so they never mix with the main one)
+#   EXTRA_CFLAGS     added to every C compile (e.g. -DVT_MUTATE_...)
+#   NO_CUDA=1        build CPU-only even when nvcc is present
+#   FUZZ_SECONDS=N   length of each fuzz run in `make test` (default 20)
+
+SHELL     := /bin/bash
+CC        ?= gcc
+BUILD     ?= build
+PYTHON    := /usr/bin/python3
+FUZZ_SECONDS ?= 20
+
+CSTD      := -std=c11 -D_GNU_SOURCE
+WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter
+OPT       ?= -O2 -g
+CFLAGS    := $(CSTD) $(WARN) $(OPT) -fopenmp -I. $(EXTRA_CFLAGS)
+LDLIBS    := -lsqlite3 -lcjson -lopenblas -lm -fopenmp
+LDFLAGS   ?=
+
+DEB_PACKAGES := libsqlite3-dev libcjson-dev libopenblas-dev gnuplot-nox python3-numpy libcmocka-dev clang
+
+MODEL_SRC   := $(wildcard model/*.c)
+HARNESS_SRC := $(wildcard harness/*.c)
+MODEL_OBJ   := $(MODEL_SRC:%.c=$(BUILD)/%.o)
+HARNESS_OBJ := $(filter-out $(BUILD)/harness/main.o,$(HARNESS_SRC:%.c=$(BUILD)/%.o))
+LIBHARNESS  := $(BUILD)/libvtharness.a
+UNIT_SRC    := $(wildcard tests/unit/test_*.c)
+UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+LIBMODEL    := $(BUILD)/libvtmodel.a
+
+# CUDA backend: compiled whenever nvcc exists (and NO_CUDA is not set).
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(NO_CUDA),1)
+NVCC :=
+endif
+ifneq ($(NVCC),)
+CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRC  := $(wildcard model/cuda/*.cu)
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+NVFLAGS   := -O2 -std=c++17 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -Xcompiler -fPIC,-Wall
+CFLAGS    += -DVT_HAVE_CUDA
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+else
+CUDA_OBJ  :=
+endif
+
+.PHONY: all deps test unit cli-test reference-test fuzz sanitize mutation run bench clean knobs-doc
+
+all: deps vtlab
+
+# ---------------------------------------------------------------- dependencies
+# Quiet and idempotent: dpkg -s decides what is missing; only that is installed.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	  || { echo "make deps: apt-get install$$missing failed" >&2; exit 1; }; \
+	fi
+ifeq ($(NVCC),)
+	@echo "make: nvcc not found; building the CPU backend only"
+endif
+
+# ---------------------------------------------------------------------- build
+# The code version (commit, dirty flag, compiler, flags) is written to a
+# generated header that is rewritten only when its text changes, so a commit
+# rebuilds one object, not the tree.
+VT_GIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+VT_DIRTY := $(shell test -z "$$(git status --porcelain --untracked-files=no 2>/dev/null)" && echo 0 || echo 1)
+BUILD_INFO_TEXT := \#define VT_GIT_COMMIT "$(VT_GIT)"\n\#define VT_GIT_DIRTY $(VT_DIRTY)\n\#define VT_COMPILER "$(shell $(CC) -dumpfullversion 2>/dev/null) $(CC)"\n\#define VT_BUILD_FLAGS "$(OPT) $(EXTRA_CFLAGS)$(if $(NVCC), cuda,)"\n
+$(BUILD)/gen/build_info.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '$(BUILD_INFO_TEXT)' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(BUILD)/model/build_info.o: $(BUILD)/gen/build_info.h
+$(BUILD)/model/build_info.o: CFLAGS += -I$(BUILD)/gen
+.PHONY: FORCE
+FORCE:
+
+$(BUILD)/%.o: %.c $(wildcard model/*.h harness/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/model/cuda/%.o: model/cuda/%.cu $(wildcard model/*.h model/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIBMODEL): $(MODEL_OBJ) $(CUDA_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBHARNESS): $(HARNESS_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/vtlab: $(BUILD)/harness/main.o $(LIBHARNESS) $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+vtlab: $(BUILD)/vtlab
+	cp $< $@
+
+# ---------------------------------------------------------------------- tests
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/vt_test.h $(LIBHARNESS) $(LIBMODEL)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) -lcmocka $(LDLIBS) -o $@
+
+unit: deps $(UNIT_BIN)
+	@fail=0; for t in $(UNIT_BIN); do \
+	  echo "== $$t"; $$t || fail=1; done; exit $$fail
+
+cli-test: deps vtlab
+	bash tests/cli/run.sh ./vtlab
+
+reference-test: deps vtlab
+	bash tests/reference/run.sh ./vtlab
+
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(wildcard tests/fuzz/fuzz_*.c))
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(MODEL_SRC) $(wildcard model/*.h)
+	@mkdir -p $(dir $@)
+	clang $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined -I. $< $(MODEL_SRC) -lcjson -lopenblas -lm -fopenmp -o $@
+
+fuzz: deps $(FUZZ_TARGETS)
+	@for f in $(FUZZ_TARGETS); do \
+	  name=$$(basename $$f); corpus=$(BUILD)/fuzz/corpus-$$name; mkdir -p $$corpus; \
+	  echo "== $$name for $(FUZZ_SECONDS)s (seeds: tests/fuzz/seeds/$$name)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 $$corpus tests/fuzz/seeds/$$name >$(BUILD)/fuzz/$$name.log 2>&1 \
+	    || { tail -40 $(BUILD)/fuzz/$$name.log; exit 1; }; \
+	  grep -E "^Done|runs in" $(BUILD)/fuzz/$$name.log | tail -1; \
+	done
+
+test: deps vtlab unit cli-test reference-test fuzz
+	@echo "make test: all suites passed"
+
+# Unit tests under AddressSanitizer and UBSan, in their own build dir.
+sanitize: deps
+	$(MAKE) --no-print-directory BUILD=build/san NO_CUDA=1 OPT="-O1 -g" \
+	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	  LDFLAGS="-fsanitize=address,undefined" unit
+
+# Each mutation rebuilds the library with one deliberate defect; the guarding
+# test must fail for every one of them, or `make mutation` fails.
+MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE VT_MUTATE_HALVE_ROW_BYTES
+mutation: deps
+	@for m in $(MUTATIONS); do \
+	  echo "== mutation $$m"; \
+	  $(MAKE) --no-print-directory -s BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/test_scatter >/dev/null || exit 1; \
+	  if build/mut-$$m/tests/test_scatter >build/mut-$$m/out.log 2>&1; then \
+	    echo "mutation $$m SURVIVED: test_scatter passed with the defect built in"; exit 1; \
+	  else echo "mutation $$m killed: test_scatter failed as it must"; \
+	    grep -E "FAILED|\[  FAILED  \]" build/mut-$$m/out.log | head -3; fi; \
+	done
+
+# --------------------------------------------------------------------- run
+TINY := model/configs/kimi-linear-tiny.json
+run: deps vtlab
+	bash harness/run-demo.sh ./vtlab
+
+bench: deps vtlab
+	bash tests/bench/run.sh ./vtlab
+
+knobs-doc: vtlab
+	./vtlab knobs --markdown > docs/knobs.md
+
+clean:
+	rm -rf build vtlab

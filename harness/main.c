@@ -1,0 +1,264 @@
+/*
+ * main.c — the vtlab command line.
+ *
+ * The model commands live here (synth, validate, logits, generate, knobs,
+ * faults); the lab commands (run, sweep, runs, show, compare, export, ...) are
+ * dispatched to lab.c. This is the only place that exits. Exit status: 0
+ * success, 1 a check failed, 2 bad input or usage (with a message on stderr
+ * naming the file, the field or tensor, and what was expected).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "harness/cli.h"
+#include "harness/lab.h"
+#include "model/vt.h"
+
+extern char **environ;
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: vtlab COMMAND [options]\n"
+            "model commands:\n"
+            "  synth    --config CONFIG.json --seed N --out DIR [--dtype f32|bf16|f16]\n"
+            "  validate --model DIR                 check config and checkpoint, print a summary\n"
+            "  logits   --model DIR --tokens 5,17,3 --out FILE [--probes FILE.json]\n"
+            "  generate --model DIR --tokens 5,17,3 -n N   greedy decoding\n"
+            "  knobs    [--markdown]                the knob registry (VT_* variables)\n"
+            "  faults                               the replayable defects (VT_FAULT)\n"
+            "  version                              the build's code version\n");
+    vt_lab_usage();
+}
+
+/* Status from the library -> exit status: bad input is 2, the rest 1. */
+static int exit_for(int status) { return status == VT_STATUS_INPUT ? 2 : status == VT_STATUS_OK ? 0 : 1; }
+
+static int fail(int status, const char *msg) {
+    fprintf(stderr, "vtlab: %s\n", msg);
+    return exit_for(status);
+}
+
+static int cmd_synth(int argc, char **argv) {
+    const char *config = NULL, *out = NULL, *dtype = "f32", *seed_s = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) config = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed_s = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
+        else return vt_cli_usage_error("synth", argv[i]);
+    }
+    if (!config || !out || !seed_s) return vt_cli_usage_error("synth", "--config, --seed and --out are required");
+    uint64_t seed;
+    if (vt_cli_parse_u64(seed_s, &seed) != 0) {
+        fprintf(stderr, "vtlab synth: --seed %s: expected a non-negative integer\n", seed_s);
+        return 2;
+    }
+    char err[1024];
+    int rc = vt_synth(config, seed, dtype, out, err, sizeof err);
+    if (rc) return fail(rc, err);
+    printf("wrote %s/config.json and %s/model.safetensors (seed %llu, %s)\n", out, out, (unsigned long long)seed, dtype);
+    return 0;
+}
+
+static int cmd_validate(int argc, char **argv) {
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
+        else return vt_cli_usage_error("validate", argv[i]);
+    }
+    if (!dir) return vt_cli_usage_error("validate", "--model is required");
+    char err[1024];
+    vt_model *m = NULL;
+    int rc = vt_model_open(&m, dir, err, sizeof err);
+    if (rc) return fail(rc, err);
+    vt_model_info info;
+    vt_model_get_info(m, &info);
+    printf("%s: ok — %lld layers (%s attention, %s FFN; K=KDA M=MLA, D=dense E=MoE), %lld MoE layers, "
+           "hidden %lld, vocab %lld, weights %s\n",
+           dir, (long long)info.n_layers, info.layer_kind, info.layer_ffn, (long long)info.n_moe_layers,
+           (long long)info.hidden_size, (long long)info.vocab_size, info.weight_dtype);
+    vt_model_free(m);
+    return 0;
+}
+
+/* Knobs from the environment; an unknown VT_* variable is exit 2. */
+static int env_knobs(vt_knobset **ks) {
+    char err[512];
+    if (vt_knobset_new(ks) != 0) return fail(VT_STATUS_NOMEM, "out of memory");
+    int rc = vt_knobset_from_env(*ks, environ, err, sizeof err);
+    if (rc) { vt_knobset_free(*ks); *ks = NULL; return fail(rc, err); }
+    return 0;
+}
+
+static int write_probes_json(const char *path, const vt_session *s, char *err, size_t errlen) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int64_t i = 0; i < vt_session_probe_count(s); i++) {
+        const vt_probe *p = vt_session_probe_at(s, i);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "site", p->site);
+        cJSON_AddNumberToObject(o, "layer", p->layer);
+        cJSON_AddStringToObject(o, "dtype", p->dtype);
+        cJSON_AddStringToObject(o, "src_dtype", p->src_dtype);
+        cJSON_AddNumberToObject(o, "calls", (double)p->calls);
+        cJSON_AddNumberToObject(o, "rows", (double)p->rows);
+        cJSON_AddNumberToObject(o, "bytes_per_row", (double)p->bytes_per_row);
+        cJSON_AddNumberToObject(o, "src_row_bytes", (double)p->src_row_bytes);
+        cJSON_AddNumberToObject(o, "dst_row_bytes", (double)p->dst_row_bytes);
+        cJSON_AddBoolToObject(o, "converting", p->converting);
+        cJSON_AddNumberToObject(o, "violations", (double)p->violations);
+        cJSON_AddNumberToObject(o, "rows_unwritten", (double)p->rows_unwritten);
+        cJSON_AddBoolToObject(o, "ok", p->violations == 0 && p->rows_unwritten <= 0);
+        cJSON_AddStringToObject(o, "detail", p->detail);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *txt = cJSON_Print(arr);
+    cJSON_Delete(arr);
+    if (!txt) { snprintf(err, errlen, "%s: out of memory", path); return VT_STATUS_NOMEM; }
+    int rc = vt_cli_write_file_atomic(path, txt, strlen(txt), err, errlen);
+    free(txt);
+    return rc;
+}
+
+static int cmd_logits(int argc, char **argv, int generate) {
+    const char *dir = NULL, *tokens_s = NULL, *out = NULL, *probes = NULL, *n_s = "16";
+    const char *name = generate ? "generate" : "logits";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_s = argv[++i];
+        else if (!generate && !strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!generate && !strcmp(argv[i], "--probes") && i + 1 < argc) probes = argv[++i];
+        else if (generate && !strcmp(argv[i], "-n") && i + 1 < argc) n_s = argv[++i];
+        else return vt_cli_usage_error(name, argv[i]);
+    }
+    if (!dir || !tokens_s || (!generate && !out))
+        return vt_cli_usage_error(name, generate ? "--model and --tokens are required" : "--model, --tokens and --out are required");
+    int32_t *tok = NULL;
+    int64_t T = 0;
+    char err[1024];
+    if (vt_cli_parse_tokens(tokens_s, &tok, &T, err, sizeof err) != 0) {
+        fprintf(stderr, "vtlab %s: --tokens: %s\n", name, err);
+        return 2;
+    }
+    uint64_t n_gen = 0;
+    if (generate && (vt_cli_parse_u64(n_s, &n_gen) != 0 || n_gen > 100000)) {
+        free(tok);
+        fprintf(stderr, "vtlab generate: -n %s: expected an integer in 0..100000\n", n_s);
+        return 2;
+    }
+    vt_knobset *ks = NULL;
+    int ec = env_knobs(&ks);
+    if (ec) { free(tok); return ec; }
+    vt_model *m = NULL;
+    vt_session *s = NULL;
+    float *logits = NULL;
+    int rc = vt_model_open(&m, dir, err, sizeof err);
+    if (!rc) rc = vt_session_new(&s, m, ks, err, sizeof err);
+    vt_model_info info;
+    if (!rc) {
+        vt_model_get_info(m, &info);
+        logits = malloc(sizeof(float) * (size_t)(generate ? 1 : T) * (size_t)info.vocab_size);
+        if (!logits) { rc = VT_STATUS_NOMEM; snprintf(err, sizeof err, "out of memory for logits"); }
+    }
+    if (!rc && !generate) {
+        rc = vt_session_prefill(s, tok, T, logits, err, sizeof err);
+        if (!rc) rc = vt_cli_write_file_atomic(out, logits, sizeof(float) * (size_t)T * (size_t)info.vocab_size, err, sizeof err);
+        if (!rc && probes) rc = write_probes_json(probes, s, err, sizeof err);
+    } else if (!rc) {
+        /* greedy: prefill the prompt keeping only the last row, then decode */
+        float *all = malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size);
+        if (!all) { rc = VT_STATUS_NOMEM; snprintf(err, sizeof err, "out of memory"); }
+        if (!rc) rc = vt_session_prefill(s, tok, T, all, err, sizeof err);
+        if (!rc) memcpy(logits, all + (T - 1) * info.vocab_size, sizeof(float) * (size_t)info.vocab_size);
+        free(all);
+        for (uint64_t g = 0; !rc && g < n_gen; g++) {
+            int32_t best = 0;
+            for (int64_t v = 1; v < info.vocab_size; v++) if (logits[v] > logits[best]) best = (int32_t)v;
+            printf("%s%d", g ? "," : "", best);
+            fflush(stdout);
+            if (g + 1 < n_gen) rc = vt_session_decode(s, best, logits, err, sizeof err);
+        }
+        if (!rc) printf("\n");
+    }
+    free(logits);
+    free(tok);
+    vt_session_free(s);
+    vt_model_free(m);
+    vt_knobset_free(ks);
+    if (rc) return fail(rc, err);
+    return 0;
+}
+
+static const char *type_name(vt_knob_type t) {
+    switch (t) {
+    case VT_KNOB_BOOL: return "bool";
+    case VT_KNOB_ENUM: return "enum";
+    case VT_KNOB_INT: return "int";
+    default: return "string";
+    }
+}
+
+static int cmd_knobs(int argc, char **argv) {
+    int md = argc > 1 && !strcmp(argv[1], "--markdown");
+    if (argc > 1 && !md) return vt_cli_usage_error("knobs", argv[1]);
+    if (md) {
+        printf("# Knob reference\n\n"
+               "Generated from the knob registry (`model/knobs.c`) by `make knobs-doc`; do not edit by hand.\n\n"
+               "Knobs are `VT_*` environment variables, or the `knobs` of an experiment arm. Any `VT_*`\n"
+               "variable that no knob declares is an error (exit 2) with a did-you-mean. \"Numerics\" says\n"
+               "whether the knob may change the model's numbers; only those enter a run's knob hash.\n\n"
+               "| knob | type | default | allowed | numerics | what it does |\n|---|---|---|---|---|---|\n");
+        for (int i = 0; i < vt_knob_count(); i++) {
+            const vt_knob_info *k = vt_knob_at(i);
+            printf("| `%s` | %s | `%s` | `%s` | %s | %s |\n", k->name, type_name(k->type), k->def, k->allowed,
+                   k->numeric ? "yes" : "no", k->doc);
+        }
+        printf("\n## Faults (`VT_FAULT`)\n\n| fault | site | what it replays |\n|---|---|---|\n");
+        for (int i = 0; i < vt_fault_count(); i++) {
+            const vt_fault_info *f = vt_fault_at(i);
+            printf("| `%s` | `%s` | %s |\n", f->name, f->site, f->doc);
+        }
+        return 0;
+    }
+    printf("%-26s %-6s %-14s %-8s %s\n", "KNOB", "TYPE", "DEFAULT", "NUMERIC", "ALLOWED / DOC");
+    for (int i = 0; i < vt_knob_count(); i++) {
+        const vt_knob_info *k = vt_knob_at(i);
+        printf("%-26s %-6s %-14s %-8s %s\n%-58s %s\n", k->name, type_name(k->type), k->def, k->numeric ? "yes" : "no",
+               k->allowed, "", k->doc);
+    }
+    return 0;
+}
+
+static int cmd_faults(void) {
+    for (int i = 0; i < vt_fault_count(); i++) {
+        const vt_fault_info *f = vt_fault_at(i);
+        printf("%s  (site %s)\n    %s\n", f->name, f->site, f->doc);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    argc--; argv++;
+    if (!strcmp(cmd, "synth")) return cmd_synth(argc, argv);
+    if (!strcmp(cmd, "validate")) return cmd_validate(argc, argv);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv, 0);
+    if (!strcmp(cmd, "generate")) return cmd_logits(argc, argv, 1);
+    if (!strcmp(cmd, "knobs")) return cmd_knobs(argc, argv);
+    if (!strcmp(cmd, "faults")) return cmd_faults();
+    if (!strcmp(cmd, "version")) { printf("%s\n", vt_build_info()); return 0; }
+    int handled = 0;
+    int rc = vt_lab_main(cmd, argc, argv, &handled);
+    if (handled) return rc;
+    fprintf(stderr, "vtlab: unknown command \"%s\"\n", cmd);
+    usage();
+    return 2;
+}

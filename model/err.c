@@ -1,0 +1,48 @@
+/* err.c — error reporting and checked size arithmetic (see err.h). */
+#include "err.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+int vt_errf(vt_err *e, int code, const char *fmt, ...) {
+    if (!e) return code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->code = code;
+    return code;
+}
+
+int vt_err_prefix(vt_err *e, const char *fmt, ...) {
+    if (!e) return VT_EINTERNAL;
+    char prefix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char old[sizeof e->msg];
+    memcpy(old, e->msg, sizeof old);
+    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    return e->code;
+}
+
+void vt_err_clear(vt_err *e) {
+    if (!e) return;
+    e->code = VT_OK;
+    e->msg[0] = '\0';
+}
+
+int vt_size_mul(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return -1;
+    *out = a * b;
+    return 0;
+}
+
+int vt_size_add(size_t a, size_t b, size_t *out) {
+    if (b > SIZE_MAX - a) return -1;
+    *out = a + b;
+    return 0;
+}

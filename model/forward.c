@@ -1,0 +1,350 @@
+/*
+ * forward.c — opening a model and running it: the decoder loop, the residual
+ * stream, sessions, prefill and decode.
+ *
+ * The residual stream h is a vt_tensor in the stream dtype (f32, or bf16 with
+ * VT_KIMI_BF16_STREAM). Each sublayer reads h widened to f32, computes in f32,
+ * and stores h + out back in the stream dtype: with a bf16 stream that store
+ * is the rounding under test. After each layer the `residual.stream` probe
+ * records the dtype h really had.
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "backend.h"
+#include "model.h"
+
+/* ------------------------------------------------------------------ loading */
+
+/* Copies checkpoint tensor `name` into an owned f32 tensor of shape shp
+ * (shapes were validated against the config already; reshape only). */
+static int load_f32(const vt_ckpt *ck, const char *name, vt_tensor *t, int ndim, const int64_t *shp, vt_err *err) {
+    const vt_st_entry *e = vt_ckpt_find(ck, name);
+    if (!e) return vt_errf(err, VT_EINPUT, "tensor %s: missing", name);
+    int rc = vt_tensor_alloc(t, VT_F32, ndim, shp, err);
+    if (rc) return rc;
+    if ((int64_t)vt_ckpt_nbytes(ck, e) != (int64_t)vt_row_size(e->dtype, vt_tensor_nelem(t)))
+        return vt_errf(err, VT_EINPUT, "%s: tensor %s: %zu bytes, expected %zu", vt_ckpt_file_name(ck, e->file), name,
+                       vt_ckpt_nbytes(ck, e), vt_row_size(e->dtype, vt_tensor_nelem(t)));
+    if (vt_convert(t->data, VT_F32, e->data, e->dtype, (size_t)vt_tensor_nelem(t)) != 0)
+        return vt_errf(err, VT_EINPUT, "%s: tensor %s: dtype %s is not a float type",
+                       vt_ckpt_file_name(ck, e->file), name, vt_dtype_name(e->dtype));
+    return VT_OK;
+}
+
+#define LOAD1(T, NAME, A)        do { int64_t s_[1] = {A}; if ((rc = load_f32(ck, NAME, T, 1, s_, err))) return rc; } while (0)
+#define LOAD2(T, NAME, A, B)     do { int64_t s_[2] = {A, B}; if ((rc = load_f32(ck, NAME, T, 2, s_, err))) return rc; } while (0)
+
+static int load_swiglu(const vt_ckpt *ck, const char *pfx, const char *g, const char *u, const char *dn,
+                       int64_t inter, int64_t D, vt_swiglu_w *w, vt_err *err) {
+    char n[256];
+    int rc;
+    snprintf(n, sizeof n, "%s.%s.weight", pfx, g);  LOAD2(&w->gate, n, inter, D);
+    snprintf(n, sizeof n, "%s.%s.weight", pfx, u);  LOAD2(&w->up, n, inter, D);
+    snprintf(n, sizeof n, "%s.%s.weight", pfx, dn); LOAD2(&w->down, n, D, inter);
+    return VT_OK;
+}
+
+static int load_layer(const vt_config *cfg, const vt_ckpt *ck, int64_t i, vt_layer_w *L, vt_err *err) {
+    const int64_t D = cfg->hidden_size;
+    char n[256], p[128];
+    int rc;
+    snprintf(p, sizeof p, "model.layers.%lld", (long long)i);
+    L->kind = cfg->layer_kind[i];
+    snprintf(n, sizeof n, "%s.input_layernorm.weight", p);          LOAD1(&L->in_norm, n, D);
+    snprintf(n, sizeof n, "%s.post_attention_layernorm.weight", p); LOAD1(&L->post_norm, n, D);
+    if (L->kind == VT_LAYER_KDA) {
+        const int64_t H = cfg->kda_num_heads, d = cfg->kda_head_dim, P = H * d, K = cfg->short_conv_kernel_size;
+        vt_kda_w *w = &L->kda;
+        snprintf(n, sizeof n, "%s.self_attn.q_proj.weight", p);   LOAD2(&w->q, n, P, D);
+        snprintf(n, sizeof n, "%s.self_attn.k_proj.weight", p);   LOAD2(&w->k, n, P, D);
+        snprintf(n, sizeof n, "%s.self_attn.v_proj.weight", p);   LOAD2(&w->v, n, P, D);
+        snprintf(n, sizeof n, "%s.self_attn.q_conv1d.weight", p); LOAD2(&w->qc, n, P, K);
+        snprintf(n, sizeof n, "%s.self_attn.k_conv1d.weight", p); LOAD2(&w->kc, n, P, K);
+        snprintf(n, sizeof n, "%s.self_attn.v_conv1d.weight", p); LOAD2(&w->vc, n, P, K);
+        snprintf(n, sizeof n, "%s.self_attn.A_log", p);           LOAD1(&w->A_log, n, H);
+        snprintf(n, sizeof n, "%s.self_attn.dt_bias", p);         LOAD1(&w->dt_bias, n, P);
+        snprintf(n, sizeof n, "%s.self_attn.f_a_proj.weight", p); LOAD2(&w->fa, n, d, D);
+        snprintf(n, sizeof n, "%s.self_attn.f_b_proj.weight", p); LOAD2(&w->fb, n, P, d);
+        snprintf(n, sizeof n, "%s.self_attn.b_proj.weight", p);   LOAD2(&w->b, n, H, D);
+        snprintf(n, sizeof n, "%s.self_attn.g_a_proj.weight", p); LOAD2(&w->ga, n, d, D);
+        snprintf(n, sizeof n, "%s.self_attn.g_b_proj.weight", p); LOAD2(&w->gb, n, P, d);
+        snprintf(n, sizeof n, "%s.self_attn.o_norm.weight", p);   LOAD1(&w->onorm, n, d);
+        snprintf(n, sizeof n, "%s.self_attn.o_proj.weight", p);   LOAD2(&w->o, n, D, P);
+    } else {
+        const int64_t Nh = cfg->num_attention_heads, qk = cfg->qk_nope_head_dim + cfg->qk_rope_head_dim;
+        const int64_t r = cfg->kv_lora_rank, rope = cfg->qk_rope_head_dim;
+        vt_mla_w *w = &L->mla;
+        snprintf(n, sizeof n, "%s.self_attn.q_proj.weight", p);             LOAD2(&w->q, n, Nh * qk, D);
+        snprintf(n, sizeof n, "%s.self_attn.kv_a_proj_with_mqa.weight", p); LOAD2(&w->kva, n, r + rope, D);
+        snprintf(n, sizeof n, "%s.self_attn.kv_a_layernorm.weight", p);     LOAD1(&w->kvnorm, n, r);
+        snprintf(n, sizeof n, "%s.self_attn.kv_b_proj.weight", p);
+        LOAD2(&w->kvb, n, Nh * (cfg->qk_nope_head_dim + cfg->v_head_dim), r);
+        snprintf(n, sizeof n, "%s.self_attn.o_proj.weight", p);             LOAD2(&w->o, n, D, Nh * cfg->v_head_dim);
+    }
+    vt_ffn_w *f = &L->ffn;
+    f->moe = vt_config_layer_is_moe(cfg, i);
+    if (!f->moe) {
+        snprintf(n, sizeof n, "%s.mlp", p);
+        return load_swiglu(ck, n, "gate_proj", "up_proj", "down_proj", cfg->intermediate_size, D, &f->dense, err);
+    }
+    const int64_t E = cfg->num_experts, Im = cfg->moe_intermediate_size;
+    snprintf(n, sizeof n, "%s.block_sparse_moe.gate.weight", p);                LOAD2(&f->router, n, E, D);
+    snprintf(n, sizeof n, "%s.block_sparse_moe.gate.e_score_correction_bias", p); LOAD1(&f->router_bias, n, E);
+    f->experts = calloc((size_t)E, sizeof *f->experts);
+    if (!f->experts) return vt_errf(err, VT_ENOMEM, "out of memory loading experts");
+    for (int64_t e = 0; e < E; e++) {
+        snprintf(n, sizeof n, "%s.block_sparse_moe.experts.%lld", p, (long long)e);
+        if ((rc = load_swiglu(ck, n, "w1", "w3", "w2", Im, D, &f->experts[e], err))) return rc;
+    }
+    f->has_shared = cfg->num_shared_experts > 0;
+    if (f->has_shared) {
+        snprintf(n, sizeof n, "%s.block_sparse_moe.shared_experts", p);
+        return load_swiglu(ck, n, "gate_proj", "up_proj", "down_proj", Im * cfg->num_shared_experts, D, &f->shared, err);
+    }
+    return VT_OK;
+}
+
+static void free_swiglu(vt_swiglu_w *w) {
+    vt_tensor_free(&w->gate); vt_tensor_free(&w->up); vt_tensor_free(&w->down);
+}
+
+void vt_model_free(vt_model *m) {
+    if (!m) return;
+    for (int64_t i = 0; m->layers && i < m->cfg.num_hidden_layers; i++) {
+        vt_layer_w *L = &m->layers[i];
+        vt_tensor *ts[] = {&L->in_norm, &L->post_norm, &L->kda.q, &L->kda.k, &L->kda.v, &L->kda.qc, &L->kda.kc,
+                           &L->kda.vc, &L->kda.A_log, &L->kda.dt_bias, &L->kda.fa, &L->kda.fb, &L->kda.b,
+                           &L->kda.ga, &L->kda.gb, &L->kda.onorm, &L->kda.o, &L->mla.q, &L->mla.kva,
+                           &L->mla.kvnorm, &L->mla.kvb, &L->mla.o, &L->ffn.router, &L->ffn.router_bias};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) vt_tensor_free(ts[j]);
+        free_swiglu(&L->ffn.dense);
+        free_swiglu(&L->ffn.shared);
+        if (L->ffn.experts)
+            for (int64_t e = 0; e < m->cfg.num_experts; e++) free_swiglu(&L->ffn.experts[e]);
+        free(L->ffn.experts);
+    }
+    free(m->layers);
+    vt_tensor_free(&m->embed);
+    vt_tensor_free(&m->norm);
+    vt_tensor_free(&m->lm_head);
+    free(m);
+}
+
+static int model_open(vt_model **out, const char *dir, vt_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    vt_model *m = calloc(1, sizeof *m);
+    if (!m) return vt_errf(err, VT_ENOMEM, "out of memory");
+    vt_ckpt *ck = NULL;
+    int rc = vt_config_load(path, &m->cfg, err);
+    if (!rc) rc = vt_ckpt_open(dir, &ck, err);
+    if (!rc) rc = vt_ckpt_validate(&m->cfg, ck, err);
+    if (rc) goto fail;
+    const vt_config *cfg = &m->cfg;
+    const vt_st_entry *emb = vt_ckpt_find(ck, "model.embed_tokens.weight");
+    m->weight_dtype = emb->dtype;
+    {
+        int64_t V = cfg->vocab_size, D = cfg->hidden_size;
+        int64_t s2[2] = {V, D}, s1[1] = {D};
+        if ((rc = load_f32(ck, "model.embed_tokens.weight", &m->embed, 2, s2, err))) goto fail;
+        if ((rc = load_f32(ck, "model.norm.weight", &m->norm, 1, s1, err))) goto fail;
+        if ((rc = load_f32(ck, "lm_head.weight", &m->lm_head, 2, s2, err))) goto fail;
+    }
+    m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof *m->layers);
+    if (!m->layers) { rc = vt_errf(err, VT_ENOMEM, "out of memory"); goto fail; }
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
+        if ((rc = load_layer(cfg, ck, i, &m->layers[i], err))) goto fail;
+    vt_ckpt_close(ck);
+    *out = m;
+    return VT_OK;
+fail:
+    vt_ckpt_close(ck);
+    vt_model_free(m);
+    return rc;
+}
+
+static int ret_err(const vt_err *e, char *err, size_t errlen) {
+    if (err && errlen) snprintf(err, errlen, "%s", e->msg);
+    return e->code ? e->code : VT_STATUS_INTERNAL;
+}
+
+int vt_model_open(vt_model **out, const char *dir, char *err, size_t errlen) {
+    vt_err e = {0};
+    int rc = model_open(out, dir, &e);
+    return rc ? ret_err(&e, err, errlen) : VT_OK;
+}
+
+void vt_model_get_info(const vt_model *m, vt_model_info *info) {
+    memset(info, 0, sizeof *info);
+    const vt_config *cfg = &m->cfg;
+    info->vocab_size = cfg->vocab_size;
+    info->hidden_size = cfg->hidden_size;
+    info->n_layers = cfg->num_hidden_layers;
+    info->n_moe_layers = vt_config_n_moe_layers(cfg);
+    for (int64_t i = 0; i < cfg->num_hidden_layers && i < 255; i++) {
+        info->layer_kind[i] = cfg->layer_kind[i] == VT_LAYER_KDA ? 'K' : 'M';
+        info->layer_ffn[i] = vt_config_layer_is_moe(cfg, i) ? 'E' : 'D';
+    }
+    snprintf(info->weight_dtype, sizeof info->weight_dtype, "%s", vt_dtype_name(m->weight_dtype));
+}
+
+/* ------------------------------------------------------------------ sessions */
+
+static void reset_caches(vt_session *s) {
+    const vt_config *cfg = &s->m->cfg;
+    const int64_t P = cfg->kda_num_heads * cfg->kda_head_dim, d = cfg->kda_head_dim, K = cfg->short_conv_kernel_size;
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++) {
+        vt_layer_cache *c = &s->cache[i];
+        if (c->conv) memset(c->conv, 0, vt_row_size(VT_F32, 3 * (K - 1) * P));
+        if (c->state) memset(c->state, 0, vt_row_size(VT_F32, cfg->kda_num_heads * d * d));
+    }
+    s->pos = 0;
+}
+
+int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *err, size_t errlen) {
+    vt_session *s = calloc(1, sizeof *s);
+    if (!s) { snprintf(err, errlen, "out of memory"); return VT_STATUS_NOMEM; }
+    s->m = m;
+    if (vt_knobset_copy(&s->ks, ks) != 0) { free(s); snprintf(err, errlen, "out of memory"); return VT_STATUS_NOMEM; }
+    vt_knobs_resolve(ks, &s->k);
+    if (s->k.backend == VT_BACKEND_CUDA) {
+        int rc = vt_cuda_probe_device(err, errlen);
+        if (rc == VT_OK) {
+            snprintf(err, errlen, "VT_BACKEND=cuda: the CUDA forward pass is not implemented yet; use VT_BACKEND=cpu");
+            rc = VT_STATUS_UNSUPPORTED;
+        }
+        vt_session_free(s);
+        return rc;
+    }
+    if (s->k.threads > 0) {
+        omp_set_num_threads(s->k.threads);
+        openblas_set_num_threads(s->k.threads);
+    }
+    s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
+    s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
+    const vt_config *cfg = &m->cfg;
+    const int64_t P = cfg->kda_num_heads * cfg->kda_head_dim, d = cfg->kda_head_dim, K = cfg->short_conv_kernel_size;
+    s->cache = calloc((size_t)cfg->num_hidden_layers, sizeof *s->cache);
+    if (!s->cache) goto nomem;
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++) {
+        if (cfg->layer_kind[i] != VT_LAYER_KDA) continue;
+        s->cache[i].conv = calloc((size_t)(3 * (K - 1) * P) + 1, vt_dtype_size(VT_F32));
+        s->cache[i].state = calloc((size_t)(cfg->kda_num_heads * d * d), vt_dtype_size(VT_F32));
+        if (!s->cache[i].conv || !s->cache[i].state) goto nomem;
+    }
+    *out = s;
+    return VT_OK;
+nomem:
+    vt_session_free(s);
+    snprintf(err, errlen, "out of memory creating a session");
+    return VT_STATUS_NOMEM;
+}
+
+void vt_session_free(vt_session *s) {
+    if (!s) return;
+    for (int64_t i = 0; s->cache && i < s->m->cfg.num_hidden_layers; i++) {
+        free(s->cache[i].conv); free(s->cache[i].state); free(s->cache[i].kc); free(s->cache[i].vc);
+    }
+    free(s->cache);
+    free(s->probes);
+    free(s->captured);
+    vt_knobset_free(s->ks);
+    free(s);
+}
+
+void vt_session_capture(vt_session *s, int on) { s->capture = on; }
+
+const float *vt_session_residual(const vt_session *s, int64_t layer, int site, int64_t *T) {
+    if (!s->captured || layer < 0 || layer >= s->m->cfg.num_hidden_layers || site < 0 || site > 1) return NULL;
+    if (T) *T = s->captured_T;
+    return s->captured + (layer * 2 + site) * s->captured_T * s->m->cfg.hidden_size;
+}
+
+double vt_session_forward_seconds(const vt_session *s) { return s->fwd_sec; }
+double vt_session_gemm_seconds(const vt_session *s) { return s->gemm_sec; }
+
+/* h <- h + o, in the stream dtype; hf receives the stored value widened to f32. */
+static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o, int64_t n) {
+    for (int64_t i = 0; i < n; i++) hf[i] += o[i];
+    vt_act_round(s, hf, n);
+    vt_convert(h->data, h->dtype, hf, VT_F32, (size_t)n);
+    vt_convert(hf, VT_F32, h->data, h->dtype, (size_t)n);
+}
+
+static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, vt_err *err) {
+    const vt_model *m = s->m;
+    const vt_config *cfg = &m->cfg;
+    const int64_t D = cfg->hidden_size, V = cfg->vocab_size, L = cfg->num_hidden_layers;
+    for (int64_t t = 0; t < T; t++)
+        if (tok[t] < 0 || tok[t] >= V)
+            return vt_errf(err, VT_EINPUT, "token %d at position %lld is outside the vocabulary [0, %lld)",
+                           tok[t], (long long)t, (long long)V);
+    int64_t shp[2] = {T, D};
+    vt_tensor h = {0};
+    int rc = vt_tensor_alloc(&h, s->stream_dtype, 2, shp, err);
+    if (rc) return rc;
+    float *hf = malloc(vt_row_size(VT_F32, T * D)), *x = malloc(vt_row_size(VT_F32, T * D));
+    float *o = malloc(vt_row_size(VT_F32, T * D));
+    if (!hf || !x || !o) { rc = vt_errf(err, VT_ENOMEM, "forward: out of memory"); goto done; }
+    if (s->capture) {
+        float *cap = realloc(s->captured, vt_row_size(VT_F32, L * 2 * T * D));
+        if (!cap) { rc = vt_errf(err, VT_ENOMEM, "forward: out of memory for capture"); goto done; }
+        s->captured = cap;
+        s->captured_T = T;
+    }
+
+    for (int64_t t = 0; t < T; t++) memcpy(hf + t * D, vt_tensor_row(&m->embed, tok[t]), vt_row_size(VT_F32, D));
+    vt_act_round(s, hf, T * D);
+    vt_convert(h.data, h.dtype, hf, VT_F32, (size_t)(T * D));
+    vt_convert(hf, VT_F32, h.data, h.dtype, (size_t)(T * D));
+
+    for (int64_t l = 0; l < L; l++) {
+        const vt_layer_w *Lw = &m->layers[l];
+        vt_rmsnorm(s, hf, T, D, Lw->in_norm.data, cfg->rms_norm_eps, x);
+        rc = Lw->kind == VT_LAYER_KDA ? vt_kda_forward(s, (int)l, x, T, o, err) : vt_mla_forward(s, (int)l, x, T, o, err);
+        if (rc) goto done;
+        residual_add(s, &h, hf, o, T * D);
+        if (s->capture) memcpy(s->captured + (l * 2 + 0) * T * D, hf, vt_row_size(VT_F32, T * D));
+
+        vt_rmsnorm(s, hf, T, D, Lw->post_norm.data, cfg->rms_norm_eps, x);
+        rc = Lw->ffn.moe ? vt_moe_forward(s, (int)l, &Lw->ffn, x, T, o, NULL, err)
+                         : vt_mlp_forward(s, (int)l, &Lw->ffn.dense, x, T, o, err);
+        if (rc) goto done;
+        residual_add(s, &h, hf, o, T * D);
+        if (s->capture) memcpy(s->captured + (l * 2 + 1) * T * D, hf, vt_row_size(VT_F32, T * D));
+        vt_probe_buffer(s, "residual.stream", (int)l, h.dtype, T, D);
+    }
+    s->pos += T;
+    if (logits) {
+        vt_rmsnorm(s, hf, T, D, m->norm.data, cfg->rms_norm_eps, x);
+        vt_gemm_xwT(s, x, T, D, &m->lm_head, logits);
+        vt_probe_buffer(s, "logits", -1, VT_F32, T, V);
+    }
+done:
+    vt_tensor_free(&h);
+    free(hf); free(x); free(o);
+    return rc;
+}
+
+int vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *logits, char *err, size_t errlen) {
+    vt_err e = {0};
+    if (T <= 0) { snprintf(err, errlen, "prefill: no tokens"); return VT_STATUS_INPUT; }
+    reset_caches(s);
+    double t0 = omp_get_wtime();
+    int rc = forward(s, tokens, T, logits, &e);
+    s->fwd_sec += omp_get_wtime() - t0;
+    return rc ? ret_err(&e, err, errlen) : VT_OK;
+}
+
+int vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, size_t errlen) {
+    vt_err e = {0};
+    double t0 = omp_get_wtime();
+    int rc = forward(s, &token, 1, logits, &e);
+    s->fwd_sec += omp_get_wtime() - t0;
+    return rc ? ret_err(&e, err, errlen) : VT_OK;
+}

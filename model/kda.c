@@ -1,0 +1,134 @@
+/*
+ * kda.c — Kimi Delta Attention (the linear-attention layer), prefill and decode
+ * in one code path.
+ *
+ * A call processes T new tokens starting from the layer's cached state: the
+ * last K-1 pre-conv inputs of q, k and v, and the f32 delta-rule state of each
+ * head. Prefill starts from a zeroed cache; decode is the same call with T=1,
+ * so prefill(T) and prefill(T-1)+decode(1) run the same arithmetic.
+ *
+ * The recurrence (per head, per token; i: key channel, j: value column):
+ *     S[i][j] *= exp(g[i]);  u[j] = sum_i k[i] S[i][j];  d[j] = beta (v[j] - u[j])
+ *     S[i][j] += k[i] d[j];  o[j] = sum_i q[i] S[i][j]
+ * Value columns are independent, so the state is stored column-major per head,
+ * [H][d_v][d_k], and the loop runs in parallel over (head, column).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* Causal depthwise conv + SiLU of x0[T, P] with weights w[P, K], using and
+ * updating cache[K-1][P] (the last K-1 inputs before this call). */
+static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const float *w, float *cache, float *y,
+                       float *buf) {
+    /* buf[K-1+T][P]: the cached inputs followed by the new ones */
+    memcpy(buf, cache, vt_row_size(VT_F32, (K - 1) * P));
+    memcpy(buf + (K - 1) * P, x0, vt_row_size(VT_F32, T * P));
+    #pragma omp parallel for schedule(static) if (T * P > 4096)
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < P; c++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < K; j++) acc += w[c * K + j] * buf[(t + j) * P + c];
+            y[t * P + c] = vt_silu(acc);
+        }
+    memcpy(cache, buf + T * P, vt_row_size(VT_F32, (K - 1) * P));
+}
+
+int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err) {
+    const vt_config *cfg = &s->m->cfg;
+    const vt_kda_w *w = &s->m->layers[layer].kda;
+    vt_layer_cache *c = &s->cache[layer];
+    const int64_t D = cfg->hidden_size, H = cfg->kda_num_heads, d = cfg->kda_head_dim, P = H * d;
+    const int64_t K = cfg->short_conv_kernel_size;
+    int rc = VT_OK;
+    size_t tp = vt_row_size(VT_F32, T * P);
+    float *q0 = malloc(tp), *k0 = malloc(tp), *v0 = malloc(tp);
+    float *q = malloc(tp), *k = malloc(tp), *v = malloc(tp);
+    float *f = malloc(tp), *gg = malloc(tp), *o = malloc(tp);
+    float *low = malloc(vt_row_size(VT_F32, T * d));
+    float *beta = malloc(vt_row_size(VT_F32, T * H));
+    float *buf = malloc(vt_row_size(VT_F32, (K - 1 + T) * P));
+    if (!q0 || !k0 || !v0 || !q || !k || !v || !f || !gg || !o || !low || !beta || !buf) {
+        rc = vt_errf(err, VT_ENOMEM, "kda layer %d: out of memory", layer);
+        goto done;
+    }
+
+    /* projections, conv + SiLU */
+    vt_gemm_xwT(s, x, T, D, &w->q, q0);
+    vt_gemm_xwT(s, x, T, D, &w->k, k0);
+    vt_gemm_xwT(s, x, T, D, &w->v, v0);
+    vt_act_round(s, q0, T * P); vt_act_round(s, k0, T * P); vt_act_round(s, v0, T * P);
+    short_conv(q0, T, P, K, w->qc.data, c->conv + 0 * (K - 1) * P, q, buf);
+    short_conv(k0, T, P, K, w->kc.data, c->conv + 1 * (K - 1) * P, k, buf);
+    short_conv(v0, T, P, K, w->vc.data, c->conv + 2 * (K - 1) * P, v, buf);
+    vt_act_round(s, q, T * P); vt_act_round(s, k, T * P); vt_act_round(s, v, T * P);
+
+    /* forget gate (low rank), then g in f32, stored back into f */
+    vt_gemm_xwT(s, x, T, D, &w->fa, low);
+    vt_act_round(s, low, T * d);
+    vt_gemm_xwT(s, low, T, d, &w->fb, f);
+    vt_act_round(s, f, T * P);
+    const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t ch = 0; ch < P; ch++)
+            f[t * P + ch] = -expf(A_log[ch / d]) * vt_softplus(f[t * P + ch] + dt_bias[ch]);
+
+    /* beta */
+    vt_gemm_xwT(s, x, T, D, &w->b, beta);
+    vt_act_round(s, beta, T * H);
+    for (int64_t i = 0; i < T * H; i++) beta[i] = vt_sigmoid(beta[i]);
+
+    /* L2 norm of q and k per head; q scaled by d^-1/2 */
+    const float qscale = 1.0f / sqrtf((float)d);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
+            double sq = 0.0, sk = 0.0;
+            for (int64_t i = 0; i < d; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
+            float iq = (float)(1.0 / sqrt(sq + 1e-6)) * qscale, ik = (float)(1.0 / sqrt(sk + 1e-6));
+            for (int64_t i = 0; i < d; i++) { qh[i] *= iq; kh[i] *= ik; }
+        }
+
+    /* recurrence: state ST[h][j][i] = S[i][j] */
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t j = 0; j < d; j++) {
+            float *col = c->state + (h * d + j) * d;
+            for (int64_t t = 0; t < T; t++) {
+                const float *qh = q + t * P + h * d, *kh = k + t * P + h * d, *g = f + t * P + h * d;
+                float u = 0.0f;
+                for (int64_t i = 0; i < d; i++) { col[i] *= expf(g[i]); u += kh[i] * col[i]; }
+                float delta = beta[t * H + h] * (v[t * P + h * d + j] - u);
+                float acc = 0.0f;
+                for (int64_t i = 0; i < d; i++) { col[i] += kh[i] * delta; acc += qh[i] * col[i]; }
+                o[t * P + h * d + j] = acc;
+            }
+        }
+    vt_probe_buffer(s, "kda.state", layer, VT_F32, H * d, d);
+    vt_act_round(s, o, T * P);
+
+    /* output gate (low rank) and the gated norm: norm first, then the gate */
+    vt_gemm_xwT(s, x, T, D, &w->ga, low);
+    vt_act_round(s, low, T * d);
+    vt_gemm_xwT(s, low, T, d, &w->gb, gg);
+    vt_act_round(s, gg, T * P);
+    const float *onw = w->onorm.data;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            float *oh = o + t * P + h * d;
+            const float *gh = gg + t * P + h * d;
+            double ss = 0.0;
+            for (int64_t i = 0; i < d; i++) ss += (double)oh[i] * oh[i];
+            float inv = (float)(1.0 / sqrt(ss / (double)d + cfg->rms_norm_eps));
+            for (int64_t i = 0; i < d; i++) oh[i] = oh[i] * inv * onw[i] * vt_sigmoid(gh[i]);
+        }
+    vt_act_round(s, o, T * P);
+    vt_gemm_xwT(s, o, T, P, &w->o, out);
+    vt_act_round(s, out, T * D);
+done:
+    free(q0); free(k0); free(v0); free(q); free(k); free(v); free(f); free(gg); free(o);
+    free(low); free(beta); free(buf);
+    return rc;
+}

@@ -1,0 +1,235 @@
+/*
+ * knobs.c — the knob registry, knob sets and the fault registry.
+ *
+ * A knob is declared exactly once, in KNOBS below: its name, type, default,
+ * allowed values, one line of documentation and whether it changes the model's
+ * numbers. Everything else is derived from this table: parsing from the
+ * environment, the did-you-mean for a misspelt VT_* variable, `vtlab knobs`,
+ * docs/knobs.md, and the canonical hash that goes into a run's identity.
+ *
+ * Why unknown VT_* variables are errors: a knob that silently does nothing is
+ * exactly how an experiment measures something other than what it claims.
+ * `VT_KIMI_BF16_STRAEM=1` must stop the run, not run the f32 arm under a bf16
+ * label.
+ */
+#include "knobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAULT_NONE_NAME "none"
+
+static const vt_fault_info FAULTS[] = {
+    {FAULT_NONE_NAME, "", "no fault"},
+    {"moe_scatter_row_bytes_from_stream", "moe.scatter",
+     "the MoE scatter sizes rows from the residual-stream dtype while copying f32 buffers "
+     "(with a bf16 stream: half length, half stride, every MoE layer), as in the defect report"},
+};
+#define N_FAULTS ((int)(sizeof FAULTS / sizeof FAULTS[0]))
+
+static const vt_knob_info KNOBS[] = {
+    {"VT_KIMI_BF16_STREAM", VT_KNOB_BOOL, "0", "0|1",
+     "residual stream stored in bf16 between sublayers (expert buffers stay f32)", 1},
+    {"VT_KIMI_BF16_EXPERT_OUT", VT_KNOB_BOOL, "0", "0|1",
+     "expert output y and expert_out follow the residual-stream dtype (the report's second fix shape)", 1},
+    {"VT_KIMI_BF16_ACT", VT_KNOB_BOOL, "0", "0|1",
+     "round to bf16 where the public bf16 implementations do: linear outputs, conv, KDA core, gated norm, experts, residual adds", 1},
+    {"VT_KIMI_ROUTER_WEIGHTS", VT_KNOB_ENUM, "unbiased", "unbiased|biased",
+     "MoE weights from the unbiased sigmoid scores (transformers, vLLM) or the bias-corrected ones (Moonshot remote code)", 1},
+    {"VT_KIMI_MLA_KV_NORM_EPS", VT_KNOB_ENUM, "transformers", "transformers|config",
+     "eps of the MLA kv_a_layernorm: 1e-6 (transformers, Moonshot) or rms_norm_eps from config.json (vLLM)", 1},
+    {"VT_BACKEND", VT_KNOB_ENUM, "cpu", "cpu|cuda",
+     "compute backend: OpenBLAS on the CPU, or cuBLAS on an NVIDIA GPU", 1},
+    {"VT_FAULT", VT_KNOB_ENUM, FAULT_NONE_NAME, "none|moe_scatter_row_bytes_from_stream",
+     "replay a registered defect (see `vtlab faults`); none in normal runs", 1},
+    {"VT_THREADS", VT_KNOB_INT, "0", "0..1024",
+     "CPU threads for OpenMP and OpenBLAS; 0 = all cores (results do not depend on it)", 0},
+    {"VT_PROBE", VT_KNOB_ENUM, "off", "off|on|audit",
+     "runtime dtype probes: off, on (record every site), audit (also sentinel-fill and check every copy destination)", 0},
+    {"VT_TEST_IGNORED_KNOB", VT_KNOB_BOOL, "0", "0|1",
+     "test-only: declared but read by no code path (the fixture for audit rule R3, a knob that never takes effect)", 1},
+};
+#define N_KNOBS ((int)(sizeof KNOBS / sizeof KNOBS[0]))
+
+int vt_knob_count(void) { return N_KNOBS; }
+const vt_knob_info *vt_knob_at(int i) { return i >= 0 && i < N_KNOBS ? &KNOBS[i] : NULL; }
+
+static int knob_index(const char *name) {
+    for (int i = 0; i < N_KNOBS; i++)
+        if (strcmp(KNOBS[i].name, name) == 0) return i;
+    return -1;
+}
+
+const vt_knob_info *vt_knob_find(const char *name) { return vt_knob_at(knob_index(name)); }
+
+int vt_fault_count(void) { return N_FAULTS - 1; }
+const vt_fault_info *vt_fault_at(int i) { return i >= 0 && i < N_FAULTS - 1 ? &FAULTS[i + 1] : NULL; }
+
+struct vt_knobset {
+    char value[N_KNOBS][64];   /* canonical text of each knob's value, by registry index */
+};
+
+int vt_knobset_new(vt_knobset **out) {
+    vt_knobset *ks = calloc(1, sizeof *ks);
+    if (!ks) return VT_STATUS_NOMEM;
+    for (int i = 0; i < N_KNOBS; i++) snprintf(ks->value[i], sizeof ks->value[i], "%s", KNOBS[i].def);
+    *out = ks;
+    return VT_STATUS_OK;
+}
+
+void vt_knobset_free(vt_knobset *ks) { free(ks); }
+
+int vt_knobset_copy(vt_knobset **out, const vt_knobset *src) {
+    vt_knobset *ks = malloc(sizeof *ks);
+    if (!ks) return VT_STATUS_NOMEM;
+    memcpy(ks, src, sizeof *ks);
+    *out = ks;
+    return VT_STATUS_OK;
+}
+
+/* Levenshtein distance, for the did-you-mean. Names are short (< 64). */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
+            d[i][j] = c;
+        }
+    return d[la][lb];
+}
+
+static int unknown_knob(const char *name, char *err, size_t errlen) {
+    int best = -1, bestd = 1 << 30;
+    for (int i = 0; i < N_KNOBS; i++) {
+        int dd = edit_distance(name, KNOBS[i].name);
+        if (dd < bestd) { bestd = dd; best = i; }
+    }
+    if (best >= 0 && bestd <= 4)
+        snprintf(err, errlen, "unknown knob %s (did you mean %s?); `vtlab knobs` lists them", name, KNOBS[best].name);
+    else
+        snprintf(err, errlen, "unknown knob %s; `vtlab knobs` lists the declared knobs", name);
+    return VT_STATUS_INPUT;
+}
+
+/* Is value one of the '|'-separated words of list? */
+static int in_list(const char *value, const char *list) {
+    size_t n = strlen(value);
+    for (const char *p = list; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+int vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *err, size_t errlen) {
+    int i = knob_index(name);
+    if (i < 0) return unknown_knob(name, err, errlen);
+    const vt_knob_info *k = &KNOBS[i];
+    char canon[64];
+    switch (k->type) {
+    case VT_KNOB_BOOL:
+        if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "on") || !strcmp(value, "yes"))
+            strcpy(canon, "1");
+        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "off") || !strcmp(value, "no") || !*value)
+            strcpy(canon, "0");
+        else {
+            snprintf(err, errlen, "knob %s: value \"%s\", expected 0 or 1", name, value);
+            return VT_STATUS_INPUT;
+        }
+        break;
+    case VT_KNOB_ENUM:
+        if (!in_list(value, k->allowed)) {
+            snprintf(err, errlen, "knob %s: value \"%s\", expected one of %s", name, value, k->allowed);
+            return VT_STATUS_INPUT;
+        }
+        snprintf(canon, sizeof canon, "%s", value);
+        break;
+    case VT_KNOB_INT: {
+        char *end = NULL;
+        long v = strtol(value, &end, 10);
+        if (!*value || *end || v < 0 || v > 1024) {
+            snprintf(err, errlen, "knob %s: value \"%s\", expected an integer in %s", name, value, k->allowed);
+            return VT_STATUS_INPUT;
+        }
+        snprintf(canon, sizeof canon, "%ld", v);
+        break;
+    }
+    default:
+        snprintf(canon, sizeof canon, "%s", value);
+    }
+    snprintf(ks->value[i], sizeof ks->value[i], "%s", canon);
+    return VT_STATUS_OK;
+}
+
+int vt_knobset_from_env(vt_knobset *ks, char *const *envp, char *err, size_t errlen) {
+    for (; envp && *envp; envp++) {
+        const char *kv = *envp;
+        if (strncmp(kv, "VT_", 3) != 0) continue;
+        const char *eq = strchr(kv, '=');
+        if (!eq || eq - kv >= 64) continue;
+        char name[64];
+        memcpy(name, kv, (size_t)(eq - kv));
+        name[eq - kv] = '\0';
+        int rc = vt_knobset_set(ks, name, eq + 1, err, errlen);
+        if (rc) return rc;
+    }
+    return VT_STATUS_OK;
+}
+
+const char *vt_knobset_get(const vt_knobset *ks, const char *name) {
+    int i = knob_index(name);
+    return i < 0 ? NULL : ks->value[i];
+}
+
+void vt_knobset_hash(const vt_knobset *ks, char out[65]) {
+    /* Registry order is fixed, but sort by name anyway so that reordering the
+     * table never changes a recorded hash. */
+    int idx[N_KNOBS];
+    for (int i = 0; i < N_KNOBS; i++) idx[i] = i;
+    for (int i = 1; i < N_KNOBS; i++)
+        for (int j = i; j > 0 && strcmp(KNOBS[idx[j - 1]].name, KNOBS[idx[j]].name) > 0; j--) {
+            int t = idx[j]; idx[j] = idx[j - 1]; idx[j - 1] = t;
+        }
+    vt_sha256_ctx c;
+    vt_sha256_init(&c);
+    for (int n = 0; n < N_KNOBS; n++) {
+        int i = idx[n];
+        if (!KNOBS[i].numeric) continue;
+        char line[160];
+        int len = snprintf(line, sizeof line, "%s=%s\n", KNOBS[i].name, ks->value[i]);
+        vt_sha256_update(&c, line, (size_t)len);
+    }
+    uint8_t d[32];
+    vt_sha256_final(&c, d);
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) { out[2 * i] = hx[d[i] >> 4]; out[2 * i + 1] = hx[d[i] & 15]; }
+    out[64] = '\0';
+}
+
+void vt_knobs_resolve(const vt_knobset *ks, vt_knobs *k) {
+    memset(k, 0, sizeof *k);
+    k->bf16_stream = !strcmp(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "1");
+    k->bf16_expert_out = !strcmp(vt_knobset_get(ks, "VT_KIMI_BF16_EXPERT_OUT"), "1");
+    k->bf16_act = !strcmp(vt_knobset_get(ks, "VT_KIMI_BF16_ACT"), "1");
+    k->router_biased = !strcmp(vt_knobset_get(ks, "VT_KIMI_ROUTER_WEIGHTS"), "biased");
+    k->kv_norm_eps_config = !strcmp(vt_knobset_get(ks, "VT_KIMI_MLA_KV_NORM_EPS"), "config");
+    k->threads = atoi(vt_knobset_get(ks, "VT_THREADS"));
+    k->backend = !strcmp(vt_knobset_get(ks, "VT_BACKEND"), "cuda") ? VT_BACKEND_CUDA : VT_BACKEND_CPU;
+    const char *p = vt_knobset_get(ks, "VT_PROBE");
+    k->probe = !strcmp(p, "audit") ? VT_PROBE_AUDIT : !strcmp(p, "on") ? VT_PROBE_ON : VT_PROBE_OFF;
+    const char *f = vt_knobset_get(ks, "VT_FAULT");
+    k->fault = VT_FAULT_NONE;
+    for (int i = 1; i < N_FAULTS; i++)
+        if (!strcmp(f, FAULTS[i].name)) k->fault = (vt_fault_id)i;
+    k->test_ignored = 0;   /* deliberately never read from the set: see the knob's doc */
+}

@@ -1,0 +1,150 @@
+/*
+ * model.h — internal structures of the CPU model: weights, sessions, and the
+ * per-op entry points shared by forward.c, kda.c, mla.c and moe.c.
+ *
+ * Shapes are written on every field as in the checkpoint: [out, in] for
+ * linear weights. Every weight is held as an owned f32 vt_tensor (bf16 and
+ * f16 checkpoints are widened at load, which is exact), so the CPU GEMMs run
+ * in f32 through OpenBLAS. Activations are f32 except where a knob puts a
+ * buffer in bf16: the residual stream (VT_KIMI_BF16_STREAM) and the expert
+ * output path (VT_KIMI_BF16_EXPERT_OUT). Those buffers are vt_tensors with
+ * their dtype tag, and every copy between them goes through tensor.c.
+ */
+#ifndef VT_MODEL_H
+#define VT_MODEL_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "knobs.h"
+#include "safetensors.h"
+#include "tensor.h"
+#include "vt.h"
+
+typedef struct vt_kda_w {
+    vt_tensor q, k, v;          /* [P, D] */
+    vt_tensor qc, kc, vc;       /* [P, K] depthwise conv (checkpoint [P, 1, K]) */
+    vt_tensor A_log;            /* [H]   (checkpoint [1, 1, H, 1]) */
+    vt_tensor dt_bias;          /* [P] */
+    vt_tensor fa, fb;           /* [d, D], [P, d]  forget gate, low rank */
+    vt_tensor b;                /* [H, D]  beta */
+    vt_tensor ga, gb;           /* [d, D], [P, d]  output gate, low rank */
+    vt_tensor onorm;            /* [d] */
+    vt_tensor o;                /* [D, P] */
+} vt_kda_w;
+
+typedef struct vt_mla_w {
+    vt_tensor q;                /* [Nh*(nope+rope), D] */
+    vt_tensor kva;              /* [r_kv+rope, D] */
+    vt_tensor kvnorm;           /* [r_kv] */
+    vt_tensor kvb;              /* [Nh*(nope+dv), r_kv] */
+    vt_tensor o;                /* [D, Nh*dv] */
+} vt_mla_w;
+
+typedef struct vt_swiglu_w {
+    vt_tensor gate, up;         /* [I, D] (w1, w3 for experts) */
+    vt_tensor down;             /* [D, I] (w2) */
+} vt_swiglu_w;
+
+typedef struct vt_ffn_w {
+    int          moe;           /* 1: MoE block; 0: dense MLP in `dense` */
+    vt_swiglu_w  dense;
+    vt_tensor    router;        /* [E, D] */
+    vt_tensor    router_bias;   /* [E] */
+    vt_swiglu_w *experts;       /* [E] */
+    int          has_shared;
+    vt_swiglu_w  shared;        /* [Im*S, D] ... */
+} vt_ffn_w;
+
+typedef struct vt_layer_w {
+    vt_layer_kind kind;
+    vt_tensor  in_norm, post_norm;   /* [D] */
+    vt_kda_w   kda;
+    vt_mla_w   mla;
+    vt_ffn_w   ffn;
+} vt_layer_w;
+
+struct vt_model {
+    vt_config   cfg;
+    vt_tensor   embed;          /* [V, D] */
+    vt_tensor   norm;           /* [D] */
+    vt_tensor   lm_head;        /* [V, D] */
+    vt_layer_w *layers;         /* [n_layers] */
+    vt_dtype    weight_dtype;   /* dtype of the checkpoint's large tensors */
+};
+
+/* Per-layer decode state. */
+typedef struct vt_layer_cache {
+    float  *conv;               /* KDA: [3][K-1][P] last pre-conv inputs of q, k, v */
+    float  *state;              /* KDA: [H][d][d] f32 delta-rule state S[i][j] */
+    float  *kc, *vc;            /* MLA: [cap][Nh*(nope+rope)], [cap][Nh*dv] */
+    int64_t cap;                /* MLA cache capacity in tokens */
+} vt_layer_cache;
+
+struct vt_session {
+    vt_model   *m;
+    vt_knobset *ks;
+    vt_knobs    k;
+    vt_dtype    stream_dtype;   /* residual stream: f32, or bf16 with VT_KIMI_BF16_STREAM */
+    vt_dtype    expert_dtype;   /* y and expert_out: f32, or the stream dtype with VT_KIMI_BF16_EXPERT_OUT */
+    int64_t     pos;            /* tokens already in the caches */
+    vt_layer_cache *cache;      /* [n_layers] */
+    vt_probe   *probes;
+    int64_t     nprobes, capprobes;
+    int         capture;
+    float      *captured;       /* [n_layers][2][T][D] when capture is on */
+    int64_t     captured_T;
+    double      fwd_sec, gemm_sec;
+};
+
+/* ------------------------------------------------------------ ops.c */
+
+/* y[M, N] = x[M, K] · W[N, K]ᵀ, W f32 (timed into s->gemm_sec). */
+void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_tensor *W, float *y);
+/* RMSNorm of each row of x[M, n] into y (may alias x). With bf16 activations
+ * the normalised value is rounded before and after the weight multiply, as
+ * the public bf16 implementations do. */
+void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float *w, double eps, float *y);
+/* Rounds to bf16 in place when VT_KIMI_BF16_ACT is on; otherwise nothing. */
+void vt_act_round(const vt_session *s, float *x, int64_t n);
+float vt_silu(float x);
+float vt_sigmoid(float x);
+float vt_softplus(float x);
+
+/* ------------------------------------------------------------ probes.c */
+
+/* Records one observation at (site, layer); aggregated with earlier ones of
+ * the same site, layer and dtypes. `st` may be NULL for non-copy sites, then
+ * bytes are the row bytes of a buffer of `dtype` with `ncols` columns. */
+void vt_probe_copy(vt_session *s, const char *site, int layer, const vt_copy_stats *st,
+                   int converting, int64_t rows_unwritten);
+void vt_probe_buffer(vt_session *s, const char *site, int layer, vt_dtype dtype, int64_t rows, int64_t ncols);
+
+/* ------------------------------------------------------------ layers */
+
+/* Each takes the normed input x[T, D] and writes out[T, D] (f32), using and
+ * advancing the layer's cache for positions s->pos .. s->pos+T-1. */
+int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err);
+int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err);
+int vt_mlp_forward(vt_session *s, int layer, const vt_swiglu_w *w, const float *x, int64_t T, float *out, vt_err *err);
+
+/* What the MoE block leaves behind for tests (tests/unit/test_scatter.c). */
+typedef struct vt_moe_trace {
+    vt_tensor expert_out;       /* [N*K, D] copy of the scattered expert output, in its dtype */
+    int64_t  *pair_token;       /* [N*K] token of each expert_out row */
+    int64_t  *pair_expert;      /* [N*K] expert of each expert_out row */
+    int64_t   rows_unwritten;   /* audit: rows of expert_out left with the sentinel */
+} vt_moe_trace;
+void vt_moe_trace_free(vt_moe_trace *t);
+
+int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, int64_t N, float *out,
+                   vt_moe_trace *trace, vt_err *err);
+
+/* faults.c: the replayed defect. Copies n rows src -> dst[dst_rows] with the
+ * row size taken from row_dtype (not from the buffers), at that row size's
+ * stride, exactly as the defect did. Bounds are still checked: it corrupts
+ * data, never memory. */
+void vt_fault_scatter_rows(vt_tensor *dst, const int64_t *dst_rows, const vt_tensor *src, int64_t n,
+                           vt_dtype row_dtype, vt_copy_stats *st);
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * moe.c — the dense SwiGLU MLP and the MoE block.
+ *
+ * The MoE data path is the one whose defect started vtlab, so it is written
+ * as the explicit sequence the defect report talks about, with a probe at
+ * every step:
+ *
+ *   route    sigmoid router in f32; the bias chooses (top-k of s + bias), the
+ *            weights are s (transformers, vLLM) or s + bias (Moonshot's remote
+ *            code, VT_KIMI_ROUTER_WEIGHTS=biased); renormalise; scale.
+ *   gather   the N*K (token, slot) pairs sorted by expert; each pair's token
+ *            row copied into xg [N*K, D] so every expert's rows are contiguous.
+ *   experts  SwiGLU per expert over its rows -> y [N*K, D], f32, or the
+ *            stream dtype with VT_KIMI_BF16_EXPERT_OUT (an explicit convert).
+ *   scatter  y rows back to expert_out [N*K, D] at row t*K + k (same dtype as
+ *            y: the row size comes from the buffers, never from the stream).
+ *   combine  out[t] = sum_k w[t,k] * expert_out[t*K + k] (+ shared expert).
+ *
+ * Audit mode fills xg and expert_out with a sentinel first and counts the rows
+ * a copy failed to write.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+int vt_mlp_forward(vt_session *s, int layer, const vt_swiglu_w *w, const float *x, int64_t T, float *out, vt_err *err) {
+    (void)layer;
+    int64_t D = w->gate.shape[1], I = w->gate.shape[0];
+    float *a = malloc(vt_row_size(VT_F32, T * I)), *b = malloc(vt_row_size(VT_F32, T * I));
+    if (!a || !b) { free(a); free(b); return vt_errf(err, VT_ENOMEM, "mlp: out of memory"); }
+    vt_gemm_xwT(s, x, T, D, &w->gate, a);
+    vt_gemm_xwT(s, x, T, D, &w->up, b);
+    vt_act_round(s, a, T * I);
+    vt_act_round(s, b, T * I);
+    for (int64_t i = 0; i < T * I; i++) a[i] = vt_silu(a[i]) * b[i];
+    vt_act_round(s, a, T * I);
+    vt_gemm_xwT(s, a, T, I, &w->down, out);
+    vt_act_round(s, out, T * D);
+    free(a);
+    free(b);
+    return VT_OK;
+}
+
+void vt_moe_trace_free(vt_moe_trace *t) {
+    if (!t) return;
+    vt_tensor_free(&t->expert_out);
+    free(t->pair_token);
+    free(t->pair_expert);
+    memset(t, 0, sizeof *t);
+}
+
+/* Top-k of sc[0..E) into idx[0..K), highest first; ties go to the lower index. */
+static void topk(const float *sc, int64_t E, int64_t K, int64_t *idx) {
+    for (int64_t k = 0; k < K; k++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int64_t j = 0; j < k; j++) taken |= idx[j] == e;
+            if (!taken && (best < 0 || sc[e] > sc[best])) best = e;
+        }
+        idx[k] = best;
+    }
+}
+
+int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, int64_t N, float *out,
+                   vt_moe_trace *trace, vt_err *err) {
+    const vt_config *cfg = &s->m->cfg;
+    const int64_t D = cfg->hidden_size, E = cfg->num_experts, K = cfg->num_experts_per_token;
+    const int64_t NK = N * K, Im = cfg->moe_intermediate_size;
+    const int audit = s->k.probe == VT_PROBE_AUDIT;
+    int rc = VT_OK;
+    vt_tensor xt = {0}, xg = {0}, yf = {0}, ybuf = {0}, eo = {0};
+    const vt_tensor *y = NULL;
+    float *logits = malloc(vt_row_size(VT_F32, N * E));
+    float *wts = malloc(vt_row_size(VT_F32, NK));
+    int64_t *sel = malloc((size_t)NK * sizeof *sel);
+    int64_t *count = calloc((size_t)E + 1, sizeof *count);
+    int64_t *order = malloc((size_t)NK * sizeof *order);     /* order[i]: pair index p = t*K+k of sorted row i */
+    int64_t *src_tok = malloc((size_t)NK * sizeof *src_tok);
+    float *a = malloc(vt_row_size(VT_F32, NK * Im)), *b = malloc(vt_row_size(VT_F32, NK * Im));
+    float *row = malloc(vt_row_size(VT_F32, D));
+    if (!logits || !wts || !sel || !count || !order || !src_tok || !a || !b || !row) {
+        rc = vt_errf(err, VT_ENOMEM, "moe layer %d: out of memory", layer);
+        goto done;
+    }
+
+    /* route */
+    vt_gemm_xwT(s, x, N, D, &w->router, logits);
+    const float *bias = w->router_bias.data;
+    for (int64_t t = 0; t < N; t++) {
+        float sc[4096], sg[4096];   /* E <= 4096 is enforced by the config parser */
+        for (int64_t e = 0; e < E; e++) {
+            sg[e] = vt_sigmoid(logits[t * E + e]);
+            sc[e] = sg[e] + bias[e];
+        }
+        topk(sc, E, K, sel + t * K);
+        double sum = 0.0;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t e = sel[t * K + k];
+            wts[t * K + k] = s->k.router_biased ? sc[e] : sg[e];
+            sum += wts[t * K + k];
+        }
+        for (int64_t k = 0; k < K; k++) {
+            float v = wts[t * K + k];
+            if (cfg->moe_renormalize) v = (float)(v / (sum + 1e-20));
+            wts[t * K + k] = v * (float)cfg->routed_scaling_factor;
+        }
+    }
+
+    /* sort pairs by expert (counting sort, stable in p) */
+    for (int64_t p = 0; p < NK; p++) count[sel[p] + 1]++;
+    for (int64_t e = 0; e < E; e++) count[e + 1] += count[e];
+    {
+        int64_t *fill = malloc((size_t)E * sizeof *fill);
+        if (!fill) { rc = vt_errf(err, VT_ENOMEM, "moe: out of memory"); goto done; }
+        memcpy(fill, count, (size_t)E * sizeof *fill);
+        for (int64_t p = 0; p < NK; p++) order[fill[sel[p]]++] = p;
+        free(fill);
+    }
+    for (int64_t i = 0; i < NK; i++) src_tok[i] = order[i] / K;
+
+    /* gather */
+    int64_t shp_x[2] = {N, D}, shp_nk[2] = {NK, D};
+    vt_copy_stats st;
+    if ((rc = vt_tensor_view(&xt, VT_F32, 2, shp_x, (void *)x, vt_row_size(VT_F32, N * D), err))) goto done;
+    if ((rc = vt_tensor_alloc(&xg, VT_F32, 2, shp_nk, err))) goto done;
+    if (audit) vt_tensor_fill_sentinel(&xg);
+    if ((rc = vt_rows_gather(&xg, &xt, src_tok, NK, &st, err))) goto done;
+    vt_probe_copy(s, "moe.gather", layer, &st, 0, audit ? vt_tensor_rows_unwritten(&xg, NULL) : -1);
+
+    /* experts: y rows of expert e are rows [count[e], count[e+1]) */
+    if ((rc = vt_tensor_alloc(&yf, VT_F32, 2, shp_nk, err))) goto done;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t r0 = count[e], n = count[e + 1] - count[e];
+        if (n == 0) continue;
+        const vt_swiglu_w *ew = &w->experts[e];
+        const float *xe = vt_tensor_row(&xg, r0);
+        vt_gemm_xwT(s, xe, n, D, &ew->gate, a);
+        vt_gemm_xwT(s, xe, n, D, &ew->up, b);
+        vt_act_round(s, a, n * Im);
+        vt_act_round(s, b, n * Im);
+        for (int64_t i = 0; i < n * Im; i++) a[i] = vt_silu(a[i]) * b[i];
+        vt_act_round(s, a, n * Im);
+        float *ye = vt_tensor_row(&yf, r0);
+        vt_gemm_xwT(s, a, n, Im, &ew->down, ye);
+        vt_act_round(s, ye, n * D);
+    }
+    if (s->expert_dtype == VT_F32) {
+        y = &yf;
+    } else {
+        if ((rc = vt_tensor_alloc(&ybuf, s->expert_dtype, 2, shp_nk, err))) goto done;
+        if ((rc = vt_rows_convert(&ybuf, &yf, &st, err))) goto done;
+        y = &ybuf;
+    }
+    vt_probe_buffer(s, "moe.expert.y", layer, y->dtype, NK, D);
+
+    /* scatter */
+    if ((rc = vt_tensor_alloc(&eo, s->expert_dtype, 2, shp_nk, err))) goto done;
+    if (audit) vt_tensor_fill_sentinel(&eo);
+#ifdef VT_MUTATE_SCATTER_STREAM_DTYPE
+    /* mutation (a) of `make mutation`: the scatter sizes rows from the stream dtype */
+    vt_fault_scatter_rows(&eo, order, y, NK, s->stream_dtype, &st);
+#else
+    if (s->k.fault == VT_FAULT_MOE_SCATTER_ROW_BYTES_FROM_STREAM)
+        vt_fault_scatter_rows(&eo, order, y, NK, s->stream_dtype, &st);
+    else if ((rc = vt_rows_scatter(&eo, order, y, NK, &st, err)))
+        goto done;
+#endif
+    int64_t unwritten = -1;
+    if (audit) {
+        unwritten = vt_tensor_rows_unwritten(&eo, NULL);
+        vt_tensor_clear_sentinel(&eo);
+    }
+    vt_probe_copy(s, "moe.scatter", layer, &st, 0, unwritten);
+
+    /* combine: expert_out is read through an explicit conversion to f32 */
+    for (int64_t t = 0; t < N; t++) {
+        float *o = out + t * D;
+        memset(o, 0, vt_row_size(VT_F32, D));
+        for (int64_t k = 0; k < K; k++) {
+            vt_convert(row, VT_F32, vt_tensor_row(&eo, t * K + k), eo.dtype, (size_t)D);
+            float wk = wts[t * K + k];
+            for (int64_t i = 0; i < D; i++) o[i] += wk * row[i];
+        }
+    }
+    st = (vt_copy_stats){.rows = NK, .bytes_per_row = vt_row_size(VT_F32, D), .src_row_bytes = vt_tensor_row_bytes(&eo),
+                         .dst_row_bytes = vt_row_size(VT_F32, D), .src_dtype = eo.dtype, .dst_dtype = VT_F32};
+    vt_probe_copy(s, "moe.combine", layer, &st, 1, -1);
+
+    if (w->has_shared) {
+        float *sh = malloc(vt_row_size(VT_F32, N * D));
+        if (!sh) { rc = vt_errf(err, VT_ENOMEM, "moe: out of memory"); goto done; }
+        rc = vt_mlp_forward(s, layer, &w->shared, x, N, sh, err);
+        if (!rc) for (int64_t i = 0; i < N * D; i++) out[i] += sh[i];
+        free(sh);
+        if (rc) goto done;
+    }
+    vt_act_round(s, out, N * D);
+
+    if (trace) {
+        memset(trace, 0, sizeof *trace);
+        trace->pair_token = malloc((size_t)NK * sizeof(int64_t));
+        trace->pair_expert = malloc((size_t)NK * sizeof(int64_t));
+        if (!trace->pair_token || !trace->pair_expert) { rc = vt_errf(err, VT_ENOMEM, "moe trace"); goto done; }
+        for (int64_t p = 0; p < NK; p++) { trace->pair_token[p] = p / K; trace->pair_expert[p] = sel[p]; }
+        trace->rows_unwritten = unwritten;
+        if ((rc = vt_tensor_alloc(&trace->expert_out, eo.dtype, 2, shp_nk, err))) goto done;
+        rc = vt_rows_copy(&trace->expert_out, 0, &eo, 0, NK, NULL, err);
+    }
+done:
+    vt_tensor_free(&xg); vt_tensor_free(&yf); vt_tensor_free(&ybuf); vt_tensor_free(&eo);
+    free(logits); free(wts); free(sel); free(count); free(order); free(src_tok); free(a); free(b); free(row);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/*
+ * ops.c — the small numeric building blocks of the CPU forward pass: the one
+ * GEMM entry point (OpenBLAS, timed so the benchmark can report the GEMM
+ * share), RMSNorm, bf16 activation rounding and scalar activations.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+
+#include "model.h"
+
+void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_tensor *W, float *y) {
+    int64_t N = W->shape[0];
+    double t0 = omp_get_wtime();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
+                1.0f, x, (int)K, (const float *)W->data, (int)K, 0.0f, y, (int)N);
+    s->gemm_sec += omp_get_wtime() - t0;
+}
+
+void vt_act_round(const vt_session *s, float *x, int64_t n) {
+    if (!s->k.bf16_act) return;
+    for (int64_t i = 0; i < n; i++) x[i] = vt_round_bf16(x[i]);
+}
+
+void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float *w, double eps, float *y) {
+    int act = s->k.bf16_act;
+    #pragma omp parallel for schedule(static) if (M > 16)
+    for (int64_t r = 0; r < M; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
+        for (int64_t i = 0; i < n; i++) {
+            float v = xr[i] * inv;
+            if (act) v = vt_round_bf16(vt_round_bf16(v) * w[i]);
+            else v = v * w[i];
+            yr[i] = v;
+        }
+    }
+}
+
+float vt_silu(float x) { return x / (1.0f + expf(-x)); }
+float vt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+float vt_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }

@@ -1,0 +1,185 @@
+/*
+ * vt.h — the one public header of the Kimi-Linear model library.
+ *
+ * This is all the harness (harness/) sees of the model: opaque handles with
+ * create/free pairs, plain-data records, and functions that return 0 (VT_OK)
+ * or an error status while filling a caller's error buffer with one line that
+ * names the file, the tensor or field, and what was expected. Status values:
+ * 2 bad input, 3 out of memory, 4 I/O, 5 internal, 6 unsupported here (e.g. no
+ * CUDA device). Nothing in the library exits or prints.
+ *
+ * The pieces:
+ *   knobs     — the declared settings (VT_KIMI_BF16_STREAM, ...), a resolved
+ *               set of them (from the environment or an arm), and its hash;
+ *   faults    — the registry of replayable defects (VT_FAULT);
+ *   model     — a checkpoint dir opened and validated once;
+ *   session   — a model run under one knob set: prefill, decode, probes,
+ *               residual capture;
+ *   synth     — deterministic synthetic checkpoints;
+ *   sha256    — content hashes for provenance.
+ */
+#ifndef VT_H
+#define VT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VT_STATUS_OK          0
+#define VT_STATUS_INPUT       2
+#define VT_STATUS_NOMEM       3
+#define VT_STATUS_IO          4
+#define VT_STATUS_INTERNAL    5
+#define VT_STATUS_UNSUPPORTED 6
+
+/* ------------------------------------------------------------------ knobs */
+
+typedef enum vt_knob_type { VT_KNOB_BOOL = 1, VT_KNOB_ENUM, VT_KNOB_INT, VT_KNOB_STRING } vt_knob_type;
+
+typedef struct vt_knob_info {
+    const char  *name;        /* "VT_KIMI_BF16_STREAM" */
+    vt_knob_type type;
+    const char  *def;         /* default value, canonical text */
+    const char  *allowed;     /* "0|1", "unbiased|biased", "1..256", ... */
+    const char  *doc;         /* one line */
+    int          numeric;     /* 1 when the knob changes the model's numbers */
+} vt_knob_info;
+
+int                 vt_knob_count(void);
+const vt_knob_info *vt_knob_at(int i);
+const vt_knob_info *vt_knob_find(const char *name);
+
+/* A resolved knob set: every declared knob with a value (defaults filled in). */
+typedef struct vt_knobset vt_knobset;
+
+int  vt_knobset_new(vt_knobset **out);
+void vt_knobset_free(vt_knobset *ks);
+int  vt_knobset_copy(vt_knobset **out, const vt_knobset *src);
+/* Sets one knob; the value is validated and canonicalised ("true" -> "1").
+ * An unknown name is VT_STATUS_INPUT with a did-you-mean. */
+int  vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *err, size_t errlen);
+/* Applies every VT_* variable of envp (NULL-terminated "NAME=VALUE" strings,
+ * e.g. `environ`). Any VT_* name that no knob declares is an error. */
+int  vt_knobset_from_env(vt_knobset *ks, char *const *envp, char *err, size_t errlen);
+const char *vt_knobset_get(const vt_knobset *ks, const char *name);   /* NULL if undeclared */
+/* Canonical hash of the knobs that change numerics (sorted NAME=VALUE lines,
+ * sha256, hex, 64 chars + NUL). Threads, probe mode and backend are excluded
+ * from this hash: they must not change the numbers. */
+void vt_knobset_hash(const vt_knobset *ks, char out[65]);
+
+/* ------------------------------------------------------------------ faults */
+
+typedef struct vt_fault_info {
+    const char *name;         /* the VT_FAULT value, e.g. "moe_scatter_row_bytes_from_stream" */
+    const char *site;         /* probe site where it acts, e.g. "moe.scatter" */
+    const char *doc;          /* what it reproduces */
+} vt_fault_info;
+
+int                  vt_fault_count(void);
+const vt_fault_info *vt_fault_at(int i);
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct vt_model vt_model;
+
+typedef struct vt_model_info {
+    int64_t vocab_size, hidden_size, n_layers;
+    int64_t n_moe_layers;
+    char    layer_kind[256];     /* 'K' (KDA) or 'M' (MLA) per layer, NUL-terminated */
+    char    layer_ffn[256];      /* 'D' (dense MLP) or 'E' (MoE) per layer */
+    char    weight_dtype[8];     /* dtype of most weights: "f32", "bf16", "f16" */
+} vt_model_info;
+
+/* Opens a checkpoint directory (config.json + safetensors), validates the
+ * config and every tensor's presence, shape and dtype. */
+int  vt_model_open(vt_model **out, const char *dir, char *err, size_t errlen);
+void vt_model_free(vt_model *m);
+void vt_model_get_info(const vt_model *m, vt_model_info *out);
+
+/* ------------------------------------------------------------------ session */
+
+typedef struct vt_session vt_session;
+
+/* A probe record: what really happened at one site of one layer, aggregated
+ * over every call since the last vt_session_probes_clear. */
+typedef struct vt_probe {
+    char    site[32];            /* "residual.stream", "moe.gather", "moe.expert.y", "moe.scatter",
+                                    "moe.combine", "kda.state", "logits" */
+    int     layer;               /* 0-based; -1 for model-level sites (logits) */
+    char    dtype[8];            /* dtype of the buffer the site writes (destination) */
+    char    src_dtype[8];        /* dtype of the source buffer ("" when not a copy) */
+    int64_t calls;               /* forward calls aggregated */
+    int64_t rows;                /* rows handled, summed */
+    int64_t bytes_per_row;       /* bytes per row copied (copies), else row bytes of the buffer */
+    int64_t src_row_bytes;       /* bytes per row of the source buffer */
+    int64_t dst_row_bytes;       /* bytes per row of the destination buffer */
+    int     converting;          /* 1: an explicit converting copy (dtype change allowed) */
+    int64_t violations;          /* calls in which the invariant failed */
+    int64_t rows_unwritten;      /* audit mode: destination rows left with the sentinel; -1 if not audited */
+    char    detail[192];         /* first violation, in words; "" when none */
+} vt_probe;
+
+/* Creates a session for model m under knob set ks (copied). Resolves the
+ * backend: VT_BACKEND=cuda without a device is VT_STATUS_UNSUPPORTED
+ * "no CUDA device". */
+int  vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *err, size_t errlen);
+void vt_session_free(vt_session *s);
+
+/* Runs tokens[0..T) from an empty state (caches reset), leaving the caches
+ * ready for decode. logits: [T, vocab] f32 row-major, or NULL. */
+int  vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *logits,
+                        char *err, size_t errlen);
+/* Appends one token to the cached state. logits: [vocab] f32, or NULL. */
+int  vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, size_t errlen);
+
+int64_t         vt_session_probe_count(const vt_session *s);
+const vt_probe *vt_session_probe_at(const vt_session *s, int64_t i);
+void            vt_session_probes_clear(vt_session *s);
+
+/* Residual capture for "where did it go wrong": when on, every prefill keeps
+ * the residual stream (as f32) after each sublayer. site 0: after the
+ * attention (KDA/MLA) add; site 1: after the FFN (MLP/MoE) add. Returns a
+ * pointer to [T, hidden] f32 valid until the next prefill, or NULL. */
+void         vt_session_capture(vt_session *s, int on);
+const float *vt_session_residual(const vt_session *s, int64_t layer, int site, int64_t *T);
+
+/* Seconds spent inside the forward pass since creation (for overhead
+ * accounting) and the share of that spent in GEMM calls. */
+double vt_session_forward_seconds(const vt_session *s);
+double vt_session_gemm_seconds(const vt_session *s);
+
+/* ------------------------------------------------------------------ synth */
+
+/* Writes out_dir/config.json and out_dir/model.safetensors for the config at
+ * config_path, deterministic in (config, seed, dtype). dtype: "f32", "bf16"
+ * or "f16". The directory is created if needed; files appear whole or not at all. */
+int vt_synth(const char *config_path, uint64_t seed, const char *dtype, const char *out_dir,
+             char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ sha256 */
+
+void vt_sha256(const void *data, size_t n, uint8_t out[32]);
+void vt_sha256_hex(const void *data, size_t n, char out[65]);
+/* Hash of a file's bytes. */
+int  vt_sha256_file(const char *path, char out[65], char *err, size_t errlen);
+
+typedef struct vt_sha256_ctx { uint32_t h[8]; uint64_t len; uint8_t buf[64]; size_t nbuf; } vt_sha256_ctx;
+void vt_sha256_init(vt_sha256_ctx *c);
+void vt_sha256_update(vt_sha256_ctx *c, const void *data, size_t n);
+void vt_sha256_final(vt_sha256_ctx *c, uint8_t out[32]);
+
+/* The code version baked in at build time: "commit|dirty=0|compiler|flags",
+ * and its parts. The commit is the one checked out when the library was built. */
+const char *vt_build_info(void);
+const char *vt_build_commit(void);
+int         vt_build_dirty(void);
+const char *vt_build_compiler(void);
+const char *vt_build_flags(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
