@@ -22,7 +22,7 @@ CFLAGS    := $(CSTD) $(WARN) $(OPT) -fopenmp -I. $(EXTRA_CFLAGS)
 LDLIBS    := -lsqlite3 -lcjson -lopenblas -lm -fopenmp
 LDFLAGS   ?=
 
-DEB_PACKAGES := libsqlite3-dev libcjson-dev libopenblas-dev gnuplot-nox python3-numpy libcmocka-dev clang
+DEB_PACKAGES := libsqlite3-dev libcjson-dev libopenblas-dev gnuplot-nox python3-numpy libcmocka-dev clang libomp-dev
 
 MODEL_SRC   := $(wildcard model/*.c)
 HARNESS_SRC := $(wildcard harness/*.c)
@@ -105,8 +105,9 @@ $(LIBHARNESS): $(HARNESS_OBJ)
 $(BUILD)/vtlab: $(BUILD)/harness/main.o $(LIBHARNESS) $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# copy-and-rename: a running ./vtlab (a sweep in another shell) keeps its inode
 vtlab: $(BUILD)/vtlab
-	cp $< $@
+	cp $< $@.tmp && mv -f $@.tmp $@
 
 # ---------------------------------------------------------------------- tests
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/vt_test.h $(LIBHARNESS) $(LIBMODEL)
@@ -124,9 +125,9 @@ reference-test: deps vtlab
 	bash tests/reference/run.sh ./vtlab
 
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(wildcard tests/fuzz/fuzz_*.c))
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(MODEL_SRC) $(wildcard model/*.h)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(MODEL_SRC) $(wildcard model/*.h) $(BUILD)/gen/build_info.h
 	@mkdir -p $(dir $@)
-	clang $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined -I. $< $(MODEL_SRC) -lcjson -lopenblas -lm -fopenmp -o $@
+	clang $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined -I. -I$(BUILD)/gen $< $(MODEL_SRC) -lcjson -lopenblas -lm -fopenmp -o $@
 
 fuzz: deps $(FUZZ_TARGETS)
 	@for f in $(FUZZ_TARGETS); do \
@@ -152,7 +153,9 @@ MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE VT_MUTATE_HALVE_ROW_BYTES
 mutation: deps
 	@for m in $(MUTATIONS); do \
 	  echo "== mutation $$m"; \
-	  $(MAKE) --no-print-directory -s BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/test_scatter >/dev/null || exit 1; \
+	  mkdir -p build/mut-$$m; \
+	  $(MAKE) --no-print-directory -s BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/test_scatter \
+	    >build/mut-$$m/build.log 2>&1 || { tail -20 build/mut-$$m/build.log; exit 1; }; \
 	  if build/mut-$$m/tests/test_scatter >build/mut-$$m/out.log 2>&1; then \
 	    echo "mutation $$m SURVIVED: test_scatter passed with the defect built in"; exit 1; \
 	  else echo "mutation $$m killed: test_scatter failed as it must"; \

@@ -23,9 +23,14 @@ int vt_err_prefix(vt_err *e, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
-    char old[sizeof e->msg];
-    memcpy(old, e->msg, sizeof old);
-    snprintf(e->msg, sizeof e->msg, "%s: %s", prefix, old);
+    /* "prefix: old", truncated at the end if it does not fit */
+    char out[sizeof e->msg];
+    size_t lp = strlen(prefix), lo = strlen(e->msg), cap = sizeof out - 1, n = 0;
+    for (size_t i = 0; i < lp && n < cap; i++) out[n++] = prefix[i];
+    for (size_t i = 0; i < 2 && n < cap; i++) out[n++] = ": "[i];
+    for (size_t i = 0; i < lo && n < cap; i++) out[n++] = e->msg[i];
+    out[n] = '\0';
+    memcpy(e->msg, out, n + 1);
     return e->code;
 }
 

@@ -36,7 +36,7 @@
 
 /* lm_head gain over the fan-in scale: measured on the tiny config to give a
  * top-1 probability mostly in 0.1-0.6 on random token inputs (see the test). */
-#define VT_SYNTH_LM_HEAD_GAIN 4.0
+#define VT_SYNTH_LM_HEAD_GAIN 3.5
 
 typedef struct { uint64_t s; } rng_t;
 
@@ -96,14 +96,27 @@ static double init_value(const vt_tensor_spec *sp, rng_t *r, double scale) {
     }
 }
 
-/* Half-width a of U(-a, a) for the roles drawn symmetrically. */
-static double role_scale(const vt_tensor_spec *sp) {
+static int ends_with(const char *s, const char *suffix) {
+    size_t ls = strlen(s), lx = strlen(suffix);
+    return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+/* Half-width a of U(-a, a) for the roles drawn symmetrically. The last
+ * projection of every residual branch (o_proj, down_proj, w2) is scaled down
+ * by 1/sqrt(2 L), as GPT-2 initialises them: each block then adds a small
+ * update to a stream that keeps its history, as in a trained model, instead of
+ * overwriting it — without that, one flipped expert choice rewrites a token. */
+static double role_scale(const vt_tensor_spec *sp, int64_t n_layers) {
     int64_t fan_in = sp->shape[sp->ndim - 1];
+    double branch = 1.0;
+    if (ends_with(sp->name, ".o_proj.weight") || ends_with(sp->name, ".down_proj.weight") ||
+        ends_with(sp->name, ".w2.weight"))
+        branch = 1.0 / sqrt(2.0 * (double)n_layers);
     switch (sp->role) {
     case VT_ROLE_EMBED:   return sqrt(3.0);
     case VT_ROLE_LM_HEAD: return VT_SYNTH_LM_HEAD_GAIN * sqrt(3.0 / (double)fan_in);
     case VT_ROLE_CONV:    return sqrt(3.0 / (double)fan_in);
-    default:              return sqrt(3.0 / (double)fan_in);
+    default:              return branch * sqrt(3.0 / (double)fan_in);
     }
 }
 
@@ -146,7 +159,10 @@ static int read_file(const char *path, char **out, size_t *len, char *err, size_
 /* Writes bytes to path via path.tmp + rename. */
 static int write_whole(const char *path, const char *data, size_t n, char *err, size_t errlen) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%s: path too long", path);
+        return VT_STATUS_INPUT;
+    }
     FILE *f = fopen(tmp, "wb");
     if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
         snprintf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
@@ -197,7 +213,6 @@ int vt_synth(const char *config_path, uint64_t seed, const char *dtype_name, con
     if (!rc) rc = vt_st_writer_begin(w, path, &e);
 
     size_t cap = 0;
-    double *vals = NULL;
     void *outbuf = NULL;
     for (size_t i = 0; !rc && i < nspec; i++) {
         const vt_tensor_spec *sp = &specs[i];
@@ -205,20 +220,20 @@ int vt_synth(const char *config_path, uint64_t seed, const char *dtype_name, con
         size_t n = 1;
         for (int d = 0; d < sp->ndim; d++) n *= (size_t)sp->shape[d];
         if (n > cap) {
-            free(vals); free(outbuf);
-            vals = malloc(n * sizeof *vals);
+            free(outbuf);
             outbuf = malloc(vt_row_size(VT_F32, (int64_t)n));
             cap = n;
-            if (!vals || !outbuf) { rc = vt_errf(&e, VT_ENOMEM, "synth: out of memory for %s", sp->name); break; }
+            if (!outbuf) { rc = vt_errf(&e, VT_ENOMEM, "synth: out of memory for %s", sp->name); break; }
         }
         rng_t r = {seed * 0x9E3779B97F4A7C15ull ^ fnv1a(sp->name)};
-        double scale = role_scale(sp);
+        double scale = role_scale(sp, cfg.num_hidden_layers);
         float *f = outbuf;
         for (size_t k = 0; k < n; k++) f[k] = (float)init_value(sp, &r, scale);
-        if (dt != VT_F32) vt_convert(outbuf, dt, outbuf, VT_F32, n);   /* narrowing in place, front to back */
+        /* Narrowing in place is safe front to back: element k's 2-byte output
+         * lands below every f32 input not yet read. */
+        if (dt != VT_F32) vt_convert(outbuf, dt, outbuf, VT_F32, n);
         rc = vt_st_writer_put(w, outbuf, vt_row_size(dt, (int64_t)n), &e);
     }
-    free(vals);
     free(outbuf);
     if (!rc) rc = vt_st_writer_finish(w, &e);
     vt_st_writer_free(w);

@@ -1,0 +1,271 @@
+/*
+ * test_forward.c — the forward pass's own consistency: decode == prefill,
+ * probes that tell the truth about the residual stream, audit mode that does
+ * not change the numbers, thread count that does not change them either.
+ * Agreement with an independent implementation is tests/reference/.
+ */
+#include "tests/unit/vt_test.h"
+
+#include <math.h>
+
+#include "model/vt.h"
+
+/* prefill(T) vs prefill(T-1) + decode(1): the same arithmetic except for
+ * OpenBLAS's kernel choice at M=1 vs M=T (a different summation order, ~1e-7
+ * relative), so with f32 everywhere the tolerance is 1e-4 absolute on logits
+ * of magnitude ~10 (observed: ~3e-5).
+ *
+ * With bf16 rounding in the stream or the activations that 1e-7 occasionally
+ * moves a value across a bf16 rounding boundary (a 2^-8 change), and when it
+ * happens upstream of a router it can flip an expert choice: a few positions
+ * then differ by whole logits. Measured on the tiny model: median per-position
+ * max |diff| ~0.2, ~10% of positions above 1. So bf16 arms are held to
+ * distributional bounds instead: top-1 agreement >= 90% of positions and a
+ * median max |diff| <= 0.5. The same spread appears between prefill(3) and
+ * prefill(40) rows, so it is not a decode defect. */
+#define DECODE_ATOL 1e-4
+#define DECODE_BF16_MEDIAN 0.5
+#define DECODE_BF16_TOP1 0.9
+
+static char g_dir[256], g_dir16[256];
+static vt_model *g_model, *g_model16;
+static int64_t V;
+
+static int setup(void **state) {
+    (void)state;
+    char err[1024];
+    snprintf(g_dir, sizeof g_dir, "/tmp/vt-test-forward-XXXXXX");
+    snprintf(g_dir16, sizeof g_dir16, "/tmp/vt-test-forward16-XXXXXX");
+    if (!mkdtemp(g_dir) || !mkdtemp(g_dir16)) return -1;
+    if (vt_synth("model/configs/kimi-linear-tiny.json", 5, "f32", g_dir, err, sizeof err) ||
+        vt_synth("model/configs/kimi-linear-tiny.json", 5, "bf16", g_dir16, err, sizeof err) ||
+        vt_model_open(&g_model, g_dir, err, sizeof err) || vt_model_open(&g_model16, g_dir16, err, sizeof err)) {
+        fprintf(stderr, "setup: %s\n", err);
+        return -1;
+    }
+    vt_model_info info;
+    vt_model_get_info(g_model, &info);
+    V = info.vocab_size;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    vt_model_free(g_model);
+    vt_model_free(g_model16);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", g_dir, g_dir16);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static vt_session *session_on(vt_model *m, const char *const *kv) {
+    vt_knobset *ks;
+    char err[512];
+    assert_int_equal(vt_knobset_new(&ks), 0);
+    for (; kv && kv[0]; kv += 2) assert_int_equal(vt_knobset_set(ks, kv[0], kv[1], err, sizeof err), 0);
+    vt_session *s = NULL;
+    if (vt_session_new(&s, m, ks, err, sizeof err)) fail_msg("session: %s", err);
+    vt_knobset_free(ks);
+    return s;
+}
+
+static void tokens(int32_t *t, int64_t n, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        t[i] = (int32_t)(3 + (seed >> 8) % (uint32_t)(V - 3));
+    }
+}
+
+static float *logits_of(vt_session *s, const int32_t *t, int64_t T) {
+    float *l = malloc(sizeof(float) * (size_t)(T * V));
+    char err[512];
+    if (vt_session_prefill(s, t, T, l, err, sizeof err)) fail_msg("prefill: %s", err);
+    return l;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t argmax(const float *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void check_decode_matches_prefill(const char *const *kv, int exact) {
+    enum { T = 40 };
+    int32_t t[T];
+    tokens(t, T, 7);
+    vt_session *s = session_on(g_model, kv);
+    float *full = logits_of(s, t, T);
+    /* prefill(1), then decode the rest one token at a time */
+    float *step = malloc(sizeof(float) * (size_t)V);
+    char err[512];
+    double worst = 0, per_pos[T];
+    int agree = 0;
+    assert_int_equal(vt_session_prefill(s, t, 1, step, err, sizeof err), 0);
+    for (int64_t p = 1; p < T; p++) {
+        assert_int_equal(vt_session_decode(s, t[p], step, err, sizeof err), 0);
+        per_pos[p - 1] = 0;
+        for (int64_t v = 0; v < V; v++) {
+            double d = fabs(step[v] - full[p * V + v]);
+            if (d > per_pos[p - 1]) per_pos[p - 1] = d;
+        }
+        if (per_pos[p - 1] > worst) worst = per_pos[p - 1];
+        agree += argmax(step, V) == argmax(full + p * V, V);
+    }
+    if (exact) {
+        if (worst > DECODE_ATOL) fail_msg("decode vs prefill: max |diff| %.3g > %.1g", worst, DECODE_ATOL);
+    } else {
+        qsort(per_pos, T - 1, sizeof per_pos[0], cmp_double);
+        double median = per_pos[(T - 1) / 2];
+        if (median > DECODE_BF16_MEDIAN || agree < DECODE_BF16_TOP1 * (T - 1))
+            fail_msg("bf16 decode vs prefill: median max|diff| %.3g (bound %.2g), top-1 agreement %d/%d", median,
+                     DECODE_BF16_MEDIAN, agree, T - 1);
+    }
+    free(full); free(step);
+    vt_session_free(s);
+}
+
+static void test_decode_matches_prefill_f32(void **state) { (void)state; check_decode_matches_prefill(NULL, 1); }
+
+static void test_decode_matches_prefill_bf16(void **state) {
+    (void)state;
+    const char *kv[] = {"VT_KIMI_BF16_STREAM", "1", "VT_KIMI_BF16_ACT", "1", NULL};
+    check_decode_matches_prefill(kv, 0);
+}
+
+static const vt_probe *find_probe(const vt_session *s, const char *site, int layer) {
+    for (int64_t i = 0; i < vt_session_probe_count(s); i++) {
+        const vt_probe *p = vt_session_probe_at(s, i);
+        if (!strcmp(p->site, site) && p->layer == layer) return p;
+    }
+    return NULL;
+}
+
+/* The live-run confirmation the defect report asks for. */
+static void test_stream_probe_shows_knob(void **state) {
+    (void)state;
+    int32_t t[9];
+    tokens(t, 9, 3);
+    const char *on[] = {"VT_PROBE", "on", "VT_KIMI_BF16_STREAM", "1", NULL};
+    const char *off[] = {"VT_PROBE", "on", NULL};
+    vt_session *s16 = session_on(g_model, on), *s32 = session_on(g_model, off);
+    free(logits_of(s16, t, 9));
+    free(logits_of(s32, t, 9));
+    vt_model_info info;
+    vt_model_get_info(g_model, &info);
+    for (int l = 0; l < info.n_layers; l++) {
+        const vt_probe *a = find_probe(s16, "residual.stream", l), *b = find_probe(s32, "residual.stream", l);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_string_equal(a->dtype, "bf16");
+        assert_string_equal(b->dtype, "f32");
+        assert_int_equal(a->rows, 9);
+        /* expert buffers stay f32 with only the stream knob */
+        if (info.layer_ffn[l] == 'E') assert_string_equal(find_probe(s16, "moe.scatter", l)->dtype, "f32");
+        if (info.layer_kind[l] == 'K') assert_string_equal(find_probe(s16, "kda.state", l)->dtype, "f32");
+    }
+    assert_non_null(find_probe(s16, "logits", -1));
+    vt_session_free(s16);
+    vt_session_free(s32);
+}
+
+static void test_probes_off_records_nothing(void **state) {
+    (void)state;
+    int32_t t[4];
+    tokens(t, 4, 1);
+    vt_session *s = session_on(g_model, NULL);
+    free(logits_of(s, t, 4));
+    assert_int_equal(vt_session_probe_count(s), 0);
+    vt_session_free(s);
+}
+
+/* Audit mode and thread count must not change a single bit of the logits. */
+static void test_audit_and_threads_do_not_change_numbers(void **state) {
+    (void)state;
+    enum { T = 33 };
+    int32_t t[T];
+    tokens(t, T, 9);
+    const char *a[] = {"VT_THREADS", "1", NULL};
+    const char *b[] = {"VT_THREADS", "2", "VT_PROBE", "audit", NULL};
+    const char *c[] = {"VT_THREADS", "2", "VT_PROBE", "audit", "VT_KIMI_BF16_STREAM", "1", NULL};
+    const char *d[] = {"VT_THREADS", "1", "VT_KIMI_BF16_STREAM", "1", NULL};
+    vt_session *sa = session_on(g_model, a), *sb = session_on(g_model, b);
+    float *la = logits_of(sa, t, T), *lb = logits_of(sb, t, T);
+    assert_memory_equal(la, lb, sizeof(float) * (size_t)(T * V));
+    vt_session *sc = session_on(g_model, c), *sd = session_on(g_model, d);
+    float *lc = logits_of(sc, t, T), *ld = logits_of(sd, t, T);
+    assert_memory_equal(lc, ld, sizeof(float) * (size_t)(T * V));
+    /* and the bf16 stream does change them (otherwise this test proves nothing) */
+    assert_memory_not_equal(la, lc, sizeof(float) * (size_t)(T * V));
+    free(la); free(lb); free(lc); free(ld);
+    vt_session_free(sa); vt_session_free(sb); vt_session_free(sc); vt_session_free(sd);
+}
+
+static void test_bad_token_is_input_error(void **state) {
+    (void)state;
+    vt_session *s = session_on(g_model, NULL);
+    int32_t t[3] = {1, (int32_t)V, 2};
+    char err[512];
+    assert_int_equal(vt_session_prefill(s, t, 3, NULL, err, sizeof err), VT_STATUS_INPUT);
+    VT_ASSERT_CONTAINS(err, "position 1 is outside the vocabulary");
+    vt_session_free(s);
+}
+
+/* A bf16 checkpoint of the same seed holds the f32 weights rounded to bf16:
+ * it loads, runs, and stays close to the f32 model. */
+static void test_bf16_checkpoint_runs(void **state) {
+    (void)state;
+    enum { T = 16 };
+    int32_t t[T];
+    tokens(t, T, 4);
+    vt_model_info info;
+    vt_model_get_info(g_model16, &info);
+    assert_string_equal(info.weight_dtype, "bf16");
+    vt_session *a = session_on(g_model, NULL), *b = session_on(g_model16, NULL);
+    float *la = logits_of(a, t, T), *lb = logits_of(b, t, T);
+    int agree = 0;
+    for (int p = 0; p < T; p++) {
+        int64_t ba = 0, bb = 0;
+        for (int64_t v = 1; v < V; v++) {
+            if (la[p * V + v] > la[p * V + ba]) ba = v;
+            if (lb[p * V + v] > lb[p * V + bb]) bb = v;
+        }
+        agree += ba == bb;
+    }
+    assert_true(agree >= T * 3 / 4);
+    assert_memory_not_equal(la, lb, sizeof(float) * (size_t)(T * V));
+    free(la); free(lb);
+    vt_session_free(a); vt_session_free(b);
+}
+
+static void test_cuda_backend_without_device(void **state) {
+    (void)state;
+    vt_knobset *ks;
+    char err[512];
+    assert_int_equal(vt_knobset_new(&ks), 0);
+    assert_int_equal(vt_knobset_set(ks, "VT_BACKEND", "cuda", err, sizeof err), 0);
+    vt_session *s = NULL;
+    int rc = vt_session_new(&s, g_model, ks, err, sizeof err);
+    vt_knobset_free(ks);
+    if (rc == 0) { vt_session_free(s); skip(); }   /* a machine with a GPU and a CUDA forward */
+    assert_int_equal(rc, VT_STATUS_UNSUPPORTED);
+    if (!strstr(err, "no CUDA device") && !strstr(err, "not implemented")) fail_msg("unexpected: %s", err);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_matches_prefill_f32),
+        cmocka_unit_test(test_decode_matches_prefill_bf16),
+        cmocka_unit_test(test_stream_probe_shows_knob),
+        cmocka_unit_test(test_probes_off_records_nothing),
+        cmocka_unit_test(test_audit_and_threads_do_not_change_numbers),
+        cmocka_unit_test(test_bad_token_is_input_error),
+        cmocka_unit_test(test_bf16_checkpoint_runs),
+        cmocka_unit_test(test_cuda_backend_without_device),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,90 @@
+/* test_knobs.c — the knob registry: validation, did-you-mean, hashing. */
+#include "tests/unit/vt_test.h"
+
+#include "model/vt.h"
+
+static void test_defaults_and_set(void **state) {
+    (void)state;
+    vt_knobset *ks;
+    char err[512];
+    assert_int_equal(vt_knobset_new(&ks), 0);
+    assert_string_equal(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "0");
+    assert_string_equal(vt_knobset_get(ks, "VT_KIMI_ROUTER_WEIGHTS"), "unbiased");
+    assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", "true", err, sizeof err), 0);
+    assert_string_equal(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "1");         /* canonicalised */
+    assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", "2", err, sizeof err), VT_STATUS_INPUT);
+    VT_ASSERT_CONTAINS(err, "expected 0 or 1");
+    assert_int_equal(vt_knobset_set(ks, "VT_KIMI_ROUTER_WEIGHTS", "bias", err, sizeof err), VT_STATUS_INPUT);
+    VT_ASSERT_CONTAINS(err, "unbiased|biased");
+    assert_int_equal(vt_knobset_set(ks, "VT_THREADS", "-1", err, sizeof err), VT_STATUS_INPUT);
+    assert_null(vt_knobset_get(ks, "VT_NOPE"));
+    vt_knobset_free(ks);
+}
+
+static void test_unknown_env_did_you_mean(void **state) {
+    (void)state;
+    vt_knobset *ks;
+    char err[512];
+    assert_int_equal(vt_knobset_new(&ks), 0);
+    char *env[] = {"HOME=/root", "VT_KIMI_BF16_STRAEM=1", NULL};
+    assert_int_equal(vt_knobset_from_env(ks, env, err, sizeof err), VT_STATUS_INPUT);
+    VT_ASSERT_CONTAINS(err, "unknown knob VT_KIMI_BF16_STRAEM");
+    VT_ASSERT_CONTAINS(err, "did you mean VT_KIMI_BF16_STREAM?");
+    char *env2[] = {"VT_COMPLETELY_DIFFERENT_THING=1", NULL};
+    assert_int_equal(vt_knobset_from_env(ks, env2, err, sizeof err), VT_STATUS_INPUT);
+    assert_null(strstr(err, "did you mean"));
+    char *env3[] = {"PATH=/bin", "VT_PROBE=audit", "XVT_FOO=1", NULL};
+    assert_int_equal(vt_knobset_from_env(ks, env3, err, sizeof err), 0);
+    assert_string_equal(vt_knobset_get(ks, "VT_PROBE"), "audit");
+    vt_knobset_free(ks);
+}
+
+static void test_hash_covers_numeric_knobs_only(void **state) {
+    (void)state;
+    vt_knobset *a, *b;
+    char err[512], ha[65], hb[65];
+    assert_int_equal(vt_knobset_new(&a), 0);
+    assert_int_equal(vt_knobset_new(&b), 0);
+    vt_knobset_hash(a, ha);
+    vt_knobset_hash(b, hb);
+    assert_string_equal(ha, hb);
+    assert_int_equal(strlen(ha), 64);
+    assert_int_equal(vt_knobset_set(b, "VT_THREADS", "2", err, sizeof err), 0);   /* not numeric */
+    assert_int_equal(vt_knobset_set(b, "VT_PROBE", "audit", err, sizeof err), 0); /* not numeric */
+    vt_knobset_hash(b, hb);
+    assert_string_equal(ha, hb);
+    assert_int_equal(vt_knobset_set(b, "VT_KIMI_BF16_STREAM", "1", err, sizeof err), 0);
+    vt_knobset_hash(b, hb);
+    assert_string_not_equal(ha, hb);
+    vt_knobset_free(a);
+    vt_knobset_free(b);
+}
+
+static void test_registry_is_documented(void **state) {
+    (void)state;
+    const char *must[] = {"VT_KIMI_BF16_STREAM", "VT_KIMI_BF16_EXPERT_OUT", "VT_KIMI_BF16_ACT",
+                          "VT_KIMI_ROUTER_WEIGHTS", "VT_KIMI_MLA_KV_NORM_EPS", "VT_THREADS", "VT_BACKEND",
+                          "VT_PROBE", "VT_FAULT"};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++) {
+        const vt_knob_info *k = vt_knob_find(must[i]);
+        if (!k) fail_msg("knob %s is not declared", must[i]);
+        assert_true(strlen(k->doc) > 10);
+    }
+    /* every fault is an allowed VT_FAULT value */
+    vt_knobset *ks;
+    char err[512];
+    assert_int_equal(vt_knobset_new(&ks), 0);
+    for (int i = 0; i < vt_fault_count(); i++)
+        assert_int_equal(vt_knobset_set(ks, "VT_FAULT", vt_fault_at(i)->name, err, sizeof err), 0);
+    vt_knobset_free(ks);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_set),
+        cmocka_unit_test(test_unknown_env_did_you_mean),
+        cmocka_unit_test(test_hash_covers_numeric_knobs_only),
+        cmocka_unit_test(test_registry_is_documented),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,142 @@
+/* test_tensor.c — tensors carry their dtype; row copies refuse mismatches. */
+#include "tests/unit/vt_test.h"
+
+#include "model/tensor.h"
+
+static void fill_rows(vt_tensor *t) {
+    float *p = t->data;
+    for (int64_t i = 0; i < vt_tensor_nelem(t); i++) p[i] = (float)i;
+}
+
+static void test_strides_from_dtype(void **state) {
+    (void)state;
+    vt_tensor a, b;
+    vt_err err = {0};
+    int64_t shp[3] = {2, 3, 5};
+    VT_ASSERT_OK(vt_tensor_alloc(&a, VT_F32, 3, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&b, VT_BF16, 3, shp, &err), err);
+    assert_int_equal(a.stride[2], 4); assert_int_equal(a.stride[1], 20); assert_int_equal(a.stride[0], 60);
+    assert_int_equal(b.stride[2], 2); assert_int_equal(b.stride[1], 10); assert_int_equal(b.stride[0], 30);
+    assert_int_equal(a.nbytes, 120); assert_int_equal(b.nbytes, 60);
+    assert_int_equal(vt_tensor_nrows(&a), 6);
+    assert_int_equal(vt_tensor_row_bytes(&b), 10);
+    assert_null(vt_tensor_row(&a, 6));
+    assert_null(vt_tensor_row(&a, -1));
+    vt_tensor_free(&a); vt_tensor_free(&b);
+}
+
+static void test_alloc_rejects_bad_shapes(void **state) {
+    (void)state;
+    vt_tensor t;
+    vt_err err = {0};
+    int64_t zero[2] = {3, 0}, huge[2] = {INT64_MAX / 2, 4};
+    assert_int_not_equal(vt_tensor_alloc(&t, VT_F32, 2, zero, &err), 0);
+    VT_ASSERT_CONTAINS(err.msg, "expected > 0");
+    assert_int_not_equal(vt_tensor_alloc(&t, VT_F32, 2, huge, &err), 0);
+    VT_ASSERT_CONTAINS(err.msg, "overflow");
+    float buf[8];
+    int64_t shp[2] = {3, 3};
+    assert_int_not_equal(vt_tensor_view(&t, VT_F32, 2, shp, buf, sizeof buf, &err), 0);
+    VT_ASSERT_CONTAINS(err.msg, "needs 36 bytes, buffer has 32");
+}
+
+static void test_scatter_gather(void **state) {
+    (void)state;
+    vt_tensor src, dst, back;
+    vt_err err = {0};
+    int64_t shp[2] = {4, 3};
+    VT_ASSERT_OK(vt_tensor_alloc(&src, VT_F32, 2, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&dst, VT_F32, 2, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&back, VT_F32, 2, shp, &err), err);
+    fill_rows(&src);
+    int64_t perm[4] = {2, 0, 3, 1};
+    vt_copy_stats st;
+    VT_ASSERT_OK(vt_rows_scatter(&dst, perm, &src, 4, &st, &err), err);
+    assert_int_equal(st.bytes_per_row, 12);
+    assert_int_equal(st.src_row_bytes, 12);
+    assert_int_equal(st.dst_row_bytes, 12);
+    assert_int_equal(st.rows, 4);
+    for (int i = 0; i < 4; i++) assert_memory_equal(vt_tensor_row(&dst, perm[i]), vt_tensor_row(&src, i), 12);
+    VT_ASSERT_OK(vt_rows_gather(&back, &dst, perm, 4, &st, &err), err);
+    assert_memory_equal(back.data, src.data, src.nbytes);
+    vt_tensor_free(&src); vt_tensor_free(&dst); vt_tensor_free(&back);
+}
+
+/* The defect's shape: copying between buffers of different dtypes (or row
+ * widths) must be refused, before any byte moves. */
+static void test_copies_refuse_mismatch(void **state) {
+    (void)state;
+    vt_tensor f, h, w;
+    vt_err err = {0};
+    int64_t shp[2] = {4, 8}, wide[2] = {4, 16};
+    VT_ASSERT_OK(vt_tensor_alloc(&f, VT_F32, 2, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&h, VT_BF16, 2, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&w, VT_BF16, 2, wide, &err), err);
+    int64_t idx[4] = {0, 1, 2, 3};
+    memset(h.data, 0x11, h.nbytes);
+    assert_int_not_equal(vt_rows_scatter(&h, idx, &f, 4, NULL, &err), 0);
+    VT_ASSERT_CONTAINS(err.msg, "source is f32, destination is bf16");
+    for (size_t i = 0; i < h.nbytes; i++) assert_int_equal(((unsigned char *)h.data)[i], 0x11);   /* untouched */
+    assert_int_not_equal(vt_rows_gather(&f, &h, idx, 4, NULL, &err), 0);
+    assert_int_not_equal(vt_rows_copy(&w, 0, &h, 0, 4, NULL, &err), 0);
+    VT_ASSERT_CONTAINS(err.msg, "source rows have 8 elements, destination rows 16");
+    /* an explicit converting copy is allowed and reports itself */
+    vt_copy_stats st;
+    VT_ASSERT_OK(vt_rows_convert(&h, &f, &st, &err), err);
+    assert_int_equal(st.src_row_bytes, 32);
+    assert_int_equal(st.dst_row_bytes, 16);
+    vt_tensor_free(&f); vt_tensor_free(&h); vt_tensor_free(&w);
+}
+
+static void test_bounds(void **state) {
+    (void)state;
+    vt_tensor a, b;
+    vt_err err = {0};
+    int64_t shp[2] = {4, 2};
+    VT_ASSERT_OK(vt_tensor_alloc(&a, VT_F32, 2, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&b, VT_F32, 2, shp, &err), err);
+    int64_t bad[2] = {1, 4};
+    assert_int_not_equal(vt_rows_scatter(&a, bad, &b, 2, NULL, &err), 0);
+    VT_ASSERT_CONTAINS(err.msg, "row index 4 at position 1 outside [0, 4)");
+    int64_t neg[1] = {-1};
+    assert_int_not_equal(vt_rows_gather(&a, &b, neg, 1, NULL, &err), 0);
+    assert_int_not_equal(vt_rows_copy(&a, 3, &b, 0, 2, NULL, &err), 0);          /* runs past the end */
+    assert_int_not_equal(vt_rows_copy(&a, 0, &b, INT64_MAX, 2, NULL, &err), 0);  /* no overflow in the check */
+    assert_int_not_equal(vt_rows_scatter(&a, bad, &b, 5, NULL, &err), 0);       /* more rows than the source */
+    vt_tensor_free(&a); vt_tensor_free(&b);
+}
+
+static void test_sentinel(void **state) {
+    (void)state;
+    vt_tensor a, s;
+    vt_err err = {0};
+    int64_t shp[2] = {4, 3};
+    VT_ASSERT_OK(vt_tensor_alloc(&a, VT_BF16, 2, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&s, VT_BF16, 2, shp, &err), err);
+    vt_tensor_fill_sentinel(&a);
+    int64_t first;
+    assert_int_equal(vt_tensor_rows_unwritten(&a, &first), 4);
+    assert_int_equal(first, 0);
+    int64_t rows[2] = {0, 2};
+    VT_ASSERT_OK(vt_rows_scatter(&a, rows, &s, 2, NULL, &err), err);
+    assert_int_equal(vt_tensor_rows_unwritten(&a, &first), 2);
+    assert_int_equal(first, 1);
+    /* a row written only partly still counts */
+    memset(vt_tensor_row(&a, 1), 0, 2);
+    assert_int_equal(vt_tensor_rows_unwritten(&a, NULL), 2);
+    vt_tensor_clear_sentinel(&a);
+    assert_int_equal(vt_tensor_rows_unwritten(&a, NULL), 0);
+    vt_tensor_free(&a); vt_tensor_free(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strides_from_dtype),
+        cmocka_unit_test(test_alloc_rejects_bad_shapes),
+        cmocka_unit_test(test_scatter_gather),
+        cmocka_unit_test(test_copies_refuse_mismatch),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_sentinel),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
