@@ -35,8 +35,12 @@ static void usage(void) {
     vt_lab_usage();
 }
 
-/* Status from the library -> exit status: bad input is 2, the rest 1. */
-static int exit_for(int status) { return status == VT_STATUS_INPUT ? 2 : status == VT_STATUS_OK ? 0 : 1; }
+/* Status from the library -> exit status: bad input, and a request this
+ * machine cannot serve (VT_BACKEND=cuda without a device), are 2; the rest 1. */
+static int exit_for(int status) {
+    if (status == VT_STATUS_OK) return 0;
+    return status == VT_STATUS_INPUT || status == VT_STATUS_UNSUPPORTED ? 2 : 1;
+}
 
 static int fail(int status, const char *msg) {
     fprintf(stderr, "vtlab: %s\n", msg);

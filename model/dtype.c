@@ -117,11 +117,14 @@ float vt_f16_to_f32(vt_f16 h) {
     return bits_f32(sign | ((exp - 15 + 127) << 23) | (man << 13));
 }
 
+/* Element access through memcpy: checkpoint data mapped from a file may be
+ * unaligned (an F32 tensor after an odd-length BF16 one). */
 static float load_float(const void *p, vt_dtype t, size_t i) {
+    const unsigned char *b = p;
     switch (t) {
-    case VT_F32:  return ((const float *)p)[i];
-    case VT_BF16: return vt_bf16_to_f32(((const vt_bf16 *)p)[i]);
-    case VT_F16:  return vt_f16_to_f32(((const vt_f16 *)p)[i]);
+    case VT_F32:  { float v; memcpy(&v, b + 4 * i, 4); return v; }
+    case VT_BF16: { vt_bf16 h; memcpy(&h, b + 2 * i, 2); return vt_bf16_to_f32(h); }
+    case VT_F16:  { vt_f16 h; memcpy(&h, b + 2 * i, 2); return vt_f16_to_f32(h); }
     default:      return 0.0f;
     }
 }
@@ -135,10 +138,11 @@ int vt_convert(void *dst, vt_dtype dst_t, const void *src, vt_dtype src_t, size_
     }
     for (size_t i = 0; i < n; i++) {
         float v = load_float(src, src_t, i);
+        unsigned char *d = dst;
         switch (dst_t) {
-        case VT_F32:  ((float *)dst)[i] = v; break;
-        case VT_BF16: ((vt_bf16 *)dst)[i] = vt_f32_to_bf16(v); break;
-        case VT_F16:  ((vt_f16 *)dst)[i] = vt_f32_to_f16(v); break;
+        case VT_F32:  memcpy(d + 4 * i, &v, 4); break;
+        case VT_BF16: { vt_bf16 h = vt_f32_to_bf16(v); memcpy(d + 2 * i, &h, 2); break; }
+        case VT_F16:  { vt_f16 h = vt_f32_to_f16(v); memcpy(d + 2 * i, &h, 2); break; }
         default:      return -1;
         }
     }

@@ -1,0 +1,1130 @@
+/*
+ * safetensors.c — the checkpoint reader and writer (see safetensors.h).
+ *
+ * The format. A safetensors file is
+ *
+ *     [8 bytes: N, little-endian u64][N bytes: JSON header][data section]
+ *
+ * The header maps each tensor name to {"dtype": "F32", "shape": [2, 3],
+ * "data_offsets": [begin, end]}, the byte range [begin, end) being relative to
+ * the start of the data section. An optional "__metadata__" key holds an
+ * object of string -> string. A sharded checkpoint is a directory with
+ * model.safetensors.index.json, whose "weight_map" says which file holds each
+ * tensor; an unsharded one is a directory with model.safetensors.
+ *
+ * The reader. Files are mapped read-only and tensors point into the mapping,
+ * so opening a checkpoint costs a header parse, not a copy. Nothing in a file
+ * is trusted, because everything downstream (the forward pass) trusts shapes
+ * once the load succeeded. The checks, in order:
+ *   - the file holds at least the 8-byte length; the header length is at
+ *     least 2 ("{}"), at most VT_ST_MAX_HEADER, and fits in what follows the
+ *     length field. These are three separate messages: a huge length means
+ *     "not safetensors", a length past the end means a cut or foreign file;
+ *   - the header is JSON (parsed by cJSON from a NUL-terminated copy, so a
+ *     parser over-read can never leave the buffer) with nothing but
+ *     whitespace after it, and is an object;
+ *   - "__metadata__", if present, is an object of strings (appears once);
+ *   - every other entry is an object with a known "dtype" string, a "shape"
+ *     of at most VT_ST_MAX_DIMS non-negative integers and "data_offsets"
+ *     [begin, end] with begin <= end <= data section length. JSON numbers are
+ *     doubles, so every integer must be exact: at most 2^53;
+ *   - product(shape) x element size, overflow-checked, equals end - begin;
+ *   - no name appears twice, and no two non-empty byte ranges overlap (gaps
+ *     are allowed: a reader only needs its own bytes to be in the file).
+ *     Zero-byte tensors are allowed anywhere; they own no bytes.
+ * Across shards: every shard named by the index is opened once, a name may
+ * not appear in two shards, and the index and the shards must agree exactly
+ * (each listed tensor is in its named shard; each shard tensor is listed).
+ * Lookups by name use a name-sorted array and bsearch: real checkpoints hold
+ * ~10^4 tensors, and a linear scan per lookup would make loading quadratic.
+ *
+ * The writer. Declarations fix the header, so offsets are assigned
+ * contiguously in declaration order before any data is written; data is then
+ * streamed tensor by tensor, which lets `vtlab synth` write a checkpoint
+ * larger than memory. The header is printed by hand in one fixed format (no
+ * cJSON printing, whose number and spacing choices are not ours to fix), with
+ * keys in declaration order and space padding so that 8 + N is a multiple of
+ * 8, so the same declarations and data give the same bytes on every machine.
+ * Output goes to PATH.tmp and is renamed onto PATH only after fsync.
+ */
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ST_INDEX_NAME  "model.safetensors.index.json"
+#define ST_SINGLE_NAME "model.safetensors"
+#define ST_META_KEY    "__metadata__"
+/* The largest integer a JSON number (an IEEE double) holds exactly. */
+#define ST_MAX_EXACT   ((uint64_t)1 << 53)
+
+/* ------------------------------------------------------------------ helpers */
+
+/* Renders a name from a file for a one-line message: printable ASCII as is,
+ * every other byte as \xNN, cut with "..." past ~160 characters. Names come
+ * from untrusted JSON and may hold newlines or be megabytes long. */
+static const char *show(const char *s, char *buf, size_t cap) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    if (!s) s = "(null)";
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (o + 8 >= cap || o >= 160) { memcpy(buf + o, "...", 4); return buf; }
+        if (ch >= 0x20 && ch < 0x7f) {
+            buf[o++] = (char)ch;
+        } else {
+            buf[o++] = '\\'; buf[o++] = 'x';
+            buf[o++] = hex[ch >> 4]; buf[o++] = hex[ch & 15];
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* "[2, 3]" for messages. */
+static const char *show_shape(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = '\0';
+    o += (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+/* Bytes of a tensor: product(shape) x element size. Returns 0 and sets
+ * *bytes, or -1 when the product overflows. Any zero dimension makes the
+ * tensor empty whatever the others are, so it is checked first. */
+static int shape_bytes(vt_dtype dt, int ndim, const int64_t *shape, uint64_t *bytes) {
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0) { *bytes = 0; return 0; }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || vt_size_mul(count, (size_t)shape[i], &count)) return -1;
+    }
+    if (count > (size_t)INT64_MAX) return -1;
+    size_t b = vt_row_size(dt, (int64_t)count);
+    if (b == 0) return -1;   /* count > 0 here, so 0 means overflow */
+    *bytes = (uint64_t)b;
+    return 0;
+}
+
+/* An integer in [0, 2^53] held by a JSON number: 0, or -1 when the item is
+ * not a number, negative, fractional or too large to be exact. */
+static int json_uint(const cJSON *item, uint64_t *out) {
+    if (!cJSON_IsNumber(item)) return -1;
+    double d = item->valuedouble;
+    if (!(d >= 0.0) || d > (double)ST_MAX_EXACT || d != floor(d)) return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+static uint64_t load_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* Parses buf[0..len) as JSON from a NUL-terminated copy (cJSON's length-bound
+ * parser has had over-read bugs; a terminator makes any over-read harmless).
+ * Trailing bytes other than whitespace are an error: a header padded with
+ * anything else is not one we wrote or one the reference library accepts.
+ * what/fname are for messages. */
+static int parse_json(const char *buf, size_t len, const char *fname, const char *what,
+                      cJSON **out, vt_err *err) {
+    *out = NULL;
+    char *copy = malloc(len + 1);
+    if (!copy) return vt_errf(err, VT_ENOMEM, "%s: out of memory copying the %zu-byte %s",
+                              fname, len, what);
+    memcpy(copy, buf, len);
+    copy[len] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
+    size_t pos = (end >= copy && end <= copy + len) ? (size_t)(end - copy) : len;
+    if (!root) {
+        free(copy);
+        return vt_errf(err, VT_EINPUT, "%s: %s is not valid JSON (parse error at byte %zu of %zu)",
+                       fname, what, pos, len);
+    }
+    for (size_t i = pos; i < len; i++) {
+        char ch = copy[i];
+        if (ch != ' ' && ch != '\t' && ch != '\n' && ch != '\r') {
+            free(copy);
+            cJSON_Delete(root);
+            return vt_errf(err, VT_EINPUT,
+                           "%s: %s is not valid JSON: unexpected byte 0x%02x at %zu after the "
+                           "value ends (expected only whitespace padding)",
+                           fname, what, (unsigned)(unsigned char)ch, i);
+        }
+    }
+    free(copy);
+    *out = root;
+    return VT_OK;
+}
+
+/* ------------------------------------------------------------------ header */
+
+void vt_st_header_free(vt_st_header *h) {
+    if (!h) return;
+    for (size_t i = 0; i < h->n; i++) free(h->entries[i].name);
+    free(h->entries);
+    memset(h, 0, sizeof *h);
+}
+
+static int cmp_entry_name(const void *a, const void *b) {
+    return strcmp(((const vt_st_entry *)a)->name, ((const vt_st_entry *)b)->name);
+}
+
+/* File order: by begin, then end; the name breaks ties between zero-byte
+ * tensors so that the order never depends on qsort's instability. */
+static int cmp_entry_offset(const void *a, const void *b) {
+    const vt_st_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int parse_metadata(const cJSON *meta, const char *fname, size_t *n, vt_err *err) {
+    char nb[200];
+    if (!cJSON_IsObject(meta))
+        return vt_errf(err, VT_EINPUT, "%s: \"" ST_META_KEY "\" must be an object of string "
+                       "values", fname);
+    size_t k = 0;
+    for (const cJSON *c = meta->child; c; c = c->next, k++) {
+        if (!cJSON_IsString(c) || !c->valuestring)
+            return vt_errf(err, VT_EINPUT, "%s: \"" ST_META_KEY "\" key '%s' must have a string "
+                           "value", fname, show(c->string, nb, sizeof nb));
+    }
+    *n = k;
+    return VT_OK;
+}
+
+/* Fills e (name excluded) from one header entry; every message names the
+ * file and the tensor. */
+static int parse_entry(const cJSON *item, const char *name, uint64_t data_len, const char *fname,
+                       vt_st_entry *e, vt_err *err) {
+    char nb[200], db[200], sb[200];
+    const char *tn = show(name, nb, sizeof nb);
+    if (name[0] == '\0')
+        return vt_errf(err, VT_EINPUT, "%s: a tensor has an empty name (expected a non-empty key)",
+                       fname);
+    if (!cJSON_IsObject(item))
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': expected an object with \"dtype\", "
+                       "\"shape\" and \"data_offsets\"", fname, tn);
+
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    if (!cJSON_IsString(dt) || !dt->valuestring)
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': \"dtype\" is missing or not a string",
+                       fname, tn);
+    if (vt_dtype_from_st_name(dt->valuestring, &e->dtype) != 0)
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': unknown dtype \"%s\" (expected one of "
+                       "F32, BF16, F16, I32, I64, U8)", fname, tn,
+                       show(dt->valuestring, db, sizeof db));
+
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
+    if (!cJSON_IsArray(shape))
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': \"shape\" is missing or not an array",
+                       fname, tn);
+    int nd = 0;
+    for (const cJSON *d = shape->child; d; d = d->next, nd++) {
+        if (nd == VT_ST_MAX_DIMS)
+            return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape has more than %d dimensions",
+                           fname, tn, VT_ST_MAX_DIMS);
+        uint64_t v;
+        if (json_uint(d, &v) != 0) {
+            if (cJSON_IsNumber(d) && d->valuedouble < 0)
+                return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape[%d] is %.17g, expected a "
+                               "non-negative integer", fname, tn, nd, d->valuedouble);
+            if (cJSON_IsNumber(d))
+                return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape[%d] is %.17g, expected an "
+                               "integer no larger than 2^53", fname, tn, nd, d->valuedouble);
+            return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape[%d] is not a number, expected "
+                           "a non-negative integer", fname, tn, nd);
+        }
+        e->shape[nd] = (int64_t)v;
+    }
+    e->ndim = nd;
+
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
+    const cJSON *b0 = cJSON_IsArray(off) ? off->child : NULL;
+    const cJSON *b1 = b0 ? b0->next : NULL;
+    if (!b1 || b1->next || json_uint(b0, &e->begin) != 0 || json_uint(b1, &e->end) != 0)
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': \"data_offsets\" is missing or not "
+                       "[begin, end], two non-negative integers no larger than 2^53", fname, tn);
+    if (e->begin > e->end)
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                       "] have begin > end", fname, tn, e->begin, e->end);
+    if (e->end > data_len)
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                       "] run past the end of the data section (%" PRIu64 " bytes): the file is "
+                       "truncated or the offsets are out of range", fname, tn, e->begin, e->end,
+                       data_len);
+
+    uint64_t need;
+    if (shape_bytes(e->dtype, e->ndim, e->shape, &need) != 0)
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape %s of %s overflows a byte count",
+                       fname, tn, show_shape(e->ndim, e->shape, sb, sizeof sb), dt->valuestring);
+    if (need != e->end - e->begin)
+        return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape %s of %s needs %" PRIu64 " bytes "
+                       "but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64, fname, tn,
+                       show_shape(e->ndim, e->shape, sb, sizeof sb), dt->valuestring, need,
+                       e->begin, e->end, e->end - e->begin);
+    return VT_OK;
+}
+
+/* Duplicates, then overlaps; entries end sorted by offset. A duplicate is
+ * reported first because two copies of one entry would otherwise read as an
+ * overlap and hide the real mistake. */
+static int check_entries(vt_st_header *h, const char *fname, vt_err *err) {
+    char na[200], nb[200];
+    qsort(h->entries, h->n, sizeof *h->entries, cmp_entry_name);
+    for (size_t i = 1; i < h->n; i++)
+        if (strcmp(h->entries[i - 1].name, h->entries[i].name) == 0)
+            return vt_errf(err, VT_EINPUT, "%s: tensor '%s' appears more than once in the header",
+                           fname, show(h->entries[i].name, na, sizeof na));
+    qsort(h->entries, h->n, sizeof *h->entries, cmp_entry_offset);
+    const vt_st_entry *prev = NULL;   /* the non-empty range reaching furthest so far */
+    for (size_t i = 0; i < h->n; i++) {
+        const vt_st_entry *e = &h->entries[i];
+        if (e->begin == e->end) continue;
+        if (prev && e->begin < prev->end)
+            return vt_errf(err, VT_EINPUT, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' "
+                           "[%" PRIu64 ", %" PRIu64 "] overlap (expected disjoint byte ranges)",
+                           fname, show(prev->name, na, sizeof na), prev->begin, prev->end,
+                           show(e->name, nb, sizeof nb), e->begin, e->end);
+        if (!prev || e->end > prev->end) prev = e;
+    }
+    return VT_OK;
+}
+
+int vt_st_parse_header(const char *json, size_t json_len, uint64_t data_len, const char *fname,
+                       vt_st_header *out, vt_err *err) {
+    if (!out) return vt_errf(err, VT_EINTERNAL, "vt_st_parse_header: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!fname) fname = "(header)";
+    if (!json && json_len) return vt_errf(err, VT_EINTERNAL, "%s: header buffer is NULL", fname);
+    if (json_len < 2)
+        return vt_errf(err, VT_EINPUT, "%s: header is %zu bytes, expected at least 2 (\"{}\")",
+                       fname, json_len);
+    if ((uint64_t)json_len > VT_ST_MAX_HEADER)
+        return vt_errf(err, VT_EINPUT, "%s: header is %zu bytes, more than the limit of %" PRIu64,
+                       fname, json_len, VT_ST_MAX_HEADER);
+
+    cJSON *root;
+    int rc = parse_json(json, json_len, fname, "header", &root, err);
+    if (rc) return rc;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return vt_errf(err, VT_EINPUT, "%s: header is JSON but not an object (expected "
+                       "{\"tensor name\": {\"dtype\", \"shape\", \"data_offsets\"}, ...})", fname);
+    }
+
+    size_t n = 0;
+    for (const cJSON *c = root->child; c; c = c->next)
+        if (!c->string || strcmp(c->string, ST_META_KEY) != 0) n++;
+    vt_st_header h = {0};
+    h.entries = calloc(n ? n : 1, sizeof *h.entries);
+    if (!h.entries) {
+        cJSON_Delete(root);
+        return vt_errf(err, VT_ENOMEM, "%s: out of memory for %zu header entries", fname, n);
+    }
+
+    int seen_meta = 0;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        const char *key = c->string ? c->string : "";
+        if (strcmp(key, ST_META_KEY) == 0) {
+            if (seen_meta) {
+                rc = vt_errf(err, VT_EINPUT, "%s: \"" ST_META_KEY "\" appears more than once",
+                             fname);
+                goto fail;
+            }
+            seen_meta = 1;
+            if ((rc = parse_metadata(c, fname, &h.n_metadata, err))) goto fail;
+            continue;
+        }
+        vt_st_entry *e = &h.entries[h.n];
+        if ((rc = parse_entry(c, key, data_len, fname, e, err))) goto fail;
+        if (!(e->name = strdup(key))) {
+            rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", fname);
+            goto fail;
+        }
+        h.n++;
+    }
+    cJSON_Delete(root);
+    root = NULL;
+    if ((rc = check_entries(&h, fname, err))) goto fail;
+    *out = h;
+    return VT_OK;
+
+fail:
+    cJSON_Delete(root);
+    vt_st_header_free(&h);
+    return rc;
+}
+
+/* --------------------------------------------------------------- checkpoint */
+
+typedef struct st_file {
+    char        *path;       /* as opened: DIR/shard or the path given */
+    void        *map;        /* read-only mapping of the whole file */
+    size_t       map_len;
+    vt_st_header h;
+} st_file;
+
+struct vt_ckpt {
+    st_file            *files;
+    int                 nfiles;
+    size_t              n;          /* tensors over all files */
+    const vt_st_entry **order;      /* [n] file by file, by offset within a file */
+    const vt_st_entry **by_name;    /* [n] sorted by name, for bsearch */
+};
+
+/* An open failure that is the user's path being wrong is bad input; any other
+ * is the operating system's. */
+static int open_status(int e) {
+    return (e == ENOENT || e == ENOTDIR || e == EISDIR) ? VT_EINPUT : VT_EIO;
+}
+
+static char *join_path(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    int slash = a > 0 && dir[a - 1] != '/';
+    char *p = malloc(a + (size_t)slash + b + 1);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    if (slash) p[a] = '/';
+    memcpy(p + a + slash, name, b + 1);
+    return p;
+}
+
+/* Maps one file and validates its header; f->path must be set. Entries get
+ * data pointers into the mapping and file index `idx`. */
+static int open_file(st_file *f, int idx, vt_err *err) {
+    const char *path = f->path;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return vt_errf(err, open_status(e), "%s: cannot open: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return vt_errf(err, VT_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return vt_errf(err, VT_EINPUT, "%s: not a regular file (expected a .safetensors file)",
+                       path);
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < 8) {
+        close(fd);
+        return vt_errf(err, VT_EINPUT, "%s: file is %" PRIu64 " bytes, too short to hold the "
+                       "8-byte header length (truncated, or not safetensors)", path, size);
+    }
+    if (size > SIZE_MAX) {
+        close(fd);
+        return vt_errf(err, VT_EINPUT, "%s: file of %" PRIu64 " bytes cannot be mapped here",
+                       path, size);
+    }
+    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int map_errno = errno;
+    close(fd);   /* the mapping keeps the file open */
+    if (map == MAP_FAILED)
+        return vt_errf(err, VT_EIO, "%s: cannot map %" PRIu64 " bytes: %s", path, size,
+                       strerror(map_errno));
+    f->map = map;
+    f->map_len = (size_t)size;
+
+    const unsigned char *base = map;
+    uint64_t hlen = load_le64(base);
+    if (hlen < 2)
+        return vt_errf(err, VT_EINPUT, "%s: header length %" PRIu64 " is too small (expected at "
+                       "least 2, the size of \"{}\")", path, hlen);
+    if (hlen > VT_ST_MAX_HEADER)
+        return vt_errf(err, VT_EINPUT, "%s: header length %" PRIu64 " exceeds the limit of %"
+                       PRIu64 " bytes (100 MiB): not a safetensors file, or a corrupt one", path,
+                       hlen, VT_ST_MAX_HEADER);
+    if (hlen > size - 8)
+        return vt_errf(err, VT_EINPUT, "%s: header length %" PRIu64 " runs past the end of the "
+                       "file (only %" PRIu64 " bytes follow the 8-byte length field): the file "
+                       "is truncated or not safetensors", path, hlen, size - 8);
+
+    int rc = vt_st_parse_header((const char *)base + 8, (size_t)hlen, size - 8 - hlen, path,
+                                &f->h, err);
+    if (rc) return rc;
+    const unsigned char *data = base + 8 + hlen;
+    for (size_t i = 0; i < f->h.n; i++) {
+        f->h.entries[i].data = data + f->h.entries[i].begin;
+        f->h.entries[i].file = idx;
+    }
+    return VT_OK;
+}
+
+void vt_ckpt_close(vt_ckpt *c) {
+    if (!c) return;
+    for (int i = 0; i < c->nfiles; i++) {
+        if (c->files[i].map) munmap(c->files[i].map, c->files[i].map_len);
+        vt_st_header_free(&c->files[i].h);
+        free(c->files[i].path);
+    }
+    free(c->files);
+    free(c->order);
+    free(c->by_name);
+    free(c);
+}
+
+static int cmp_entry_ptr_name(const void *a, const void *b) {
+    const vt_st_entry *x = *(const vt_st_entry *const *)a, *y = *(const vt_st_entry *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+static int cmp_key_entry_ptr(const void *key, const void *elem) {
+    return strcmp((const char *)key, (*(const vt_st_entry *const *)elem)->name);
+}
+
+/* Builds order and by_name over every opened file; a name in two files is an
+ * error that names both. */
+static int build_index(vt_ckpt *c, vt_err *err) {
+    size_t n = 0;
+    for (int i = 0; i < c->nfiles; i++) n += c->files[i].h.n;
+    c->order = malloc((n ? n : 1) * sizeof *c->order);
+    c->by_name = malloc((n ? n : 1) * sizeof *c->by_name);
+    if (!c->order || !c->by_name)
+        return vt_errf(err, VT_ENOMEM, "out of memory indexing %zu tensors", n);
+    size_t k = 0;
+    for (int i = 0; i < c->nfiles; i++)
+        for (size_t j = 0; j < c->files[i].h.n; j++) c->order[k++] = &c->files[i].h.entries[j];
+    c->n = n;
+    memcpy(c->by_name, c->order, n * sizeof *c->order);
+    qsort(c->by_name, n, sizeof *c->by_name, cmp_entry_ptr_name);
+    char nb[200];
+    for (size_t i = 1; i < n; i++) {
+        const vt_st_entry *a = c->by_name[i - 1], *b = c->by_name[i];
+        if (strcmp(a->name, b->name) == 0) {
+            if (a->file > b->file) { const vt_st_entry *t = a; a = b; b = t; }
+            return vt_errf(err, VT_EINPUT, "tensor '%s' is in both %s and %s (expected each "
+                           "tensor in exactly one shard)", show(a->name, nb, sizeof nb),
+                           c->files[a->file].path, c->files[b->file].path);
+        }
+    }
+    return VT_OK;
+}
+
+/* One weight_map row: tensor name -> shard (index into the shard list). */
+typedef struct wm_row {
+    const char *name;    /* into the cJSON tree */
+    const char *shard;
+    int         file;
+} wm_row;
+
+static int cmp_row_name(const void *a, const void *b) {
+    return strcmp(((const wm_row *)a)->name, ((const wm_row *)b)->name);
+}
+
+static int cmp_key_row(const void *key, const void *elem) {
+    return strcmp((const char *)key, ((const wm_row *)elem)->name);
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A shard name must be a plain file name in the checkpoint directory: an
+ * index must not be able to point the reader at arbitrary paths. */
+static int shard_name_ok(const char *s) {
+    return s[0] != '\0' && strchr(s, '/') == NULL && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+/* Reads a whole (small) file, refusing more than VT_ST_MAX_HEADER bytes. */
+static int read_small_file(const char *path, char **buf, size_t *len, vt_err *err) {
+    *buf = NULL;
+    *len = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        int e = errno;
+        return vt_errf(err, open_status(e), "%s: cannot open: %s", path, strerror(e));
+    }
+    size_t cap = 4096, n = 0;
+    char *p = malloc(cap);
+    int rc = p ? VT_OK : vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
+    while (rc == VT_OK) {
+        if (n == cap) {
+            if ((uint64_t)cap >= VT_ST_MAX_HEADER) {
+                rc = vt_errf(err, VT_EINPUT, "%s: larger than the limit of %" PRIu64 " bytes",
+                             path, VT_ST_MAX_HEADER);
+                break;
+            }
+            char *q = realloc(p, cap * 2);
+            if (!q) {
+                rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
+                break;
+            }
+            p = q;
+            cap *= 2;
+        }
+        size_t got = fread(p + n, 1, cap - n, fp);
+        n += got;
+        if (got == 0) {
+            if (ferror(fp)) rc = vt_errf(err, VT_EIO, "%s: read error", path);
+            break;
+        }
+    }
+    fclose(fp);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *buf = p;
+    *len = n;
+    return VT_OK;
+}
+
+static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_err *err) {
+    char nb[200], sb[200];
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    wm_row *rows = NULL;
+    const char **shards = NULL;
+    int rc = read_small_file(index_path, &text, &len, err);
+    if (rc) return rc;
+    rc = parse_json(text, len, index_path, "index", &root, err);
+    free(text);
+    if (rc) return rc;
+
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
+        rc = vt_errf(err, VT_EINPUT, "%s: expected an object with a \"weight_map\" object "
+                     "(tensor name -> shard file)", index_path);
+        goto done;
+    }
+    size_t nrows = 0;
+    for (const cJSON *r = wm->child; r; r = r->next) nrows++;
+    rows = calloc(nrows ? nrows : 1, sizeof *rows);
+    shards = calloc(nrows ? nrows : 1, sizeof *shards);
+    if (!rows || !shards) {
+        rc = vt_errf(err, VT_ENOMEM, "%s: out of memory for %zu weight_map rows", index_path,
+                     nrows);
+        goto done;
+    }
+    size_t k = 0;
+    for (const cJSON *r = wm->child; r; r = r->next, k++) {
+        const char *name = r->string ? r->string : "";
+        if (!cJSON_IsString(r) || !r->valuestring || !shard_name_ok(r->valuestring)) {
+            rc = vt_errf(err, VT_EINPUT, "%s: weight_map entry for tensor '%s' must be a shard "
+                         "file name in the same directory", index_path, show(name, nb, sizeof nb));
+            goto done;
+        }
+        rows[k].name = name;
+        rows[k].shard = r->valuestring;
+        shards[k] = r->valuestring;
+    }
+    qsort(rows, nrows, sizeof *rows, cmp_row_name);
+    for (size_t i = 1; i < nrows; i++)
+        if (strcmp(rows[i - 1].name, rows[i].name) == 0) {
+            rc = vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' more than once",
+                         index_path, show(rows[i].name, nb, sizeof nb));
+            goto done;
+        }
+
+    /* Distinct shards, sorted, so each is mapped once and the order is fixed. */
+    qsort(shards, nrows, sizeof *shards, cmp_str_ptr);
+    size_t ns = 0;
+    for (size_t i = 0; i < nrows; i++)
+        if (ns == 0 || strcmp(shards[ns - 1], shards[i]) != 0) shards[ns++] = shards[i];
+    if (ns > (size_t)INT32_MAX) {
+        rc = vt_errf(err, VT_EINPUT, "%s: too many shards (%zu)", index_path, ns);
+        goto done;
+    }
+    c->files = calloc(ns ? ns : 1, sizeof *c->files);
+    if (!c->files) {
+        rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", index_path);
+        goto done;
+    }
+    for (size_t i = 0; i < nrows; i++) {
+        const char **s = bsearch(&rows[i].shard, shards, ns, sizeof *shards, cmp_str_ptr);
+        rows[i].file = (int)(s - shards);
+    }
+    for (size_t s = 0; s < ns; s++) {
+        c->nfiles = (int)s + 1;
+        if (!(c->files[s].path = join_path(dir, shards[s]))) {
+            rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", index_path);
+            goto done;
+        }
+        if ((rc = open_file(&c->files[s], (int)s, err))) {
+            const char *example = "";
+            for (size_t i = 0; i < nrows; i++)
+                if (rows[i].file == (int)s) { example = rows[i].name; break; }
+            vt_err_prefix(err, "%s: shard '%s' (holding tensor '%s')", index_path,
+                          show(shards[s], sb, sizeof sb), show(example, nb, sizeof nb));
+            goto done;
+        }
+    }
+    if ((rc = build_index(c, err))) goto done;
+
+    /* The index and the shards must agree both ways. */
+    for (size_t i = 0; i < c->n; i++) {
+        const vt_st_entry *e = c->by_name[i];
+        const wm_row *r = bsearch(e->name, rows, nrows, sizeof *rows, cmp_key_row);
+        if (!r) {
+            rc = vt_errf(err, VT_EINPUT, "%s: tensor '%s' is not listed in %s's weight_map",
+                         c->files[e->file].path, show(e->name, nb, sizeof nb), index_path);
+            goto done;
+        }
+        if (r->file != e->file) {
+            rc = vt_errf(err, VT_EINPUT, "%s: weight_map puts tensor '%s' in %s, but it is in %s",
+                         index_path, show(e->name, nb, sizeof nb), c->files[r->file].path,
+                         c->files[e->file].path);
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < nrows; i++) {
+        if (!bsearch(rows[i].name, c->by_name, c->n, sizeof *c->by_name, cmp_key_entry_ptr)) {
+            rc = vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' in %s, but that file "
+                         "has no tensor '%s'", index_path, show(rows[i].name, nb, sizeof nb),
+                         c->files[rows[i].file].path, nb);
+            goto done;
+        }
+    }
+    rc = VT_OK;
+
+done:
+    free(rows);
+    free(shards);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int open_single(vt_ckpt *c, const char *path, vt_err *err) {
+    c->files = calloc(1, sizeof *c->files);
+    if (!c->files || !(c->files[0].path = strdup(path)))
+        return vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
+    c->nfiles = 1;
+    int rc = open_file(&c->files[0], 0, err);
+    if (rc) return rc;
+    return build_index(c, err);
+}
+
+int vt_ckpt_open(const char *path, vt_ckpt **out, vt_err *err) {
+    if (!out) return vt_errf(err, VT_EINTERNAL, "vt_ckpt_open: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return vt_errf(err, VT_EINPUT, "checkpoint path is empty");
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        return vt_errf(err, open_status(e), "%s: %s (expected a checkpoint directory or a "
+                       ".safetensors file)", path, strerror(e));
+    }
+    vt_ckpt *c = calloc(1, sizeof *c);
+    if (!c) return vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
+    int rc;
+    if (S_ISDIR(st.st_mode)) {
+        char *index = join_path(path, ST_INDEX_NAME);
+        char *single = join_path(path, ST_SINGLE_NAME);
+        struct stat ist;
+        if (!index || !single) {
+            rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
+        } else if (stat(index, &ist) == 0) {
+            rc = open_sharded(c, path, index, err);
+        } else if (stat(single, &ist) == 0) {
+            rc = open_single(c, single, err);
+        } else {
+            rc = vt_errf(err, VT_EINPUT, "%s: found neither " ST_INDEX_NAME " nor " ST_SINGLE_NAME
+                         " (expected a checkpoint directory)", path);
+        }
+        free(index);
+        free(single);
+    } else if (S_ISREG(st.st_mode)) {
+        rc = open_single(c, path, err);
+    } else {
+        rc = vt_errf(err, VT_EINPUT, "%s: neither a directory nor a regular file", path);
+    }
+    if (rc) {
+        vt_ckpt_close(c);
+        return rc;
+    }
+    *out = c;
+    return VT_OK;
+}
+
+size_t vt_ckpt_count(const vt_ckpt *c) { return c ? c->n : 0; }
+
+const vt_st_entry *vt_ckpt_entry(const vt_ckpt *c, size_t i) {
+    return (c && i < c->n) ? c->order[i] : NULL;
+}
+
+const vt_st_entry *vt_ckpt_find(const vt_ckpt *c, const char *name) {
+    if (!c || !name || c->n == 0) return NULL;
+    const vt_st_entry *const *p =
+        bsearch(name, c->by_name, c->n, sizeof *c->by_name, cmp_key_entry_ptr);
+    return p ? *p : NULL;
+}
+
+const char *vt_ckpt_file_name(const vt_ckpt *c, int file) {
+    return (c && file >= 0 && file < c->nfiles) ? c->files[file].path : NULL;
+}
+
+size_t vt_ckpt_nbytes(const vt_ckpt *c, const vt_st_entry *e) {
+    (void)c;
+    return e ? (size_t)(e->end - e->begin) : 0;
+}
+
+/* ------------------------------------------------------------------ writer */
+
+typedef struct wr_tensor {
+    char    *name;
+    vt_dtype dtype;
+    int      ndim;
+    int64_t  shape[VT_ST_MAX_DIMS];
+    uint64_t begin, end;
+} wr_tensor;
+
+typedef struct wr_meta { char *key, *value; } wr_meta;
+
+enum { W_DECLARING, W_WRITING, W_FINISHED, W_FAILED };
+
+struct vt_st_writer {
+    wr_tensor *t;   size_t n, cap;      /* declarations, in order */
+    wr_meta   *m;   size_t nm, capm;    /* metadata, in order */
+    uint64_t   total;                   /* data section bytes declared so far */
+    int        state;
+    size_t     next;                    /* next tensor put() expects */
+    char      *path, *tmp;
+    FILE      *fp;
+};
+
+/* A growable byte buffer for the header; oom is sticky so that appends need
+ * no checks and the one check comes at the end. */
+typedef struct sbuf { char *p; size_t len, cap; int oom; } sbuf;
+
+static void sb_put(sbuf *s, const char *d, size_t n) {
+    if (s->oom) return;
+    if (n > s->cap - s->len) {
+        size_t cap = s->cap ? s->cap : 256;
+        while (n > cap - s->len) {
+            if (cap > SIZE_MAX / 2) { s->oom = 1; return; }
+            cap *= 2;
+        }
+        char *q = realloc(s->p, cap);
+        if (!q) { s->oom = 1; return; }
+        s->p = q;
+        s->cap = cap;
+    }
+    memcpy(s->p + s->len, d, n);
+    s->len += n;
+}
+
+static void sb_str(sbuf *s, const char *str) { sb_put(s, str, strlen(str)); }
+
+static void sb_u64(sbuf *s, uint64_t v) {
+    char b[32];
+    int k = snprintf(b, sizeof b, "%" PRIu64, v);
+    sb_put(s, b, (size_t)k);
+}
+
+/* A JSON string literal: quote, backslash and control bytes escaped; other
+ * bytes (UTF-8) copied as they are. */
+static void sb_json_string(sbuf *s, const char *str) {
+    static const char hex[] = "0123456789abcdef";
+    sb_put(s, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+        char esc[7];
+        switch (*p) {
+        case '"':  sb_put(s, "\\\"", 2); break;
+        case '\\': sb_put(s, "\\\\", 2); break;
+        case '\b': sb_put(s, "\\b", 2); break;
+        case '\f': sb_put(s, "\\f", 2); break;
+        case '\n': sb_put(s, "\\n", 2); break;
+        case '\r': sb_put(s, "\\r", 2); break;
+        case '\t': sb_put(s, "\\t", 2); break;
+        default:
+            if (*p < 0x20) {
+                memcpy(esc, "\\u00", 4);
+                esc[4] = hex[*p >> 4];
+                esc[5] = hex[*p & 15];
+                sb_put(s, esc, 6);
+            } else {
+                sb_put(s, (const char *)p, 1);
+            }
+        }
+    }
+    sb_put(s, "\"", 1);
+}
+
+int vt_st_writer_new(vt_st_writer **out, vt_err *err) {
+    if (!out) return vt_errf(err, VT_EINTERNAL, "vt_st_writer_new: out is NULL");
+    *out = calloc(1, sizeof **out);
+    if (!*out) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
+    return VT_OK;
+}
+
+int vt_st_writer_meta(vt_st_writer *w, const char *key, const char *value, vt_err *err) {
+    char nb[200];
+    if (!w || !key || !value)
+        return vt_errf(err, VT_EINTERNAL, "safetensors writer: meta with a NULL argument");
+    if (w->state != W_DECLARING)
+        return vt_errf(err, VT_EINTERNAL, "safetensors writer: metadata '%s' added after begin",
+                       show(key, nb, sizeof nb));
+    for (size_t i = 0; i < w->nm; i++)
+        if (strcmp(w->m[i].key, key) == 0)
+            return vt_errf(err, VT_EINPUT, "safetensors writer: metadata key '%s' set twice",
+                           show(key, nb, sizeof nb));
+    if (w->nm == w->capm) {
+        size_t cap = w->capm ? w->capm * 2 : 8;
+        wr_meta *q = realloc(w->m, cap * sizeof *q);
+        if (!q) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
+        w->m = q;
+        w->capm = cap;
+    }
+    wr_meta *m = &w->m[w->nm];
+    m->key = strdup(key);
+    m->value = strdup(value);
+    if (!m->key || !m->value) {
+        free(m->key);
+        free(m->value);
+        return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
+    }
+    w->nm++;
+    return VT_OK;
+}
+
+int vt_st_writer_declare(vt_st_writer *w, const char *name, vt_dtype dtype, int ndim,
+                         const int64_t *shape, vt_err *err) {
+    char nb[200];
+    if (!w || !name)
+        return vt_errf(err, VT_EINTERNAL, "safetensors writer: declare with a NULL argument");
+    const char *tn = show(name, nb, sizeof nb);
+    if (w->state != W_DECLARING)
+        return vt_errf(err, VT_EINTERNAL, "safetensors writer: tensor '%s' declared after begin",
+                       tn);
+    if (name[0] == '\0' || strcmp(name, ST_META_KEY) == 0)
+        return vt_errf(err, VT_EINPUT, "safetensors writer: '%s' is not a valid tensor name", tn);
+    if (!vt_dtype_valid((int)dtype))
+        return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': invalid dtype %d", tn,
+                       (int)dtype);
+    if (ndim < 0 || ndim > VT_ST_MAX_DIMS || (ndim > 0 && !shape))
+        return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': ndim %d (expected 0..%d "
+                       "with a shape)", tn, ndim, VT_ST_MAX_DIMS);
+    wr_tensor t = {0};
+    t.dtype = dtype;
+    t.ndim = ndim;
+    for (int i = 0; i < ndim; i++) {
+        /* The reader refuses dimensions a JSON double cannot hold exactly. */
+        if (shape[i] < 0 || (uint64_t)shape[i] > ST_MAX_EXACT)
+            return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': shape[%d] = %" PRId64
+                           " (expected 0..2^53)", tn, i, shape[i]);
+        t.shape[i] = shape[i];
+    }
+    uint64_t bytes;
+    if (shape_bytes(dtype, ndim, t.shape, &bytes) != 0 || bytes > ST_MAX_EXACT - w->total)
+        return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': byte size overflows", tn);
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 64;
+        wr_tensor *q = realloc(w->t, cap * sizeof *q);
+        if (!q) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
+        w->t = q;
+        w->cap = cap;
+    }
+    if (!(t.name = strdup(name))) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
+    t.begin = w->total;
+    t.end = w->total + bytes;
+    w->total = t.end;
+    w->t[w->n++] = t;
+    return VT_OK;
+}
+
+static int cmp_wr_name_ptr(const void *a, const void *b) {
+    return strcmp((*(const wr_tensor *const *)a)->name, (*(const wr_tensor *const *)b)->name);
+}
+
+/* The header in its one fixed format; see the banner. */
+static int build_header(const vt_st_writer *w, sbuf *s, vt_err *err) {
+    sb_put(s, "{", 1);
+    int first = 1;
+    if (w->nm) {
+        sb_str(s, "\"" ST_META_KEY "\":{");
+        for (size_t i = 0; i < w->nm; i++) {
+            if (i) sb_put(s, ",", 1);
+            sb_json_string(s, w->m[i].key);
+            sb_put(s, ":", 1);
+            sb_json_string(s, w->m[i].value);
+        }
+        sb_put(s, "}", 1);
+        first = 0;
+    }
+    for (size_t i = 0; i < w->n; i++) {
+        const wr_tensor *t = &w->t[i];
+        if (!first) sb_put(s, ",", 1);
+        first = 0;
+        sb_json_string(s, t->name);
+        sb_str(s, ":{\"dtype\":\"");
+        sb_str(s, vt_dtype_traits_of(t->dtype)->st_name);
+        sb_str(s, "\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) {
+            if (d) sb_put(s, ",", 1);
+            sb_u64(s, (uint64_t)t->shape[d]);
+        }
+        sb_str(s, "],\"data_offsets\":[");
+        sb_u64(s, t->begin);
+        sb_put(s, ",", 1);
+        sb_u64(s, t->end);
+        sb_str(s, "]}");
+    }
+    sb_put(s, "}", 1);
+    while (!s->oom && (8 + s->len) % 8 != 0) sb_put(s, " ", 1);
+    if (s->oom) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory for the header");
+    return VT_OK;
+}
+
+int vt_st_writer_begin(vt_st_writer *w, const char *path, vt_err *err) {
+    char nb[200];
+    if (!w || !path) return vt_errf(err, VT_EINTERNAL, "safetensors writer: begin with NULL");
+    if (w->state != W_DECLARING)
+        return vt_errf(err, VT_EINTERNAL, "%s: safetensors writer: begin called twice", path);
+
+    /* Duplicates are caught here, once, rather than by a scan per declaration. */
+    if (w->n > 1) {
+        const wr_tensor **p = malloc(w->n * sizeof *p);
+        if (!p) return vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
+        for (size_t i = 0; i < w->n; i++) p[i] = &w->t[i];
+        qsort(p, w->n, sizeof *p, cmp_wr_name_ptr);
+        for (size_t i = 1; i < w->n; i++)
+            if (strcmp(p[i - 1]->name, p[i]->name) == 0) {
+                int rc = vt_errf(err, VT_EINPUT, "%s: tensor '%s' declared twice", path,
+                                 show(p[i]->name, nb, sizeof nb));
+                free(p);
+                return rc;
+            }
+        free(p);
+    }
+
+    sbuf s = {0};
+    int rc = build_header(w, &s, err);
+    if (rc) { free(s.p); return rc; }
+    if ((uint64_t)s.len > VT_ST_MAX_HEADER) {
+        free(s.p);
+        return vt_errf(err, VT_EINPUT, "%s: header of %zu bytes exceeds the limit of %" PRIu64,
+                       path, s.len, VT_ST_MAX_HEADER);
+    }
+
+    size_t pl = strlen(path);
+    free(w->path);   /* a begin that failed to create the file may be retried */
+    free(w->tmp);
+    w->path = strdup(path);
+    w->tmp = malloc(pl + 5);
+    if (!w->path || !w->tmp) {
+        free(s.p);
+        return vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
+    }
+    memcpy(w->tmp, path, pl);
+    memcpy(w->tmp + pl, ".tmp", 5);
+    w->fp = fopen(w->tmp, "wb");
+    if (!w->fp) {
+        int e = errno;
+        free(s.p);
+        return vt_errf(err, VT_EIO, "%s: cannot create: %s", w->tmp, strerror(e));
+    }
+    w->state = W_WRITING;   /* from here on, free() removes the tmp file */
+    unsigned char len8[8];
+    uint64_t hl = (uint64_t)s.len;
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
+    int ok = fwrite(len8, 1, 8, w->fp) == 8 && fwrite(s.p, 1, s.len, w->fp) == s.len;
+    int e = errno;
+    free(s.p);
+    if (!ok) {
+        w->state = W_FAILED;
+        return vt_errf(err, VT_EIO, "%s: write failed: %s", w->tmp, strerror(e));
+    }
+    return VT_OK;
+}
+
+int vt_st_writer_put(vt_st_writer *w, const void *data, size_t nbytes, vt_err *err) {
+    char nb[200], sb[200];
+    if (!w) return vt_errf(err, VT_EINTERNAL, "safetensors writer: put on NULL");
+    if (w->state != W_WRITING)
+        return vt_errf(err, VT_EINTERNAL, "safetensors writer: put outside begin..finish");
+    if (w->next >= w->n)
+        return vt_errf(err, VT_EINTERNAL, "%s: put after all %zu declared tensors were written",
+                       w->path, w->n);
+    const wr_tensor *t = &w->t[w->next];
+    uint64_t want = t->end - t->begin;
+    if ((uint64_t)nbytes != want)
+        return vt_errf(err, VT_EINTERNAL, "%s: tensor '%s' (%s %s): put of %zu bytes, expected %"
+                       PRIu64, w->path, show(t->name, nb, sizeof nb),
+                       vt_dtype_traits_of(t->dtype)->st_name,
+                       show_shape(t->ndim, t->shape, sb, sizeof sb), nbytes, want);
+    if (nbytes && !data)
+        return vt_errf(err, VT_EINTERNAL, "%s: tensor '%s': put with NULL data", w->path,
+                       show(t->name, nb, sizeof nb));
+    if (nbytes && fwrite(data, 1, nbytes, w->fp) != nbytes) {
+        int e = errno;
+        w->state = W_FAILED;
+        return vt_errf(err, VT_EIO, "%s: writing tensor '%s' failed: %s", w->tmp,
+                       show(t->name, nb, sizeof nb), strerror(e));
+    }
+    w->next++;
+    return VT_OK;
+}
+
+/* Makes the rename itself durable. Best effort: some file systems refuse
+ * fsync on a directory, and the data is already safe in the file. */
+static void fsync_parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+int vt_st_writer_finish(vt_st_writer *w, vt_err *err) {
+    if (!w) return vt_errf(err, VT_EINTERNAL, "safetensors writer: finish on NULL");
+    if (w->state != W_WRITING)
+        return vt_errf(err, VT_EINTERNAL, "safetensors writer: finish outside begin..finish");
+    if (w->next != w->n)
+        return vt_errf(err, VT_EINTERNAL, "%s: finish after %zu of %zu declared tensors were "
+                       "written", w->path, w->next, w->n);
+    FILE *fp = w->fp;
+    w->fp = NULL;
+    int ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    int e = errno;
+    if (fclose(fp) != 0 && ok) { ok = 0; e = errno; }
+    if (!ok) {
+        w->state = W_FAILED;
+        return vt_errf(err, VT_EIO, "%s: flushing to disk failed: %s", w->tmp, strerror(e));
+    }
+    if (rename(w->tmp, w->path) != 0) {
+        e = errno;
+        w->state = W_FAILED;
+        return vt_errf(err, VT_EIO, "%s: cannot rename onto %s: %s", w->tmp, w->path, strerror(e));
+    }
+    w->state = W_FINISHED;
+    fsync_parent_dir(w->path);
+    return VT_OK;
+}
+
+void vt_st_writer_free(vt_st_writer *w) {
+    if (!w) return;
+    if (w->fp) fclose(w->fp);
+    if ((w->state == W_WRITING || w->state == W_FAILED) && w->tmp) unlink(w->tmp);
+    for (size_t i = 0; i < w->n; i++) free(w->t[i].name);
+    for (size_t i = 0; i < w->nm; i++) { free(w->m[i].key); free(w->m[i].value); }
+    free(w->t);
+    free(w->m);
+    free(w->path);
+    free(w->tmp);
+    free(w);
+}
