@@ -167,8 +167,11 @@ TINY := model/configs/kimi-linear-tiny.json
 run: deps vtlab
 	bash harness/run-demo.sh ./vtlab
 
-bench: deps vtlab
-	bash tests/bench/run.sh ./vtlab
+$(BUILD)/bench: tests/bench/bench.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+
+bench: deps vtlab $(BUILD)/bench
+	BUILD=$(BUILD) bash tests/bench/run.sh ./vtlab
 
 knobs-doc: vtlab
 	./vtlab knobs --markdown > docs/knobs.md

@@ -221,10 +221,9 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
         vt_session_free(s);
         return rc;
     }
-    if (s->k.threads > 0) {
-        omp_set_num_threads(s->k.threads);
-        openblas_set_num_threads(s->k.threads);
-    }
+    /* one thread pool (see vt_gemm_xwT): OpenMP's, sized by VT_THREADS */
+    openblas_set_num_threads(1);
+    if (s->k.threads > 0) omp_set_num_threads(s->k.threads);
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
     const vt_config *cfg = &m->cfg;
