@@ -9,6 +9,7 @@
  * T new tokens attends over the cached positions plus its own, causally.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,13 +67,17 @@ int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
         }
     }
 
-    /* causal softmax attention, f32 scores, f64 normaliser */
+    /* causal softmax attention, f32 scores, f64 normaliser; one score row of
+     * Tall entries per thread */
     const float scale = 1.0f / sqrtf((float)qk);
-    #pragma omp parallel for collapse(2) schedule(dynamic)
+    const int nthr = omp_get_max_threads();
+    float *scores = malloc(vt_row_size(VT_F32, (int64_t)nthr * Tall));
+    if (!scores) { rc = vt_errf(err, VT_ENOMEM, "mla layer %d: out of memory", layer); goto done; }
+    #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(nthr)
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < Nh; h++) {
             int64_t n = p0 + t + 1;
-            float *sc = malloc(vt_row_size(VT_F32, n));
+            float *sc = scores + (int64_t)omp_get_thread_num() * Tall;
             const float *qh = q + t * kw + h * qk;
             float mx = -INFINITY;
             for (int64_t j = 0; j < n; j++) {
@@ -91,8 +96,8 @@ int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
                 const float *vj = c->vc + j * vw + h * dv;
                 for (int64_t i = 0; i < dv; i++) oh[i] += pj * vj[i];
             }
-            free(sc);
         }
+    free(scores);
     vt_act_round(s, o, T * vw);
     vt_gemm_xwT(s, o, T, vw, &w->o, out);
     vt_act_round(s, out, T * D);
