@@ -1,12 +1,279 @@
-/* lab.c — dispatch of the lab commands (see lab.h). */
+/*
+ * lab.c — dispatch of the lab commands (see lab.h): run, sweep, runs, show,
+ * compare, export.
+ *
+ * Argument handling lives here and nowhere else; the work is done by
+ * runner.c (run, sweep) and cmd_query.c (the read-only commands). Every
+ * usage error is exit 2 with a message naming the argument and what was
+ * expected. SIGINT/SIGTERM during a run set a flag the runner polls between
+ * sequences, so an interrupted run is recorded as KILLED rather than left
+ * RUNNING.
+ */
 #include "lab.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd_query.h"
+#include "experiment.h"
+#include "runner.h"
+#include "store.h"
+#include "util.h"
+
+typedef struct lab_args {
+    const char *db, *arm, *format, *out, *experiment;
+    int         force;
+    const char *pos[4];     /* positional arguments after the command */
+    int         npos;
+} lab_args;
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+    fprintf(stderr, "vtlab %s: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see `vtlab --help`)\n");
+    return 2;
+}
+
+/* Parses argv[1..] of a lab command. allowed: the options this command takes. */
+static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, lab_args *a) {
+    memset(a, 0, sizeof *a);
+    a->db = "results.db";
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char **slot = NULL;
+        if (!strcmp(s, "--force") && strstr(allowed, "force")) { a->force = 1; continue; }
+        if (!strcmp(s, "--db") && strstr(allowed, "db")) slot = &a->db;
+        else if (!strcmp(s, "--arm") && strstr(allowed, "arm")) slot = &a->arm;
+        else if (!strcmp(s, "--format") && strstr(allowed, "format")) slot = &a->format;
+        else if (!strcmp(s, "--out") && strstr(allowed, "out")) slot = &a->out;
+        else if (!strcmp(s, "--experiment") && strstr(allowed, "experiment")) slot = &a->experiment;
+        else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
+        if (slot) {
+            if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
+            *slot = argv[++i];
+            continue;
+        }
+        if (a->npos >= 4) return usage_error(cmd, "unexpected argument %s", s);
+        a->pos[a->npos++] = s;
+    }
+    return 0;
+}
+
+static int parse_run_id(const char *cmd, const char *s, int64_t *id) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v <= 0) return usage_error(cmd, "RUN must be a run id (a positive integer), got \"%s\"", s);
+    *id = v;
+    return 0;
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    lab_interrupted = 1;
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static void print_summary(const lab_run_summary *s) {
+    double over = s->wall_s > 0 ? 100.0 * (s->wall_s - s->forward_s) / s->wall_s : 0.0;
+    printf("summary: %lld run(s) done, %lld skipped (already finished), %lld failed/killed, %lld stale redone",
+           (long long)s->runs_done, (long long)s->runs_skipped, (long long)s->runs_failed, (long long)s->stale_redone);
+    if (s->runs_busy) printf(", %lld left to another process", (long long)s->runs_busy);
+    printf("\ntime: %.2f s wall, %.2f s in the forward pass, harness overhead %.1f%%\n", s->wall_s, s->forward_s, over);
+}
+
+static int finish_runs(int rc, const char *err, const lab_run_summary *sum) {
+    if (rc) {
+        fprintf(stderr, "vtlab: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    print_summary(sum);
+    if (sum->runs_failed || sum->check_failures) {
+        fprintf(stderr, "vtlab: %lld run(s) failed, %lld arm(s) with unexpected assertion outcomes\n",
+                (long long)sum->runs_failed, (long long)sum->check_failures);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("run", argc, argv, "db arm force", &a);
+    if (u) return u;
+    if (a.npos != 1) return usage_error("run", "expected one EXPERIMENT.json%s", "");
+    lab_run_opts o = {a.db, a.arm, a.force, isatty(2)};
+    lab_run_summary sum = {0};
+    char err[2048] = "";
+    install_signals();
+    int rc = lab_run_experiment(a.pos[0], &o, &sum, err, sizeof err);
+    return finish_runs(rc, err, &sum);
+}
+
+static int cmp_name(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
+
+static int cmd_sweep(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("sweep", argc, argv, "db force", &a);
+    if (u) return u;
+    if (a.npos > 1) return usage_error("sweep", "expected at most one DIR, got %s", a.pos[1]);
+    const char *dir = a.npos ? a.pos[0] : "experiments";
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "vtlab sweep: %s: cannot open directory: %s\n", dir, strerror(errno));
+        return 2;
+    }
+    char **files = NULL;
+    int64_t n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".json") || de->d_name[0] == '.') continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **f = realloc(files, (size_t)cap * sizeof *f);
+            if (!f) { closedir(d); return 1; }
+            files = f;
+        }
+        size_t len = strlen(dir) + l + 2;
+        files[n] = malloc(len);
+        if (!files[n]) { closedir(d); return 1; }
+        snprintf(files[n++], len, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    qsort(files, (size_t)n, sizeof *files, cmp_name);
+    int status = 0;
+    char err[2048] = "";
+    /* Parse every file first: a malformed one stops the sweep before any
+     * database work (exit 2, nothing written). */
+    for (int64_t i = 0; i < n; i++) {
+        lab_experiment *e = NULL;
+        int rc = lab_experiment_load(&e, files[i], err, sizeof err);
+        lab_experiment_free(e);
+        if (rc) {
+            fprintf(stderr, "vtlab: %s\n", err);
+            status = lab_exit_code(rc);
+        }
+    }
+    if (n == 0) {
+        fprintf(stderr, "vtlab sweep: %s: no *.json experiment files\n", dir);
+        status = 2;
+    }
+    lab_run_summary sum = {0};
+    install_signals();
+    for (int64_t i = 0; i < n && !status; i++) {
+        lab_run_opts o = {a.db, NULL, a.force, isatty(2)};
+        printf("== %s\n", files[i]);
+        fflush(stdout);
+        int rc = lab_run_experiment(files[i], &o, &sum, err, sizeof err);
+        if (rc) {
+            fprintf(stderr, "vtlab: %s\n", err);
+            int ec = lab_exit_code(rc);
+            if (ec > status) status = ec;
+            if (lab_interrupted) break;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+    if (status) return status;
+    return finish_runs(0, "", &sum);
+}
+
+/* Opens the database for a read command; a missing file is bad input (the
+ * read commands never create a database). */
+static int open_for_read(const char *cmd, const char *db, lab_store **st) {
+    char err[1024] = "";
+    if (!lab_path_exists(db)) {
+        fprintf(stderr, "vtlab %s: %s: no such database (run an experiment first, or pass --db PATH)\n", cmd, db);
+        return 2;
+    }
+    int rc = lab_store_open(st, db, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab %s: %s\n", cmd, err);
+        return lab_exit_code(rc);
+    }
+    return 0;
+}
+
+static int cmd_read(const char *cmd, int argc, char **argv) {
+    lab_args a;
+    int u;
+    int64_t id = 0, id2 = 0;
+    if (!strcmp(cmd, "runs")) {
+        if ((u = parse_args(cmd, argc, argv, "db experiment", &a))) return u;
+        if (a.npos) return usage_error(cmd, "unexpected argument %s", a.pos[0]);
+    } else if (!strcmp(cmd, "show")) {
+        if ((u = parse_args(cmd, argc, argv, "db", &a))) return u;
+        if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
+        if ((u = parse_run_id(cmd, a.pos[0], &id))) return u;
+    } else if (!strcmp(cmd, "compare")) {
+        if ((u = parse_args(cmd, argc, argv, "db", &a))) return u;
+        if (a.npos != 2) return usage_error(cmd, "expected two run ids RUN_A RUN_B%s", "");
+        if ((u = parse_run_id(cmd, a.pos[0], &id)) || (u = parse_run_id(cmd, a.pos[1], &id2))) return u;
+    } else {
+        if ((u = parse_args(cmd, argc, argv, "db format out", &a))) return u;
+        if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
+        if ((u = parse_run_id(cmd, a.pos[0], &id))) return u;
+        if (!a.format) a.format = "json";
+        if (strcmp(a.format, "json") && strcmp(a.format, "csv"))
+            return usage_error(cmd, "--format must be json or csv, got \"%s\"", a.format);
+    }
+    lab_store *st = NULL;
+    if ((u = open_for_read(cmd, a.db, &st))) return u;
+    char err[1024] = "";
+    int rc;
+    if (!strcmp(cmd, "runs")) rc = lab_cmd_runs(st, a.experiment, err, sizeof err);
+    else if (!strcmp(cmd, "show")) rc = lab_cmd_show(st, id, err, sizeof err);
+    else if (!strcmp(cmd, "compare")) rc = lab_cmd_compare(st, id, id2, err, sizeof err);
+    else {
+        FILE *out = stdout;
+        if (a.out && !(out = fopen(a.out, "w"))) {
+            lab_store_close(st);
+            fprintf(stderr, "vtlab export: --out %s: cannot create: %s\n", a.out, strerror(errno));
+            return 2;
+        }
+        rc = lab_cmd_export(st, id, a.format, out, err, sizeof err);
+        if (out != stdout && fclose(out) != 0 && !rc) rc = lab_errf(err, sizeof err, LAB_EIO, "--out %s: write failed", a.out);
+    }
+    lab_store_close(st);
+    if (rc) {
+        fprintf(stderr, "vtlab %s: %s\n", cmd, err);
+        return lab_exit_code(rc);
+    }
+    return 0;
+}
 
 int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
-    (void)cmd; (void)argc; (void)argv;
+    *handled = 1;
+    if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
+    if (!strcmp(cmd, "sweep")) return cmd_sweep(argc, argv);
+    if (!strcmp(cmd, "runs") || !strcmp(cmd, "show") || !strcmp(cmd, "compare") || !strcmp(cmd, "export"))
+        return cmd_read(cmd, argc, argv);
     *handled = 0;
     return 0;
 }
 
-void vt_lab_usage(void) {}
+void vt_lab_usage(void) {
+    fprintf(stderr,
+            "lab commands (default database: results.db in the current directory):\n"
+            "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force]\n"
+            "                                       run the arms (reference first); finished runs are skipped\n"
+            "  sweep    [DIR] [--db PATH] [--force] run every DIR/*.json (default experiments/)\n"
+            "  runs     [--db PATH] [--experiment ID]  list runs: status, assertions, top-1 k/n, verdict\n"
+            "  show     RUN [--db PATH]             everything recorded about one run\n"
+            "  compare  RUN_A RUN_B [--db PATH]     side by side, agreement, McNemar's exact test\n"
+            "  export   RUN [--format json|csv] [--out FILE] [--db PATH]\n"
+            "                                       the run's records (json) or per-position top-k (csv)\n");
+}

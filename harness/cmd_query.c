@@ -1,0 +1,441 @@
+/*
+ * cmd_query.c — the read side of results.db: `vtlab runs`, `show`, `compare`
+ * and `export`.
+ *
+ * These commands never write (they open the database through lab_store_open,
+ * which only migrates an older schema forward), so they are safe to run while
+ * a sweep is writing: WAL readers see the last committed state. Output for
+ * people goes to stdout as aligned text; `export` writes JSON (built with
+ * cJSON, so every string is escaped) or CSV for other tools.
+ */
+#include "cmd_query.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "store.h"
+#include "util.h"
+
+static const char *col_text(sqlite3_stmt *s, int i) {
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? (const char *)t : "";
+}
+
+static int query_err(lab_store *st, const char *what, char *err, size_t errlen) {
+    return lab_errf(err, errlen, LAB_EIO, "%s: %s", what, sqlite3_errmsg(lab_store_db(st)));
+}
+
+static int prepare(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, s, NULL) != SQLITE_OK) return query_err(st, "query", err, errlen);
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ runs */
+
+int lab_cmd_runs(lab_store *st, const char *experiment, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prepare(st,
+                     "SELECT r.id, r.experiment, r.arm, r.repeat_idx, r.status, r.assertions_ok, r.expected_assertions,"
+                     " c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, v.verdict, r.started_at, r.wall_s,"
+                     " c.first_div_layer, c.first_div_site"
+                     " FROM runs r LEFT JOIN comparisons c ON c.run_id = r.id"
+                     " LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id"
+                     " WHERE (?1 IS NULL OR r.experiment = ?1) ORDER BY r.id",
+                     &s, err, errlen);
+    if (rc) return rc;
+    if (experiment) sqlite3_bind_text(s, 1, experiment, -1, SQLITE_TRANSIENT);
+    printf("%-5s %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", "id", "experiment", "arm", "status", "asserts",
+           "top1 k/n [95% CI]", "KL mean", "verdict", "diverges", "started");
+    int n = 0;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        char arm[64], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-";
+        if (sqlite3_column_int64(s, 3) > 0) snprintf(arm, sizeof arm, "%s#%lld", col_text(s, 2), sqlite3_column_int64(s, 3));
+        else snprintf(arm, sizeof arm, "%s", col_text(s, 2));
+        if (sqlite3_column_type(s, 5) != SQLITE_NULL)
+            snprintf(asrt, sizeof asrt, "%s%s", sqlite3_column_int(s, 5) ? "ok" : "FAIL",
+                     !strcmp(col_text(s, 6), "fail") ? "*" : "");
+        if (sqlite3_column_type(s, 7) != SQLITE_NULL)
+            snprintf(top1, sizeof top1, "%lld/%lld [%.2f,%.2f]", sqlite3_column_int64(s, 7), sqlite3_column_int64(s, 8),
+                     sqlite3_column_double(s, 9), sqlite3_column_double(s, 10));
+        if (sqlite3_column_type(s, 11) != SQLITE_NULL) snprintf(kl, sizeof kl, "%.3g", sqlite3_column_double(s, 11));
+        if (sqlite3_column_type(s, 15) != SQLITE_NULL)
+            snprintf(div, sizeof div, "L%lld %s", sqlite3_column_int64(s, 15), sqlite3_column_int(s, 16) ? "ffn" : "attn");
+        printf("%-5lld %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", sqlite3_column_int64(s, 0), col_text(s, 1), arm,
+               col_text(s, 4), asrt, top1, kl, sqlite3_column_type(s, 12) == SQLITE_NULL ? "-" : col_text(s, 12), div,
+               col_text(s, 13));
+        n++;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) return query_err(st, "runs", err, errlen);
+    if (!n) printf("(no runs)\n");
+    else printf("asserts: ok / FAIL (runtime dtype assertions); * = the arm replays a defect and expects FAIL\n");
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ show */
+
+static int run_exists(lab_store *st, int64_t id, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prepare(st, "SELECT 1 FROM runs WHERE id = ?1", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    int found = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    if (!found) return lab_errf(err, errlen, LAB_EINPUT, "run %lld: no such run in the database", (long long)id);
+    return LAB_OK;
+}
+
+int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
+    int rc = run_exists(st, id, err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s;
+    static const char *const fields[] = {
+        "experiment", "arm", "repeat_idx", "status", "error", "is_reference", "started_at", "finished_at",
+        "knob_hash", "model_sha256", "dataset_sha256", "code_version", "git_commit", "git_dirty", "build_flags",
+        "compiler", "backend", "device", "host", "pid", "score", "top_k", "n_sequences", "n_tokens", "n_scored",
+        "wall_s", "forward_s", "logits_sha256", "assertions_ok", "expected_assertions", "assertion_reason",
+        "experiment_sha256"};
+    if ((rc = prepare(st,
+                      "SELECT experiment, arm, repeat_idx, status, error, is_reference, started_at, finished_at,"
+                      " knob_hash, model_sha256, dataset_sha256, code_version, git_commit, git_dirty, build_flags,"
+                      " compiler, backend, device, host, pid, score, top_k, n_sequences, n_tokens, n_scored,"
+                      " wall_s, forward_s, logits_sha256, assertions_ok, expected_assertions, assertion_reason,"
+                      " experiment_sha256 FROM runs WHERE id = ?1", &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    printf("run %lld\n", (long long)id);
+    if (sqlite3_step(s) == SQLITE_ROW)
+        for (int i = 0; i < (int)(sizeof fields / sizeof fields[0]); i++)
+            if (sqlite3_column_type(s, i) != SQLITE_NULL) printf("  %-20s %s\n", fields[i], col_text(s, i));
+    sqlite3_finalize(s);
+
+    printf("knobs (resolved; * = changes numerics)\n");
+    if ((rc = prepare(st, "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY name", &s, err, errlen)))
+        return rc;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        printf("  %s%-28s %s\n", sqlite3_column_int(s, 2) ? "*" : " ", col_text(s, 0), col_text(s, 1));
+    sqlite3_finalize(s);
+
+    printf("metrics\n");
+    if ((rc = prepare(st, "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) printf("  %-28s %.6g\n", col_text(s, 0), sqlite3_column_double(s, 1));
+    sqlite3_finalize(s);
+
+    if ((rc = prepare(st,
+                      "SELECT reference_run_id, top1_k, top1_n, top1_lo, top1_hi, kl_mean, kl_p99, kl_max,"
+                      " max_abs_dlogit, rms_dp, mcnemar_b, mcnemar_c, mcnemar_p, first_div_layer, first_div_site,"
+                      " first_div_value, div_tolerance, reference_recomputed, reference_hash_match"
+                      " FROM comparisons WHERE run_id = ?1", &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        printf("comparison with reference run %lld%s\n", sqlite3_column_int64(s, 0),
+               sqlite3_column_int(s, 17) ? (sqlite3_column_int(s, 18) ? " (recomputed, hash matches)"
+                                                                       : " (recomputed, HASH DIFFERS)") : "");
+        printf("  top-1 agreement        %lld/%lld = %.4f  Wilson 95%% [%.4f, %.4f]\n", sqlite3_column_int64(s, 1),
+               sqlite3_column_int64(s, 2),
+               sqlite3_column_int64(s, 2) ? (double)sqlite3_column_int64(s, 1) / (double)sqlite3_column_int64(s, 2) : 0.0,
+               sqlite3_column_double(s, 3), sqlite3_column_double(s, 4));
+        printf("  KL(ref||arm) nats      mean %.4g  p99 %.4g  max %.4g\n", sqlite3_column_double(s, 5),
+               sqlite3_column_double(s, 6), sqlite3_column_double(s, 7));
+        printf("  max |dlogit|           %.4g\n", sqlite3_column_double(s, 8));
+        printf("  RMS dp (ref top-1)     %.4g\n", sqlite3_column_double(s, 9));
+        printf("  McNemar vs reference   b=%lld c=%lld p=%.4g\n", sqlite3_column_int64(s, 10), sqlite3_column_int64(s, 11),
+               sqlite3_column_double(s, 12));
+        if (sqlite3_column_type(s, 13) != SQLITE_NULL)
+            printf("  first divergence       layer %lld %s (rel L2 %.3g > tolerance %.3g)\n", sqlite3_column_int64(s, 13),
+                   sqlite3_column_int(s, 14) ? "after FFN" : "after attention", sqlite3_column_double(s, 15),
+                   sqlite3_column_double(s, 16));
+        else if (sqlite3_column_type(s, 16) != SQLITE_NULL)
+            printf("  first divergence       none above tolerance %.3g\n", sqlite3_column_double(s, 16));
+    }
+    sqlite3_finalize(s);
+
+    if ((rc = prepare(st, "SELECT layer, site, rel_l2 FROM layer_divergence WHERE run_id = ?1 ORDER BY layer, site",
+                      &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    int first = 1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (first) printf("per-layer divergence (relative L2 of the residual stream)\n  layer  after-attn  after-ffn\n");
+        if (sqlite3_column_int(s, 1) == 0) printf("  %5lld  %10.3g", sqlite3_column_int64(s, 0), sqlite3_column_double(s, 2));
+        else printf("  %10.3g\n", sqlite3_column_double(s, 2));
+        first = 0;
+    }
+    sqlite3_finalize(s);
+
+    if ((rc = prepare(st, "SELECT metric, threshold, direction, k, n, lo, hi, verdict FROM verdicts WHERE run_id = ?1",
+                      &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        printf("verdict: %s  (%s %s %.3g; evidence %lld/%lld, Wilson 95%% [%.4f, %.4f])\n", col_text(s, 7), col_text(s, 0),
+               col_text(s, 2), sqlite3_column_double(s, 1), sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4),
+               sqlite3_column_double(s, 5), sqlite3_column_double(s, 6));
+    sqlite3_finalize(s);
+
+    if ((rc = prepare(st, "SELECT site, expected_dtype, seen_dtypes, records, ok, reason FROM expectations WHERE run_id = ?1",
+                      &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    first = 1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (first) printf("expectations\n");
+        printf("  %-18s expects %-5s saw %-10s %s %s\n", col_text(s, 0), col_text(s, 1), col_text(s, 2),
+               sqlite3_column_int(s, 4) ? "ok" : "FAIL", col_text(s, 5));
+        first = 0;
+    }
+    sqlite3_finalize(s);
+
+    /* Probes: one line per site and dtype pair, with violations summed. */
+    if ((rc = prepare(st,
+                      "SELECT site, dtype, src_dtype, count(*), sum(rows), max(bytes_per_row), max(src_row_bytes),"
+                      " max(dst_row_bytes), sum(violations), max(rows_unwritten), sum(1 - ok), min(layer), max(layer),"
+                      " (SELECT detail FROM probes p2 WHERE p2.run_id = p.run_id AND p2.site = p.site AND p2.ok = 0"
+                      "  ORDER BY idx LIMIT 1)"
+                      " FROM probes p WHERE run_id = ?1 GROUP BY site, dtype, src_dtype ORDER BY min(idx)",
+                      &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    first = 1;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (first)
+            printf("probes (records per site; bytes/row copied vs src/dst row bytes)\n"
+                   "  %-16s %-5s %-5s %7s %10s %7s %7s %7s %10s %9s %s\n", "site", "dtype", "src", "records", "rows",
+                   "B/row", "srcB", "dstB", "violations", "unwritten", "layers");
+        printf("  %-16s %-5s %-5s %7lld %10lld %7lld %7lld %7lld %10lld %9lld %lld..%lld %s\n", col_text(s, 0),
+               col_text(s, 1), *col_text(s, 2) ? col_text(s, 2) : "-", sqlite3_column_int64(s, 3),
+               sqlite3_column_int64(s, 4), sqlite3_column_int64(s, 5), sqlite3_column_int64(s, 6),
+               sqlite3_column_int64(s, 7), sqlite3_column_int64(s, 8), sqlite3_column_int64(s, 9),
+               sqlite3_column_int64(s, 11), sqlite3_column_int64(s, 12), sqlite3_column_int(s, 10) ? "VIOLATED" : "");
+        if (sqlite3_column_int(s, 10) && *col_text(s, 13)) printf("      first: %s\n", col_text(s, 13));
+        first = 0;
+    }
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ compare */
+
+typedef struct run_brief {
+    char    arm[64], experiment[64], status[16], knob_hash[65], model[65], dataset[65], code[256], logits[65];
+    int64_t reference_run, n_scored;
+} run_brief;
+
+static int load_brief(lab_store *st, int64_t id, run_brief *b, char *err, size_t errlen) {
+    memset(b, 0, sizeof *b);
+    sqlite3_stmt *s;
+    int rc = prepare(st,
+                     "SELECT r.arm, r.experiment, r.status, r.knob_hash, r.model_sha256, r.dataset_sha256,"
+                     " r.code_version, r.logits_sha256, (SELECT reference_run_id FROM comparisons c WHERE c.run_id = r.id"
+                     " ORDER BY reference_run_id DESC LIMIT 1), r.n_scored, r.is_reference FROM runs r WHERE r.id = ?1",
+                     &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    if (sqlite3_step(s) != SQLITE_ROW) {
+        sqlite3_finalize(s);
+        return lab_errf(err, errlen, LAB_EINPUT, "run %lld: no such run in the database", (long long)id);
+    }
+    snprintf(b->arm, sizeof b->arm, "%s", col_text(s, 0));
+    snprintf(b->experiment, sizeof b->experiment, "%s", col_text(s, 1));
+    snprintf(b->status, sizeof b->status, "%s", col_text(s, 2));
+    snprintf(b->knob_hash, sizeof b->knob_hash, "%s", col_text(s, 3));
+    snprintf(b->model, sizeof b->model, "%s", col_text(s, 4));
+    snprintf(b->dataset, sizeof b->dataset, "%s", col_text(s, 5));
+    snprintf(b->code, sizeof b->code, "%s", col_text(s, 6));
+    snprintf(b->logits, sizeof b->logits, "%s", col_text(s, 7));
+    b->reference_run = sqlite3_column_int64(s, 8);
+    if (!b->reference_run && sqlite3_column_int(s, 10)) b->reference_run = id;
+    b->n_scored = sqlite3_column_int64(s, 9);
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
+int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errlen) {
+    run_brief A, B;
+    int rc;
+    if ((rc = load_brief(st, a, &A, err, errlen)) || (rc = load_brief(st, b, &B, err, errlen))) return rc;
+    printf("%-16s %-40s %-40s\n", "", "run A", "run B");
+    printf("%-16s %-40lld %-40lld\n", "id", (long long)a, (long long)b);
+#define ROW(name, fa, fb) printf("%-16s %-40.40s %-40.40s%s\n", name, fa, fb, strcmp(fa, fb) ? "  (differs)" : "")
+    ROW("experiment", A.experiment, B.experiment);
+    ROW("arm", A.arm, B.arm);
+    ROW("status", A.status, B.status);
+    ROW("knob hash", A.knob_hash, B.knob_hash);
+    ROW("model sha256", A.model, B.model);
+    ROW("dataset sha256", A.dataset, B.dataset);
+    ROW("code version", A.code, B.code);
+    ROW("logits sha256", A.logits, B.logits);
+#undef ROW
+    /* Knobs that differ. */
+    sqlite3_stmt *s;
+    if ((rc = prepare(st,
+                      "SELECT ka.name, ka.value, kb.value FROM run_knobs ka JOIN run_knobs kb ON kb.name = ka.name"
+                      " AND kb.run_id = ?2 WHERE ka.run_id = ?1 AND ka.value <> kb.value ORDER BY ka.name",
+                      &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, a);
+    sqlite3_bind_int64(s, 2, b);
+    while (sqlite3_step(s) == SQLITE_ROW) printf("knob %-11s %-40s %-40s\n", col_text(s, 0), col_text(s, 1), col_text(s, 2));
+    sqlite3_finalize(s);
+    /* Metrics side by side. */
+    if ((rc = prepare(st,
+                      "SELECT ma.name, ma.value, mb.value FROM metrics ma JOIN metrics mb ON mb.name = ma.name"
+                      " AND mb.run_id = ?2 WHERE ma.run_id = ?1 ORDER BY ma.name", &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, a);
+    sqlite3_bind_int64(s, 2, b);
+    while (sqlite3_step(s) == SQLITE_ROW)
+        printf("%-16s %-40.6g %-40.6g\n", col_text(s, 0), sqlite3_column_double(s, 1), sqlite3_column_double(s, 2));
+    sqlite3_finalize(s);
+
+    /* Top-1 agreement between A and B on the same positions, and McNemar on
+     * agreement with their common reference. */
+    int32_t *ta = NULL, *tb = NULL, *tr = NULL;
+    int64_t na = 0, nb = 0, nr = 0;
+    if ((rc = lab_store_top1(st, a, &ta, &na, err, errlen)) || (rc = lab_store_top1(st, b, &tb, &nb, err, errlen))) goto out;
+    if (na == 0 || na != nb || strcmp(A.dataset, B.dataset)) {
+        printf("top-1 A vs B: not comparable (different datasets or scored positions: %lld vs %lld)\n", (long long)na,
+               (long long)nb);
+        goto out;
+    }
+    int64_t k = 0;
+    for (int64_t i = 0; i < na; i++) k += ta[i] == tb[i];
+    double lo, hi;
+    lab_wilson(k, na, LAB_Z95, &lo, &hi);
+    printf("top-1 A vs B     %lld/%lld agree, Wilson 95%% [%.4f, %.4f]\n", (long long)k, (long long)na, lo, hi);
+    if (A.reference_run && A.reference_run == B.reference_run) {
+        if ((rc = lab_store_top1(st, A.reference_run, &tr, &nr, err, errlen))) goto out;
+        if (nr == na) {
+            int64_t bb = 0, cc = 0;
+            for (int64_t i = 0; i < na; i++) {
+                int ra = ta[i] == tr[i], rb = tb[i] == tr[i];
+                bb += ra && !rb;
+                cc += !ra && rb;
+            }
+            printf("McNemar exact    vs reference run %lld: A-only agree %lld, B-only agree %lld, p = %.4g\n",
+                   (long long)A.reference_run, (long long)bb, (long long)cc, lab_mcnemar_exact(bb, cc));
+        }
+    } else {
+        printf("McNemar exact    not computed: the runs have no common reference run\n");
+    }
+out:
+    free(ta);
+    free(tb);
+    free(tr);
+    return rc;
+}
+
+/* ------------------------------------------------------------ export */
+
+static cJSON *row_object(sqlite3_stmt *s) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    for (int i = 0; i < sqlite3_column_count(s); i++) {
+        const char *name = sqlite3_column_name(s, i);
+        switch (sqlite3_column_type(s, i)) {
+        case SQLITE_INTEGER: cJSON_AddNumberToObject(o, name, (double)sqlite3_column_int64(s, i)); break;
+        case SQLITE_FLOAT: cJSON_AddNumberToObject(o, name, sqlite3_column_double(s, i)); break;
+        case SQLITE_NULL: cJSON_AddNullToObject(o, name); break;
+        case SQLITE_BLOB: break; /* blobs are exported by the logits section */
+        default: cJSON_AddStringToObject(o, name, col_text(s, i));
+        }
+    }
+    return o;
+}
+
+/* Appends every row of "SELECT ... WHERE run_id = ?1" as an array. */
+static int add_rows(lab_store *st, cJSON *root, const char *key, const char *sql, int64_t id, int single,
+                    char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prepare(st, sql, &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    cJSON *arr = single ? NULL : cJSON_AddArrayToObject(root, key);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        cJSON *o = row_object(s);
+        if (single) { cJSON_AddItemToObject(root, key, o); break; }
+        cJSON_AddItemToArray(arr, o);
+    }
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
+int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, char *err, size_t errlen) {
+    int rc = run_exists(st, id, err, errlen);
+    if (rc) return rc;
+    if (!strcmp(format, "csv")) {
+        /* Long form, one row per (sequence, position, rank): the per-position
+         * top-k of the run, what a spreadsheet or pandas wants. */
+        sqlite3_stmt *s;
+        if ((rc = prepare(st, "SELECT seq, n_pos, k, ids, logprobs FROM logits_topk WHERE run_id = ?1 ORDER BY seq",
+                          &s, err, errlen))) return rc;
+        sqlite3_bind_int64(s, 1, id);
+        fprintf(out, "run_id,seq,pos,rank,token_id,logprob\n");
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            int64_t q = sqlite3_column_int64(s, 0), np = sqlite3_column_int64(s, 1), k = sqlite3_column_int64(s, 2);
+            const char *ids = sqlite3_column_blob(s, 3), *lp = sqlite3_column_blob(s, 4);
+            if (sqlite3_column_bytes(s, 3) != np * k * 4 || sqlite3_column_bytes(s, 4) != np * k * 4) continue;
+            for (int64_t p = 0; p < np; p++)
+                for (int64_t r = 0; r < k; r++) {
+                    int32_t t;
+                    float v;
+                    memcpy(&t, ids + (p * k + r) * 4, 4);
+                    memcpy(&v, lp + (p * k + r) * 4, 4);
+                    fprintf(out, "%lld,%lld,%lld,%lld,%d,%.9g\n", (long long)id, (long long)q, (long long)p,
+                            (long long)r, t, v);
+                }
+        }
+        sqlite3_finalize(s);
+        return ferror(out) ? lab_errf(err, errlen, LAB_EIO, "export: write failed") : LAB_OK;
+    }
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    if (!rc) rc = add_rows(st, root, "run", "SELECT * FROM runs WHERE id = ?1", id, 1, err, errlen);
+    if (!rc) rc = add_rows(st, root, "knobs", "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY name", id, 0, err, errlen);
+    if (!rc) rc = add_rows(st, root, "metrics", "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", id, 0, err, errlen);
+    if (!rc) rc = add_rows(st, root, "probes", "SELECT * FROM probes WHERE run_id = ?1 ORDER BY idx", id, 0, err, errlen);
+    if (!rc) rc = add_rows(st, root, "expectations", "SELECT * FROM expectations WHERE run_id = ?1", id, 0, err, errlen);
+    if (!rc) rc = add_rows(st, root, "comparisons", "SELECT * FROM comparisons WHERE run_id = ?1", id, 0, err, errlen);
+    if (!rc) rc = add_rows(st, root, "layer_divergence", "SELECT * FROM layer_divergence WHERE run_id = ?1 ORDER BY layer, site", id, 0, err, errlen);
+    if (!rc) rc = add_rows(st, root, "verdicts", "SELECT * FROM verdicts WHERE run_id = ?1", id, 0, err, errlen);
+    if (!rc) rc = add_rows(st, root, "pair_tests", "SELECT * FROM pair_tests WHERE run_a = ?1 OR run_b = ?1", id, 0, err, errlen);
+    /* Per-position top-k, as arrays [[ids...], ...] and [[logprobs...], ...] per sequence. */
+    sqlite3_stmt *s = NULL;
+    if (!rc && !(rc = prepare(st, "SELECT seq, n_pos, k, ids, logprobs FROM logits_topk WHERE run_id = ?1 ORDER BY seq",
+                              &s, err, errlen))) {
+        sqlite3_bind_int64(s, 1, id);
+        cJSON *arr = cJSON_AddArrayToObject(root, "topk");
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            int64_t np = sqlite3_column_int64(s, 1), k = sqlite3_column_int64(s, 2);
+            const char *ids = sqlite3_column_blob(s, 3), *lp = sqlite3_column_blob(s, 4);
+            if (sqlite3_column_bytes(s, 3) != np * k * 4 || sqlite3_column_bytes(s, 4) != np * k * 4) continue;
+            cJSON *o = cJSON_CreateObject(), *ji = cJSON_AddArrayToObject(o, "ids"), *jl = cJSON_AddArrayToObject(o, "logprobs");
+            cJSON_AddNumberToObject(o, "seq", (double)sqlite3_column_int64(s, 0));
+            for (int64_t p = 0; p < np; p++) {
+                cJSON *ri = cJSON_CreateArray(), *rl = cJSON_CreateArray();
+                for (int64_t r = 0; r < k; r++) {
+                    int32_t t;
+                    float v;
+                    memcpy(&t, ids + (p * k + r) * 4, 4);
+                    memcpy(&v, lp + (p * k + r) * 4, 4);
+                    cJSON_AddItemToArray(ri, cJSON_CreateNumber(t));
+                    cJSON_AddItemToArray(rl, cJSON_CreateNumber(v));
+                }
+                cJSON_AddItemToArray(ji, ri);
+                cJSON_AddItemToArray(jl, rl);
+            }
+            cJSON_AddItemToArray(arr, o);
+        }
+        sqlite3_finalize(s);
+    }
+    if (!rc) {
+        char *text = cJSON_Print(root);
+        if (!text) rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+        else {
+            fprintf(out, "%s\n", text);
+            free(text);
+            if (ferror(out)) rc = lab_errf(err, errlen, LAB_EIO, "export: write failed");
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,109 @@
+/*
+ * experiment.h — an experiment file (experiments/NAME.json) parsed, validated
+ * and with its dataset loaded.
+ *
+ * The file format is documented in docs/experiments.md. Parsing is strict:
+ * an unknown field, a wrong type or an out-of-range value is an error whose
+ * text starts with the file name and names the field by its JSON path
+ * ("experiments/x.json: arms[2].knobs.VT_KIMI_BF16_STREAM: ..."), so a typo is
+ * never silently ignored. Nothing here touches the model or the database: a
+ * bad file is rejected before anything is written (exit 2).
+ *
+ * Knob names and values are checked against the model's knob table by the
+ * runner (lab_resolve_knobs in runner.h), which needs the model library; token
+ * ids are checked against the vocabulary (and generated datasets drawn) by
+ * lab_dataset_prepare once the model is known.
+ */
+#ifndef LAB_EXPERIMENT_H
+#define LAB_EXPERIMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One arm: a named set of knob values plus what its probes must show. */
+typedef struct lab_arm {
+    char    *name;
+    char    *description;      /* may be NULL */
+    int64_t  n_knobs;
+    char   **knob_names;       /* [n_knobs] "VT_..." as written */
+    char   **knob_values;      /* [n_knobs] canonical text of the JSON value */
+    int64_t  n_expect;
+    char   **expect_sites;     /* [n_expect] probe site, e.g. "residual.stream" */
+    char   **expect_dtypes;    /* [n_expect] dtype every record at that site must show */
+    int      expect_fail;      /* 1: the arm replays a defect and must FAIL its assertions */
+} lab_arm;
+
+enum { LAB_DS_INLINE = 1, LAB_DS_FILE, LAB_DS_GENERATE };
+
+/* A token dataset, flattened: sequence s is tokens[offsets[s] .. offsets[s+1]). */
+typedef struct lab_dataset {
+    int       kind;            /* LAB_DS_* */
+    char     *file;            /* LAB_DS_FILE: the path as resolved */
+    int64_t   gen_n, gen_len;  /* LAB_DS_GENERATE */
+    uint64_t  gen_seed;
+    int64_t   n_seq;
+    int64_t  *offsets;         /* [n_seq + 1] */
+    int32_t  *tokens;          /* [offsets[n_seq]] */
+    int64_t   max_len;
+} lab_dataset;
+
+/* Metric switches (bit flags of `metrics`). */
+enum {
+    LAB_M_TOP1 = 1 << 0, LAB_M_KL = 1 << 1, LAB_M_MAXDIFF = 1 << 2, LAB_M_RMSDP = 1 << 3,
+    LAB_M_PPL = 1 << 4, LAB_M_MCNEMAR = 1 << 5, LAB_M_LAYERDIV = 1 << 6,
+    LAB_M_ALL = (1 << 7) - 1
+};
+
+typedef struct lab_experiment {
+    char       *path;          /* the file as given on the command line */
+    char       *id;            /* [A-Za-z0-9._-]+ */
+    char       *description, *hypothesis;   /* may be NULL */
+    /* model: a checkpoint dir, or a synthetic one built on demand */
+    int         model_synth;
+    char       *model_dir;     /* !model_synth */
+    char       *synth_config;  /* model_synth: config path */
+    uint64_t    synth_seed;
+    char        synth_dtype[8];
+    lab_dataset ds;
+    int         score_last;    /* 1: score only each sequence's last position */
+    int64_t     top_k;         /* top-k ids and log-probs stored per position */
+    int         store_full_logits; /* 1: also store every logit row as f16 */
+    char        probe[8];      /* VT_PROBE mode for arms that do not set it: "on" | "audit" */
+    int64_t     ref_index;     /* index into arms of the reference arm */
+    int64_t     n_arms;
+    lab_arm    *arms;          /* [n_arms] */
+    unsigned    metrics;       /* LAB_M_* */
+    int         has_decision;
+    char        decision_metric[32];
+    double      decision_threshold;
+    int         decision_ge;   /* 1: ">=", 0: "<=" */
+    int64_t     div_sequences; /* sequences captured for per-layer divergence */
+    double      div_tolerance; /* first layer/site whose rel. L2 exceeds this */
+    int64_t     repeats;       /* runs per arm (>= 1) */
+    char       *spec_json;     /* the file re-printed canonically (stored with runs) */
+} lab_experiment;
+
+/* Parses and validates path and loads its dataset. On error returns
+ * LAB_EINPUT (or LAB_ENOMEM/LAB_EIO) with err = "PATH: FIELD: what was
+ * expected"; *out is then NULL. */
+int  lab_experiment_load(lab_experiment **out, const char *path, char *err, size_t errlen);
+/* Same, from text (path is used for messages and relative dataset files). */
+int  lab_experiment_parse(lab_experiment **out, const char *path, const char *text,
+                          char *err, size_t errlen);
+void lab_experiment_free(lab_experiment *e);
+
+/* Completes the dataset once the model's vocabulary is known: draws a
+ * generated dataset (ids uniform in [3, vocab), see experiment.c), or checks
+ * that every token of an inline or file dataset is < vocab (the error names
+ * the sequence and position). Idempotent. */
+int  lab_dataset_prepare(lab_experiment *e, int64_t vocab, char *err, size_t errlen);
+
+/* The canonical text of the dataset (one line per sequence, ids joined by
+ * ',', each line ending in '\n'), whose sha256 is the dataset hash. Caller
+ * frees. NULL when out of memory. */
+char *lab_dataset_canonical(const lab_dataset *ds, size_t *len);
+
+/* Index of the arm named name, or -1. */
+int64_t lab_experiment_arm(const lab_experiment *e, const char *name);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * runner.h — executing an experiment's arms against the model and recording
+ * each run in results.db (`vtlab run`, `vtlab sweep`).
+ *
+ * Order of work, chosen so that bad input never touches the database:
+ *   1. parse the experiment file, build or find the model, open it, prepare
+ *      the dataset against its vocabulary, resolve every arm's knob set
+ *      (errors here are bad input: exit 2, nothing written);
+ *   2. open results.db, then for the reference arm first and each other arm:
+ *      claim the run, execute it, write its rows in one transaction.
+ * The reference arm's logits (scored positions) and residual captures are
+ * kept in memory for the comparisons; when the reference run is already
+ * FINISHED they are recomputed (the CPU forward is deterministic) and the
+ * recomputed logits hash is checked against the stored one.
+ */
+#ifndef LAB_RUNNER_H
+#define LAB_RUNNER_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "experiment.h"
+#include "model/vt.h"
+
+typedef struct lab_run_opts {
+    const char *db_path;     /* results.db by default */
+    const char *only_arm;    /* NULL: every arm (the reference always runs first) */
+    int         force;       /* 1: rerun FINISHED runs */
+    int         progress;    /* 1: progress line on stderr (a terminal) */
+} lab_run_opts;
+
+typedef struct lab_run_summary {
+    int64_t runs_done;       /* executed and FINISHED by this process */
+    int64_t runs_skipped;    /* FINISHED already (same identity) */
+    int64_t runs_failed;     /* FAILED or KILLED by this process */
+    int64_t runs_busy;       /* left to another live process */
+    int64_t stale_redone;    /* RUNNING rows of dead processes found and redone */
+    int64_t check_failures;  /* arms whose assertion outcome differs from expect_assertions */
+    double  wall_s;          /* whole invocation */
+    double  forward_s;       /* inside the model's forward pass, all sessions */
+} lab_run_summary;
+
+/* Set by the SIGINT/SIGTERM handler (lab.c); the runner checks it between
+ * sequences and records the run as KILLED. */
+extern volatile sig_atomic_t lab_interrupted;
+
+/* Runs one experiment file. Returns LAB_OK, LAB_EINPUT (bad input, nothing
+ * written) or another status with err filled. The summary is accumulated
+ * into *sum (not cleared), so a sweep can sum over files. */
+int lab_run_experiment(const char *path, const lab_run_opts *o, lab_run_summary *sum,
+                       char *err, size_t errlen);
+
+/* Resolves the knob set of arm i: the process environment's VT_* variables,
+ * then the arm's knobs, then VT_PROBE (the experiment's probe mode) unless
+ * the arm sets it. Errors name the file and field. Caller frees *out. */
+int lab_resolve_knobs(const lab_experiment *e, int64_t i, char *const *envp, vt_knobset **out,
+                      char *err, size_t errlen);
+
+/* Directory holding the model of e: the checkpoint dir, or the synth cache
+ * build/models/<sha>/ (built on first use). Caller frees *dir. */
+int lab_model_dir(const lab_experiment *e, char **dir, char *err, size_t errlen);
+
+/* sha256 of config.json then every *.safetensors file (sorted by name). */
+int lab_model_sha256(const char *dir, char out[65], char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,931 @@
+/*
+ * store.c — results.db: schema, migrations, claims and the one-transaction
+ * write of a finished run. See store.h for the workload and docs/schema.md
+ * for every table and column.
+ *
+ * Schema history (PRAGMA user_version):
+ *   v1  the first prototype: runs (identity, lowercase status, times),
+ *       run_knobs, metrics. Kept as a migration so that an old results.db
+ *       opens, and so that the migration path is tested from a real older
+ *       schema (tests/unit/test_store.c builds a v1 file and migrates it).
+ *   v2  provenance and status discipline on runs (RUNNING / FINISHED /
+ *       FAILED / KILLED, claims by pid+host), experiment specs, probes,
+ *       expectations, top-k and full logits, comparisons, per-layer
+ *       divergence, pair tests and verdicts.
+ * A later issue adds v3 (audit flags, claims ledger) by appending to
+ * migrations[]; nothing else here changes.
+ *
+ * Durability: WAL with synchronous=NORMAL. A committed transaction survives
+ * the process being killed (kill -9); only an OS crash or power loss can lose
+ * the last commits, and never leaves the file inconsistent.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+struct lab_store {
+    sqlite3 *db;
+    char    *path;
+    int      version;
+};
+
+/* ------------------------------------------------------------ migrations */
+
+static const char *const migration_v1 =
+    "CREATE TABLE runs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  experiment TEXT NOT NULL,"
+    "  arm TEXT NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  knob_hash TEXT NOT NULL,"
+    "  model_sha256 TEXT NOT NULL,"
+    "  dataset_sha256 TEXT NOT NULL,"
+    "  code_version TEXT NOT NULL,"
+    "  started_at TEXT NOT NULL,"
+    "  finished_at TEXT);"
+    "CREATE TABLE run_knobs ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  name TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, name));"
+    "CREATE TABLE metrics ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  name TEXT NOT NULL,"
+    "  value REAL,"
+    "  PRIMARY KEY (run_id, name));";
+
+static const char *const migration_v2 =
+    /* v1 wrote lowercase statuses; v2 has four uppercase ones. A v1 'running'
+     * row cannot be checked for liveness (no pid): it is KILLED. */
+    "UPDATE runs SET status = CASE lower(status)"
+    "  WHEN 'done' THEN 'FINISHED' WHEN 'finished' THEN 'FINISHED'"
+    "  WHEN 'failed' THEN 'FAILED' ELSE 'KILLED' END;"
+    "ALTER TABLE runs ADD COLUMN repeat_idx INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE runs ADD COLUMN is_reference INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE runs ADD COLUMN error TEXT;"
+    "ALTER TABLE runs ADD COLUMN experiment_sha256 TEXT;"
+    "ALTER TABLE runs ADD COLUMN git_commit TEXT;"
+    "ALTER TABLE runs ADD COLUMN git_dirty INTEGER;"
+    "ALTER TABLE runs ADD COLUMN build_flags TEXT;"
+    "ALTER TABLE runs ADD COLUMN compiler TEXT;"
+    "ALTER TABLE runs ADD COLUMN backend TEXT;"
+    "ALTER TABLE runs ADD COLUMN device TEXT;"
+    "ALTER TABLE runs ADD COLUMN host TEXT;"
+    "ALTER TABLE runs ADD COLUMN pid INTEGER;"
+    "ALTER TABLE runs ADD COLUMN pid_start INTEGER;"
+    "ALTER TABLE runs ADD COLUMN score TEXT;"
+    "ALTER TABLE runs ADD COLUMN top_k INTEGER;"
+    "ALTER TABLE runs ADD COLUMN expected_assertions TEXT NOT NULL DEFAULT 'pass';"
+    "ALTER TABLE runs ADD COLUMN n_sequences INTEGER;"
+    "ALTER TABLE runs ADD COLUMN n_tokens INTEGER;"
+    "ALTER TABLE runs ADD COLUMN n_scored INTEGER;"
+    "ALTER TABLE runs ADD COLUMN wall_s REAL;"
+    "ALTER TABLE runs ADD COLUMN forward_s REAL;"
+    "ALTER TABLE runs ADD COLUMN logits_sha256 TEXT;"
+    "ALTER TABLE runs ADD COLUMN assertions_ok INTEGER;"
+    "ALTER TABLE runs ADD COLUMN assertion_reason TEXT;"
+    "ALTER TABLE run_knobs ADD COLUMN numeric INTEGER NOT NULL DEFAULT 1;"
+    "CREATE TRIGGER runs_status_insert BEFORE INSERT ON runs"
+    "  WHEN NEW.status NOT IN ('RUNNING','FINISHED','FAILED','KILLED')"
+    "  BEGIN SELECT RAISE(ABORT, 'runs.status must be RUNNING, FINISHED, FAILED or KILLED'); END;"
+    "CREATE TRIGGER runs_status_update BEFORE UPDATE OF status ON runs"
+    "  WHEN NEW.status NOT IN ('RUNNING','FINISHED','FAILED','KILLED')"
+    "  BEGIN SELECT RAISE(ABORT, 'runs.status must be RUNNING, FINISHED, FAILED or KILLED'); END;"
+    "CREATE INDEX runs_identity ON runs(experiment, arm, knob_hash, model_sha256,"
+    "  dataset_sha256, code_version, repeat_idx, status);"
+    "CREATE UNIQUE INDEX runs_one_running ON runs(experiment, arm, knob_hash, model_sha256,"
+    "  dataset_sha256, code_version, repeat_idx) WHERE status = 'RUNNING';"
+    "CREATE TABLE experiment_specs ("
+    "  sha256 TEXT PRIMARY KEY,"
+    "  id TEXT NOT NULL,"
+    "  file TEXT,"
+    "  json TEXT NOT NULL,"
+    "  first_seen TEXT NOT NULL);"
+    "CREATE TABLE probes ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  idx INTEGER NOT NULL,"
+    "  site TEXT NOT NULL,"
+    "  layer INTEGER NOT NULL,"
+    "  dtype TEXT NOT NULL,"
+    "  src_dtype TEXT NOT NULL,"
+    "  calls INTEGER NOT NULL,"
+    "  rows INTEGER NOT NULL,"
+    "  bytes_per_row INTEGER NOT NULL,"
+    "  src_row_bytes INTEGER NOT NULL,"
+    "  dst_row_bytes INTEGER NOT NULL,"
+    "  converting INTEGER NOT NULL,"
+    "  violations INTEGER NOT NULL,"
+    "  rows_unwritten INTEGER NOT NULL,"
+    "  detail TEXT NOT NULL,"
+    "  ok INTEGER NOT NULL,"
+    "  PRIMARY KEY (run_id, idx));"
+    "CREATE INDEX probes_site ON probes(site, ok);"
+    "CREATE TABLE expectations ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  site TEXT NOT NULL,"
+    "  expected_dtype TEXT NOT NULL,"
+    "  seen_dtypes TEXT NOT NULL,"
+    "  records INTEGER NOT NULL,"
+    "  ok INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, site));"
+    "CREATE TABLE logits_topk ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  n_pos INTEGER NOT NULL,"
+    "  k INTEGER NOT NULL,"
+    "  ids BLOB NOT NULL,"
+    "  logprobs BLOB NOT NULL,"
+    "  PRIMARY KEY (run_id, seq));"
+    "CREATE TABLE logits_full ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  n_pos INTEGER NOT NULL,"
+    "  vocab INTEGER NOT NULL,"
+    "  dtype TEXT NOT NULL,"
+    "  data BLOB NOT NULL,"
+    "  PRIMARY KEY (run_id, seq));"
+    "CREATE TABLE comparisons ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  reference_run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  reference_recomputed INTEGER NOT NULL,"
+    "  reference_hash_match INTEGER,"
+    "  n_scored INTEGER NOT NULL,"
+    "  top1_k INTEGER NOT NULL,"
+    "  top1_n INTEGER NOT NULL,"
+    "  top1_lo REAL NOT NULL,"
+    "  top1_hi REAL NOT NULL,"
+    "  kl_mean REAL, kl_p99 REAL, kl_max REAL,"
+    "  max_abs_dlogit REAL, rms_dp REAL,"
+    "  mcnemar_b INTEGER, mcnemar_c INTEGER, mcnemar_p REAL,"
+    "  div_sequences INTEGER NOT NULL,"
+    "  div_tolerance REAL,"
+    "  first_div_layer INTEGER,"
+    "  first_div_site INTEGER,"
+    "  first_div_value REAL,"
+    "  PRIMARY KEY (run_id, reference_run_id));"
+    "CREATE TABLE layer_divergence ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  reference_run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  layer INTEGER NOT NULL,"
+    "  site INTEGER NOT NULL,"
+    "  rel_l2 REAL NOT NULL,"
+    "  PRIMARY KEY (run_id, reference_run_id, layer, site));"
+    "CREATE TABLE pair_tests ("
+    "  run_a INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  run_b INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  reference_run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  n INTEGER NOT NULL,"
+    "  b INTEGER NOT NULL,"
+    "  c INTEGER NOT NULL,"
+    "  p REAL NOT NULL,"
+    "  computed_at TEXT NOT NULL,"
+    "  PRIMARY KEY (run_a, run_b, reference_run_id));"
+    "CREATE TABLE verdicts ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  reference_run_id INTEGER NOT NULL REFERENCES runs(id),"
+    "  metric TEXT NOT NULL,"
+    "  threshold REAL NOT NULL,"
+    "  direction TEXT NOT NULL,"
+    "  k INTEGER NOT NULL,"
+    "  n INTEGER NOT NULL,"
+    "  value REAL NOT NULL,"
+    "  lo REAL NOT NULL,"
+    "  hi REAL NOT NULL,"
+    "  interval TEXT NOT NULL,"
+    "  verdict TEXT NOT NULL CHECK (verdict IN ('SUPPORTED','REFUTED','INCONCLUSIVE')),"
+    "  decided_at TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, reference_run_id));";
+
+static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2};
+
+/* ------------------------------------------------------------ helpers */
+
+static int db_err(lab_store *st, char *err, size_t errlen, const char *what) {
+    int code = sqlite3_errcode(st->db);
+    int status = (code == SQLITE_NOMEM) ? LAB_ENOMEM : LAB_EIO;
+    return lab_errf(err, errlen, status, "%s: %s: %s", st->path, what, sqlite3_errmsg(st->db));
+}
+
+/* Runs a static multi-statement script (schema text, never data) statement by
+ * statement through prepare/step. */
+static int exec_script(lab_store *st, const char *sql, char *err, size_t errlen) {
+    const char *tail = sql;
+    while (tail && *tail) {
+        sqlite3_stmt *s = NULL;
+        if (sqlite3_prepare_v2(st->db, tail, -1, &s, &tail) != SQLITE_OK) return db_err(st, err, errlen, "schema");
+        if (!s) break; /* only whitespace left */
+        int rc;
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW) {}
+        sqlite3_finalize(s);
+        if (rc != SQLITE_DONE) return db_err(st, err, errlen, "schema");
+    }
+    return LAB_OK;
+}
+
+static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(st->db, sql, -1, s, NULL) != SQLITE_OK) {
+        *s = NULL;
+        return db_err(st, err, errlen, "prepare");
+    }
+    return LAB_OK;
+}
+
+static int step_done(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, const char *what) {
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return db_err(st, err, errlen, what);
+    return LAB_OK;
+}
+
+static int simple(lab_store *st, const char *sql, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, sql, &s, err, errlen);
+    if (rc) return rc;
+    rc = step_done(st, s, err, errlen, sql);
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int begin_immediate(lab_store *st, char *err, size_t errlen) {
+    return simple(st, "BEGIN IMMEDIATE", err, errlen);
+}
+static int commit(lab_store *st, char *err, size_t errlen) { return simple(st, "COMMIT", err, errlen); }
+static void rollback(lab_store *st) {
+    if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+}
+
+static void bind_text(sqlite3_stmt *s, int i, const char *v) {
+    if (v) sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(s, i);
+}
+
+static int read_version(lab_store *st, int *v, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "PRAGMA user_version", &s, err, errlen);
+    if (rc) return rc;
+    if (sqlite3_step(s) != SQLITE_ROW) { sqlite3_finalize(s); return db_err(st, err, errlen, "user_version"); }
+    *v = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
+/* Migrates to target, one transaction per step. The version is re-read
+ * inside BEGIN IMMEDIATE, so two processes opening a fresh file at once do
+ * not both create the schema. */
+static int migrate(lab_store *st, int target, char *err, size_t errlen) {
+    for (;;) {
+        int v = 0, rc;
+        if ((rc = begin_immediate(st, err, errlen))) return rc;
+        if ((rc = read_version(st, &v, err, errlen))) { rollback(st); return rc; }
+        if (v > LAB_SCHEMA_VERSION) {
+            rollback(st);
+            return lab_errf(err, errlen, LAB_EINPUT,
+                            "%s: schema version %d is newer than this vtlab (%d); use a newer build",
+                            st->path, v, LAB_SCHEMA_VERSION);
+        }
+        if (v >= target) { rollback(st); st->version = v; return LAB_OK; }
+        if ((rc = exec_script(st, migrations[v], err, errlen))) {
+            rollback(st);
+            return lab_err_prefix(err, errlen, rc, "migration to version %d", v + 1);
+        }
+        /* PRAGMA takes no bound parameters; the value is our own integer. */
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
+        if ((rc = simple(st, pragma, err, errlen)) || (rc = commit(st, err, errlen))) {
+            rollback(st);
+            return rc;
+        }
+    }
+}
+
+int lab_store_open_version(lab_store **out, const char *path, int version, char *err, size_t errlen) {
+    *out = NULL;
+    if (version < 1 || version > LAB_SCHEMA_VERSION)
+        return lab_errf(err, errlen, LAB_EINTERNAL, "schema version %d out of range", version);
+    lab_store *st = calloc(1, sizeof *st);
+    if (!st) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    st->path = lab_strdup(path);
+    int rc = sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK || !st->path) {
+        rc = lab_errf(err, errlen, LAB_EIO, "%s: cannot open database: %s", path,
+                      st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        lab_store_close(st);
+        return rc;
+    }
+    /* 30 s: longer than any one transaction of ours (a finished run's rows
+     * are a few MB), so a waiting writer never gives up while another works. */
+    sqlite3_busy_timeout(st->db, 30000);
+    sqlite3_extended_result_codes(st->db, 1);
+    sqlite3_stmt *s = NULL;
+    if ((rc = prep(st, "PRAGMA journal_mode = WAL", &s, err, errlen))) goto fail;
+    if (sqlite3_step(s) != SQLITE_ROW) { rc = db_err(st, err, errlen, "journal_mode"); goto fail; }
+    sqlite3_finalize(s);
+    s = NULL;
+    if ((rc = simple(st, "PRAGMA synchronous = NORMAL", err, errlen))) goto fail;
+    if ((rc = simple(st, "PRAGMA foreign_keys = ON", err, errlen))) goto fail;
+    if ((rc = migrate(st, version, err, errlen))) goto fail;
+    *out = st;
+    return LAB_OK;
+fail:
+    sqlite3_finalize(s);
+    lab_store_close(st);
+    return rc;
+}
+
+int lab_store_open(lab_store **out, const char *path, char *err, size_t errlen) {
+    return lab_store_open_version(out, path, LAB_SCHEMA_VERSION, err, errlen);
+}
+
+void lab_store_close(lab_store *st) {
+    if (!st) return;
+    if (st->db) sqlite3_close(st->db);
+    free(st->path);
+    free(st);
+}
+
+sqlite3 *lab_store_db(lab_store *st) { return st->db; }
+int lab_store_version(lab_store *st) { return st->version; }
+
+/* ------------------------------------------------------------ liveness */
+
+int64_t lab_pid_start(int64_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* The command name (field 2) may hold spaces and ')': skip to the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    p++;
+    /* fields from 3 on; starttime is field 22 */
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p + 1, ' ');
+        if (!p) return 0;
+    }
+    return strtoll(p + 1, NULL, 10);
+}
+
+int lab_pid_alive(int64_t pid, int64_t pid_start) {
+    if (pid <= 0) return 0;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    /* The pid exists; if it was reused by another process its start differs. */
+    int64_t now = lab_pid_start(pid);
+    if (pid_start > 0 && now > 0 && now != pid_start) return 0;
+    /* A zombie has exited: it holds no database work any more. */
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *p = strrchr(buf, ')');
+        if (p && p[1] == ' ' && p[2] == 'Z') return 0;
+    }
+    return 1;
+}
+
+static int mark_killed(lab_store *st, int64_t run_id, int64_t pid, const char *host, char *err, size_t errlen) {
+    char now[32], msg[256];
+    lab_now_iso(now);
+    snprintf(msg, sizeof msg, "process %lld on %s died while running (found by pid %lld at %s)",
+             (long long)pid, host ? host : "?", (long long)getpid(), now);
+    sqlite3_stmt *s;
+    int rc = prep(st, "UPDATE runs SET status = 'KILLED', error = ?1, finished_at = ?2 "
+                      "WHERE id = ?3 AND status = 'RUNNING'", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_text(s, 1, msg, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 3, run_id);
+    rc = step_done(st, s, err, errlen, "mark killed");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int lab_store_reap(lab_store *st, const char *host, int64_t *n, char *err, size_t errlen) {
+    *n = 0;
+    int rc = begin_immediate(st, err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s;
+    if ((rc = prep(st, "SELECT id, pid, pid_start FROM runs WHERE status = 'RUNNING' AND host = ?1", &s, err, errlen))) {
+        rollback(st);
+        return rc;
+    }
+    bind_text(s, 1, host);
+    int64_t ids[256], pids[256], cnt = 0;
+    while (sqlite3_step(s) == SQLITE_ROW && cnt < 256) {
+        int64_t id = sqlite3_column_int64(s, 0), pid = sqlite3_column_int64(s, 1), ps = sqlite3_column_int64(s, 2);
+        if (lab_pid_alive(pid, ps)) continue;
+        ids[cnt] = id;
+        pids[cnt++] = pid;
+    }
+    sqlite3_finalize(s);
+    for (int64_t i = 0; i < cnt; i++)
+        if ((rc = mark_killed(st, ids[i], pids[i], host, err, errlen))) { rollback(st); return rc; }
+    if ((rc = commit(st, err, errlen))) { rollback(st); return rc; }
+    *n = cnt;
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ claims */
+
+static void bind_identity(sqlite3_stmt *s, const lab_identity *id) {
+    bind_text(s, 1, id->experiment);
+    bind_text(s, 2, id->arm);
+    bind_text(s, 3, id->knob_hash);
+    bind_text(s, 4, id->model_sha256);
+    bind_text(s, 5, id->dataset_sha256);
+    bind_text(s, 6, id->code_version);
+    sqlite3_bind_int64(s, 7, id->repeat);
+}
+
+#define IDENTITY_WHERE \
+    "experiment = ?1 AND arm = ?2 AND knob_hash = ?3 AND model_sha256 = ?4 AND " \
+    "dataset_sha256 = ?5 AND code_version = ?6 AND repeat_idx = ?7"
+
+int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+                    int *kind, int64_t *run_id, int64_t *stale_id, char *err, size_t errlen) {
+    *kind = 0;
+    *run_id = 0;
+    *stale_id = 0;
+    int rc = begin_immediate(st, err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s = NULL;
+    if (!force) {
+        if ((rc = prep(st, "SELECT id FROM runs WHERE " IDENTITY_WHERE " AND status = 'FINISHED' "
+                           "ORDER BY id DESC LIMIT 1", &s, err, errlen))) goto fail;
+        bind_identity(s, id);
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            *kind = LAB_DONE;
+            *run_id = sqlite3_column_int64(s, 0);
+        }
+        sqlite3_finalize(s);
+        s = NULL;
+        if (*kind) { rollback(st); return LAB_OK; }
+    }
+    if ((rc = prep(st, "SELECT id, pid, pid_start, host FROM runs WHERE " IDENTITY_WHERE
+                       " AND status = 'RUNNING'", &s, err, errlen))) goto fail;
+    bind_identity(s, id);
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        int64_t rid = sqlite3_column_int64(s, 0), pid = sqlite3_column_int64(s, 1);
+        int64_t ps = sqlite3_column_int64(s, 2);
+        const char *host = (const char *)sqlite3_column_text(s, 3);
+        int same_host = host && pv->host && !strcmp(host, pv->host);
+        /* Another host's process cannot be checked from here: treat it as alive. */
+        if (!same_host || lab_pid_alive(pid, ps)) {
+            sqlite3_finalize(s);
+            rollback(st);
+            *kind = LAB_BUSY;
+            *run_id = rid;
+            return LAB_OK;
+        }
+        char hostc[256];
+        snprintf(hostc, sizeof hostc, "%s", host);
+        sqlite3_finalize(s);
+        s = NULL;
+        if ((rc = mark_killed(st, rid, pid, hostc, err, errlen))) goto fail;
+        *stale_id = rid;
+    } else {
+        sqlite3_finalize(s);
+        s = NULL;
+    }
+    char now[32];
+    lab_now_iso(now);
+    if ((rc = prep(st,
+                   "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version,"
+                   " repeat_idx, status, started_at, experiment_sha256, git_commit, git_dirty, build_flags,"
+                   " compiler, backend, device, host, pid, pid_start, is_reference, score, top_k,"
+                   " expected_assertions)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
+                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22)", &s, err, errlen))) goto fail;
+    bind_identity(s, id);
+    bind_text(s, 8, now);
+    bind_text(s, 9, pv->experiment_sha256);
+    bind_text(s, 10, pv->git_commit);
+    sqlite3_bind_int(s, 11, pv->git_dirty);
+    bind_text(s, 12, pv->build_flags);
+    bind_text(s, 13, pv->compiler);
+    bind_text(s, 14, pv->backend);
+    bind_text(s, 15, pv->device);
+    bind_text(s, 16, pv->host);
+    sqlite3_bind_int64(s, 17, pv->pid);
+    sqlite3_bind_int64(s, 18, pv->pid_start);
+    sqlite3_bind_int(s, 19, pv->is_reference);
+    bind_text(s, 20, pv->score);
+    sqlite3_bind_int64(s, 21, pv->top_k);
+    bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
+    if ((rc = step_done(st, s, err, errlen, "claim run"))) goto fail;
+    sqlite3_finalize(s);
+    s = NULL;
+    *run_id = sqlite3_last_insert_rowid(st->db);
+    if ((rc = commit(st, err, errlen))) goto fail;
+    *kind = LAB_CLAIMED;
+    return LAB_OK;
+fail:
+    sqlite3_finalize(s);
+    rollback(st);
+    *kind = 0;
+    return rc;
+}
+
+int lab_store_find_finished(lab_store *st, const lab_identity *id, int64_t *run_id,
+                            char logits_sha256[65], char *err, size_t errlen) {
+    *run_id = 0;
+    if (logits_sha256) logits_sha256[0] = 0;
+    sqlite3_stmt *s;
+    int rc = prep(st, "SELECT id, logits_sha256 FROM runs WHERE " IDENTITY_WHERE
+                      " AND status = 'FINISHED' ORDER BY id DESC LIMIT 1", &s, err, errlen);
+    if (rc) return rc;
+    bind_identity(s, id);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        *run_id = sqlite3_column_int64(s, 0);
+        const char *h = (const char *)sqlite3_column_text(s, 1);
+        if (logits_sha256 && h) snprintf(logits_sha256, 65, "%s", h);
+        rc = LAB_OK;
+    } else if (rc == SQLITE_DONE) rc = LAB_OK;
+    else rc = db_err(st, err, errlen, "find run");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int lab_store_put_spec(lab_store *st, const char *sha256, const char *id, const char *file,
+                       const char *json, char *err, size_t errlen) {
+    char now[32];
+    lab_now_iso(now);
+    sqlite3_stmt *s;
+    int rc = begin_immediate(st, err, errlen);
+    if (rc) return rc;
+    if ((rc = prep(st, "INSERT OR IGNORE INTO experiment_specs (sha256, id, file, json, first_seen)"
+                       " VALUES (?1, ?2, ?3, ?4, ?5)", &s, err, errlen))) { rollback(st); return rc; }
+    bind_text(s, 1, sha256);
+    bind_text(s, 2, id);
+    bind_text(s, 3, file);
+    bind_text(s, 4, json);
+    bind_text(s, 5, now);
+    rc = step_done(st, s, err, errlen, "store experiment spec");
+    sqlite3_finalize(s);
+    if (!rc) rc = commit(st, err, errlen);
+    if (rc) rollback(st);
+    return rc;
+}
+
+/* ------------------------------------------------------------ finishing */
+
+/* Each writer below runs inside lab_store_finish's transaction. */
+
+static int put_knobs(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "INSERT INTO run_knobs (run_id, name, value, numeric) VALUES (?1, ?2, ?3, ?4)", &s, err, errlen);
+    for (int64_t i = 0; !rc && i < r->n_knobs; i++) {
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, run);
+        bind_text(s, 2, r->knob_names[i]);
+        bind_text(s, 3, r->knob_values[i]);
+        sqlite3_bind_int(s, 4, r->knob_numeric ? r->knob_numeric[i] : 1);
+        rc = step_done(st, s, err, errlen, "store knobs");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int put_probes(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "INSERT INTO probes (run_id, idx, site, layer, dtype, src_dtype, calls, rows,"
+                      " bytes_per_row, src_row_bytes, dst_row_bytes, converting, violations, rows_unwritten,"
+                      " detail, ok) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)", &s, err, errlen);
+    for (int64_t i = 0; !rc && i < r->n_probes; i++) {
+        const vt_probe *p = &r->probes[i];
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, run);
+        sqlite3_bind_int64(s, 2, i);
+        sqlite3_bind_text(s, 3, p->site, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(s, 4, p->layer);
+        sqlite3_bind_text(s, 5, p->dtype, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(s, 6, p->src_dtype, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(s, 7, p->calls);
+        sqlite3_bind_int64(s, 8, p->rows);
+        sqlite3_bind_int64(s, 9, p->bytes_per_row);
+        sqlite3_bind_int64(s, 10, p->src_row_bytes);
+        sqlite3_bind_int64(s, 11, p->dst_row_bytes);
+        sqlite3_bind_int(s, 12, p->converting);
+        sqlite3_bind_int64(s, 13, p->violations);
+        sqlite3_bind_int64(s, 14, p->rows_unwritten);
+        sqlite3_bind_text(s, 15, p->detail, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(s, 16, r->probe_ok[i]);
+        rc = step_done(st, s, err, errlen, "store probes");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int put_expect(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "INSERT INTO expectations (run_id, site, expected_dtype, seen_dtypes, records, ok, reason)"
+                      " VALUES (?1,?2,?3,?4,?5,?6,?7)", &s, err, errlen);
+    for (int64_t i = 0; !rc && i < r->n_expect; i++) {
+        const lab_expect_result *x = &r->expect[i];
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, run);
+        bind_text(s, 2, x->site);
+        bind_text(s, 3, x->expected);
+        bind_text(s, 4, x->seen);
+        sqlite3_bind_int64(s, 5, x->records);
+        sqlite3_bind_int(s, 6, x->ok);
+        bind_text(s, 7, x->reason);
+        rc = step_done(st, s, err, errlen, "store expectations");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int put_metrics(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "INSERT INTO metrics (run_id, name, value) VALUES (?1, ?2, ?3)", &s, err, errlen);
+    for (int64_t i = 0; !rc && i < r->n_metrics; i++) {
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, run);
+        bind_text(s, 2, r->metric_names[i]);
+        /* NaN/inf are not SQL values: stored as NULL ("not measurable"). */
+        double v = r->metric_values[i];
+        if (v != v || v > 1e308 || v < -1e308) sqlite3_bind_null(s, 3);
+        else sqlite3_bind_double(s, 3, v);
+        rc = step_done(st, s, err, errlen, "store metrics");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int put_logits(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "INSERT INTO logits_topk (run_id, seq, n_pos, k, ids, logprobs) VALUES (?1,?2,?3,?4,?5,?6)",
+                  &s, err, errlen);
+    /* Blobs are little-endian int32 / f32, the byte order of every machine
+     * vtlab builds on (x86-64, aarch64); docs/schema.md states it. */
+    for (int64_t q = 0; !rc && r->topk_ids && q < r->n_sequences; q++) {
+        int64_t p0 = r->offsets[q], np = r->offsets[q + 1] - p0;
+        size_t nb = (size_t)(np * r->top_k) * sizeof(int32_t);
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, run);
+        sqlite3_bind_int64(s, 2, q);
+        sqlite3_bind_int64(s, 3, np);
+        sqlite3_bind_int64(s, 4, r->top_k);
+        sqlite3_bind_blob64(s, 5, r->topk_ids + p0 * r->top_k, nb, SQLITE_STATIC);
+        sqlite3_bind_blob64(s, 6, r->topk_logprobs + p0 * r->top_k, nb, SQLITE_STATIC);
+        rc = step_done(st, s, err, errlen, "store top-k logits");
+    }
+    sqlite3_finalize(s);
+    if (rc || !r->full_f16) return rc;
+    if ((rc = prep(st, "INSERT INTO logits_full (run_id, seq, n_pos, vocab, dtype, data) VALUES (?1,?2,?3,?4,'f16',?5)",
+                   &s, err, errlen))) return rc;
+    for (int64_t q = 0; !rc && q < r->n_sequences; q++) {
+        int64_t p0 = r->offsets[q], np = r->offsets[q + 1] - p0;
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, run);
+        sqlite3_bind_int64(s, 2, q);
+        sqlite3_bind_int64(s, 3, np);
+        sqlite3_bind_int64(s, 4, r->vocab);
+        sqlite3_bind_blob64(s, 5, r->full_f16 + p0 * r->vocab, (size_t)(np * r->vocab) * sizeof(uint16_t), SQLITE_STATIC);
+        rc = step_done(st, s, err, errlen, "store full logits");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static void bind_real(sqlite3_stmt *s, int i, double v) {
+    if (v != v || v > 1e308 || v < -1e308) sqlite3_bind_null(s, i);
+    else sqlite3_bind_double(s, i, v);
+}
+
+static int put_comparison(lab_store *st, int64_t run, const lab_comparison *c, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "INSERT INTO comparisons (run_id, reference_run_id, reference_recomputed, reference_hash_match,"
+                      " n_scored, top1_k, top1_n, top1_lo, top1_hi, kl_mean, kl_p99, kl_max, max_abs_dlogit, rms_dp,"
+                      " mcnemar_b, mcnemar_c, mcnemar_p, div_sequences, div_tolerance, first_div_layer,"
+                      " first_div_site, first_div_value)"
+                      " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)",
+                  &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, run);
+    sqlite3_bind_int64(s, 2, c->reference_run_id);
+    sqlite3_bind_int(s, 3, c->reference_recomputed);
+    if (c->reference_hash_match < 0) sqlite3_bind_null(s, 4);
+    else sqlite3_bind_int(s, 4, c->reference_hash_match);
+    sqlite3_bind_int64(s, 5, c->n_scored);
+    sqlite3_bind_int64(s, 6, c->top1_k);
+    sqlite3_bind_int64(s, 7, c->top1_n);
+    bind_real(s, 8, c->top1_lo);
+    bind_real(s, 9, c->top1_hi);
+    bind_real(s, 10, c->kl_mean);
+    bind_real(s, 11, c->kl_p99);
+    bind_real(s, 12, c->kl_max);
+    bind_real(s, 13, c->max_abs_dlogit);
+    bind_real(s, 14, c->rms_dp);
+    sqlite3_bind_int64(s, 15, c->mcnemar_b);
+    sqlite3_bind_int64(s, 16, c->mcnemar_c);
+    bind_real(s, 17, c->mcnemar_p);
+    sqlite3_bind_int64(s, 18, c->div_sequences);
+    if (c->div_sequences > 0) {
+        bind_real(s, 19, c->div_tolerance);
+        if (c->first_div_layer >= 0) {
+            sqlite3_bind_int64(s, 20, c->first_div_layer);
+            sqlite3_bind_int(s, 21, c->first_div_site);
+            bind_real(s, 22, c->first_div_value);
+        }
+    }
+    rc = step_done(st, s, err, errlen, "store comparison");
+    sqlite3_finalize(s);
+    if (rc || c->n_div == 0) return rc;
+    if ((rc = prep(st, "INSERT INTO layer_divergence (run_id, reference_run_id, layer, site, rel_l2)"
+                       " VALUES (?1,?2,?3,?4,?5)", &s, err, errlen))) return rc;
+    for (int64_t i = 0; !rc && i < c->n_div; i++) {
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, run);
+        sqlite3_bind_int64(s, 2, c->reference_run_id);
+        sqlite3_bind_int64(s, 3, c->div_layer[i]);
+        sqlite3_bind_int(s, 4, c->div_site[i]);
+        /* +inf (reference all zero, arm not) is stored as a huge finite value. */
+        double v = c->div_value[i];
+        sqlite3_bind_double(s, 5, v != v ? 1e308 : v > 1e308 ? 1e308 : v);
+        rc = step_done(st, s, err, errlen, "store layer divergence");
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int put_verdict(lab_store *st, int64_t run, int64_t ref, const lab_verdict_row *v, char *err, size_t errlen) {
+    char now[32];
+    lab_now_iso(now);
+    sqlite3_stmt *s;
+    int rc = prep(st, "INSERT INTO verdicts (run_id, reference_run_id, metric, threshold, direction, k, n, value,"
+                      " lo, hi, interval, verdict, decided_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'wilson95',?11,?12)",
+                  &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, run);
+    sqlite3_bind_int64(s, 2, ref);
+    bind_text(s, 3, v->metric);
+    sqlite3_bind_double(s, 4, v->threshold);
+    bind_text(s, 5, v->direction_ge ? ">=" : "<=");
+    sqlite3_bind_int64(s, 6, v->k);
+    sqlite3_bind_int64(s, 7, v->n);
+    sqlite3_bind_double(s, 8, v->value);
+    sqlite3_bind_double(s, 9, v->lo);
+    sqlite3_bind_double(s, 10, v->hi);
+    bind_text(s, 11, v->verdict);
+    bind_text(s, 12, now);
+    rc = step_done(st, s, err, errlen, "store verdict");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, char *err, size_t errlen) {
+    int rc = begin_immediate(st, err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s = NULL;
+    /* The claim must still be ours: a RUNNING row. If another process judged
+     * us dead and marked it KILLED, our results are not written under it. */
+    if ((rc = prep(st, "SELECT status FROM runs WHERE id = ?1", &s, err, errlen))) goto fail;
+    sqlite3_bind_int64(s, 1, run_id);
+    if (sqlite3_step(s) != SQLITE_ROW || strcmp((const char *)sqlite3_column_text(s, 0), "RUNNING")) {
+        rc = lab_errf(err, errlen, LAB_EINTERNAL, "%s: run %lld is no longer RUNNING (claimed by another process?)",
+                      st->path, (long long)run_id);
+        goto fail;
+    }
+    sqlite3_finalize(s);
+    s = NULL;
+    if ((rc = put_knobs(st, run_id, r, err, errlen))) goto fail;
+    if ((rc = put_probes(st, run_id, r, err, errlen))) goto fail;
+    if ((rc = put_expect(st, run_id, r, err, errlen))) goto fail;
+    if ((rc = put_metrics(st, run_id, r, err, errlen))) goto fail;
+    if ((rc = put_logits(st, run_id, r, err, errlen))) goto fail;
+    if (r->cmp && (rc = put_comparison(st, run_id, r->cmp, err, errlen))) goto fail;
+    if (r->cmp && r->verdict && (rc = put_verdict(st, run_id, r->cmp->reference_run_id, r->verdict, err, errlen)))
+        goto fail;
+    char now[32];
+    lab_now_iso(now);
+    if ((rc = prep(st, "UPDATE runs SET status = 'FINISHED', finished_at = ?2, n_sequences = ?3, n_tokens = ?4,"
+                       " n_scored = ?5, wall_s = ?6, forward_s = ?7, logits_sha256 = ?8, assertions_ok = ?9,"
+                       " assertion_reason = ?10 WHERE id = ?1", &s, err, errlen))) goto fail;
+    sqlite3_bind_int64(s, 1, run_id);
+    bind_text(s, 2, now);
+    sqlite3_bind_int64(s, 3, r->n_sequences);
+    sqlite3_bind_int64(s, 4, r->n_tokens);
+    sqlite3_bind_int64(s, 5, r->n_scored);
+    sqlite3_bind_double(s, 6, r->wall_s);
+    sqlite3_bind_double(s, 7, r->forward_s);
+    bind_text(s, 8, r->logits_sha256);
+    sqlite3_bind_int(s, 9, r->assertions_ok);
+    bind_text(s, 10, r->assertion_reason);
+    if ((rc = step_done(st, s, err, errlen, "finish run"))) goto fail;
+    sqlite3_finalize(s);
+    s = NULL;
+    if ((rc = commit(st, err, errlen))) goto fail;
+    return LAB_OK;
+fail:
+    sqlite3_finalize(s);
+    rollback(st);
+    return rc;
+}
+
+int lab_store_abort(lab_store *st, int64_t run_id, const char *status, const char *error, char *err, size_t errlen) {
+    char now[32];
+    lab_now_iso(now);
+    int rc = begin_immediate(st, err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s;
+    if ((rc = prep(st, "UPDATE runs SET status = ?2, error = ?3, finished_at = ?4 WHERE id = ?1 AND status = 'RUNNING'",
+                   &s, err, errlen))) { rollback(st); return rc; }
+    sqlite3_bind_int64(s, 1, run_id);
+    bind_text(s, 2, status);
+    bind_text(s, 3, error);
+    bind_text(s, 4, now);
+    rc = step_done(st, s, err, errlen, "abort run");
+    sqlite3_finalize(s);
+    if (!rc) rc = commit(st, err, errlen);
+    if (rc) rollback(st);
+    return rc;
+}
+
+int lab_store_put_pair_test(lab_store *st, int64_t run_a, int64_t run_b, int64_t ref_run,
+                            int64_t n, int64_t b, int64_t c, double p, char *err, size_t errlen) {
+    char now[32];
+    lab_now_iso(now);
+    int rc = begin_immediate(st, err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s;
+    if ((rc = prep(st, "INSERT OR REPLACE INTO pair_tests (run_a, run_b, reference_run_id, n, b, c, p, computed_at)"
+                       " VALUES (?1,?2,?3,?4,?5,?6,?7,?8)", &s, err, errlen))) { rollback(st); return rc; }
+    sqlite3_bind_int64(s, 1, run_a);
+    sqlite3_bind_int64(s, 2, run_b);
+    sqlite3_bind_int64(s, 3, ref_run);
+    sqlite3_bind_int64(s, 4, n);
+    sqlite3_bind_int64(s, 5, b);
+    sqlite3_bind_int64(s, 6, c);
+    sqlite3_bind_double(s, 7, p);
+    bind_text(s, 8, now);
+    rc = step_done(st, s, err, errlen, "store pair test");
+    sqlite3_finalize(s);
+    if (!rc) rc = commit(st, err, errlen);
+    if (rc) rollback(st);
+    return rc;
+}
+
+int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, char *err, size_t errlen) {
+    *ids = NULL;
+    *n = 0;
+    sqlite3_stmt *s;
+    int rc = prep(st, "SELECT t.n_pos, t.k, t.ids, r.score FROM logits_topk t JOIN runs r ON r.id = t.run_id"
+                      " WHERE t.run_id = ?1 ORDER BY t.seq", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, run_id);
+    int64_t cap = 0;
+    int32_t *out = NULL;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int64_t np = sqlite3_column_int64(s, 0), k = sqlite3_column_int64(s, 1);
+        const int32_t *blob = sqlite3_column_blob(s, 2);
+        int64_t bytes = sqlite3_column_bytes(s, 2);
+        const char *score = (const char *)sqlite3_column_text(s, 3);
+        int last = score && !strcmp(score, "last");
+        if (k <= 0 || np <= 0 || bytes != np * k * (int64_t)sizeof(int32_t)) {
+            sqlite3_finalize(s);
+            free(out);
+            return lab_errf(err, errlen, LAB_EINTERNAL, "%s: run %lld: malformed logits_topk row", st->path,
+                            (long long)run_id);
+        }
+        for (int64_t p = last ? np - 1 : 0; p < np; p++) {
+            if (*n >= cap) {
+                cap = cap ? cap * 2 : 1024;
+                int32_t *o = realloc(out, (size_t)cap * sizeof *o);
+                if (!o) { sqlite3_finalize(s); free(out); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+                out = o;
+            }
+            int32_t v;
+            memcpy(&v, (const char *)blob + (size_t)(p * k) * sizeof(int32_t), sizeof v);
+            out[(*n)++] = v;
+        }
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_DONE) { free(out); *n = 0; return db_err(st, err, errlen, "read top-1"); }
+    *ids = out;
+    return LAB_OK;
+}
+
+int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *const *params, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, sql, &s, err, errlen);
+    if (rc) return rc;
+    for (int i = 0; i < nparams; i++) bind_text(s, i + 1, params[i]);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {}
+    sqlite3_finalize(s);
+    return rc == SQLITE_DONE ? LAB_OK : db_err(st, err, errlen, "exec");
+}

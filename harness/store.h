@@ -1,0 +1,186 @@
+/*
+ * store.h — results.db: the SQLite store of runs, their provenance, knobs,
+ * probes, logits, metrics, comparisons, per-layer divergence and verdicts.
+ *
+ * The workload: a sweep claims a run (one small write), spends seconds to
+ * minutes in the forward pass touching nothing, then writes everything the
+ * run produced in one transaction. Readers (runs, show, compare, export, and
+ * later audit/report/nightly) read finished runs. Several processes may share
+ * one file, so:
+ *   - WAL journal (readers never block the writer), busy_timeout of 30 s;
+ *   - every write transaction is BEGIN IMMEDIATE, so two writers serialise
+ *     at BEGIN instead of failing on a read-to-write upgrade;
+ *   - a run is claimed by inserting its RUNNING row first; a partial unique
+ *     index allows one RUNNING row per run identity, so two sweeps can never
+ *     both run it, and a RUNNING row whose process is dead (same host, pid
+ *     gone or reused) is marked KILLED and the run redone;
+ *   - a run's result rows and its FINISHED status commit together, so a
+ *     killed process leaves only a RUNNING row, never a half-written FINISHED.
+ *
+ * Schema: versioned with PRAGMA user_version; migrations[] in store.c take
+ * version v to v + 1 and run in one transaction each. The tables and columns
+ * are documented in docs/schema.md. Every statement is prepared with bound
+ * parameters; no SQL text is ever built from data.
+ */
+#ifndef LAB_STORE_H
+#define LAB_STORE_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/vt.h"
+
+#define LAB_SCHEMA_VERSION 2
+
+typedef struct lab_store lab_store;
+
+/* Opens (creating if needed) the database at path and migrates it to
+ * LAB_SCHEMA_VERSION. A database newer than this build is LAB_EINPUT. */
+int  lab_store_open(lab_store **out, const char *path, char *err, size_t errlen);
+/* Test hook: like lab_store_open but migrates only up to version
+ * (0 < version <= LAB_SCHEMA_VERSION). Used to build "older" databases. */
+int  lab_store_open_version(lab_store **out, const char *path, int version, char *err, size_t errlen);
+void lab_store_close(lab_store *st);
+sqlite3 *lab_store_db(lab_store *st);
+int  lab_store_version(lab_store *st);
+
+/* The identity of a run: a FINISHED run with the same identity is not redone
+ * (unless forced). repeat distinguishes the repeats of one identity. */
+typedef struct lab_identity {
+    const char *experiment, *arm;
+    int64_t     repeat;
+    const char *knob_hash, *model_sha256, *dataset_sha256, *code_version;
+} lab_identity;
+
+/* Everything recorded about a run when it is claimed. */
+typedef struct lab_provenance {
+    const char *experiment_sha256;   /* key of experiment_specs */
+    const char *git_commit;
+    int         git_dirty;
+    const char *build_flags, *compiler, *backend, *device, *host;
+    int64_t     pid, pid_start;      /* pid_start: /proc start time, guards pid reuse */
+    int         is_reference;
+    const char *score;               /* "all" | "last" */
+    int64_t     top_k;
+    const char *expected_assertions; /* "pass" | "fail" */
+} lab_provenance;
+
+enum { LAB_CLAIMED = 1, LAB_DONE, LAB_BUSY };
+
+/* Claims the run: in one BEGIN IMMEDIATE transaction, looks for the run's
+ * identity; a FINISHED row (and !force) gives LAB_DONE with its id; a RUNNING
+ * row of a live process gives LAB_BUSY with its id; a RUNNING row of a dead
+ * process on this host is marked KILLED (*stale_id) and the run claimed.
+ * LAB_CLAIMED: a new RUNNING row was inserted, *run_id is its id. */
+int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+                    int *kind, int64_t *run_id, int64_t *stale_id, char *err, size_t errlen);
+
+/* Latest FINISHED run of an identity: *run_id = 0 when none. logits_sha256
+ * (may be NULL) receives its full-logits content hash. */
+int lab_store_find_finished(lab_store *st, const lab_identity *id, int64_t *run_id,
+                            char logits_sha256[65], char *err, size_t errlen);
+
+/* Marks every RUNNING row of this host whose process is dead as KILLED.
+ * Returns the number marked in *n. */
+int lab_store_reap(lab_store *st, const char *host, int64_t *n, char *err, size_t errlen);
+
+/* 1 when process pid with start time pid_start is alive on this host. */
+int lab_pid_alive(int64_t pid, int64_t pid_start);
+/* Start time of a process from /proc/PID/stat (clock ticks since boot), or 0. */
+int64_t lab_pid_start(int64_t pid);
+
+/* Stores the experiment file's canonical JSON under its sha256 (idempotent). */
+int lab_store_put_spec(lab_store *st, const char *sha256, const char *id, const char *file,
+                       const char *json, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------- results */
+
+typedef struct lab_expect_result {
+    char    site[32];
+    char    expected[8];
+    char    seen[64];        /* distinct dtypes the probes showed, ','-joined; "" when none */
+    int64_t records;         /* probe records at the site */
+    int     ok;
+    char    reason[256];     /* "" when ok */
+} lab_expect_result;
+
+typedef struct lab_comparison {
+    int64_t reference_run_id;
+    int     reference_recomputed;   /* 1: reference logits recomputed in this process */
+    int     reference_hash_match;   /* -1 not recomputed; 1/0 recomputed hash == stored */
+    int64_t n_scored;
+    int64_t top1_k, top1_n;
+    double  top1_lo, top1_hi;
+    double  kl_mean, kl_p99, kl_max, max_abs_dlogit, rms_dp;
+    int64_t mcnemar_b, mcnemar_c;
+    double  mcnemar_p;
+    int64_t div_sequences;          /* 0: per-layer divergence not measured */
+    double  div_tolerance;
+    int64_t first_div_layer;        /* -1: no layer/site exceeded the tolerance */
+    int     first_div_site;
+    double  first_div_value;
+    int64_t n_div;
+    int64_t *div_layer;             /* [n_div] */
+    int     *div_site;              /* [n_div] 0 after attention, 1 after FFN */
+    double  *div_value;             /* [n_div] relative L2 from the reference */
+} lab_comparison;
+
+typedef struct lab_verdict_row {
+    char    metric[32];
+    double  threshold;
+    int     direction_ge;
+    int64_t k, n;
+    double  value, lo, hi;
+    char    verdict[16];
+} lab_verdict_row;
+
+typedef struct lab_run_result {
+    int64_t  n_sequences, n_tokens, n_scored;
+    double   wall_s, forward_s;
+    char     logits_sha256[65];      /* sha256 of every logit row, f32 LE, in dataset order */
+    int      assertions_ok;
+    char    *assertion_reason;       /* NULL when ok; owned by the caller */
+    int64_t  n_knobs;
+    const char **knob_names, **knob_values;   /* [n_knobs] */
+    const int   *knob_numeric;                /* [n_knobs] */
+    int64_t  n_probes;
+    const vt_probe *probes;          /* [n_probes] */
+    const int      *probe_ok;        /* [n_probes] invariant held */
+    int64_t  n_expect;
+    const lab_expect_result *expect; /* [n_expect] */
+    int64_t  n_metrics;
+    const char  **metric_names;      /* [n_metrics] */
+    const double *metric_values;     /* [n_metrics] */
+    /* top-k per position: sequence s has positions offsets[s]..offsets[s+1] */
+    int64_t        top_k;
+    const int64_t *offsets;          /* [n_sequences + 1] */
+    const int32_t *topk_ids;         /* [n_tokens, top_k] */
+    const float   *topk_logprobs;    /* [n_tokens, top_k] */
+    int64_t        vocab;
+    const uint16_t *full_f16;        /* [n_tokens, vocab] f16 or NULL */
+    const lab_comparison  *cmp;      /* NULL for the reference arm */
+    const lab_verdict_row *verdict;  /* NULL when the experiment has no decision */
+} lab_run_result;
+
+/* Writes every row of the result and sets status FINISHED, in one
+ * transaction. On failure nothing of it is visible. */
+int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, char *err, size_t errlen);
+
+/* Sets a RUNNING run to FAILED or KILLED with an error text. */
+int lab_store_abort(lab_store *st, int64_t run_id, const char *status, const char *error,
+                    char *err, size_t errlen);
+
+/* McNemar between two arms' runs on the same positions (see cmd_run.c). */
+int lab_store_put_pair_test(lab_store *st, int64_t run_a, int64_t run_b, int64_t ref_run,
+                            int64_t n, int64_t b, int64_t c, double p, char *err, size_t errlen);
+
+/* Reads a run's per-position top-1 ids ([n] int32, caller frees). */
+int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, char *err, size_t errlen);
+
+/* Runs one prepared statement to completion with text parameters bound in
+ * order (NULL binds NULL). For small maintenance writes and tests. */
+int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *const *params,
+                   char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,60 @@
+/*
+ * util.h — small helpers shared by the harness files: error text, owned
+ * strings, growable byte buffers, time stamps and file reading.
+ *
+ * The harness reports errors the way the model library does (vt.h): a
+ * function returns 0 or a status and fills a caller's buffer with one line
+ * naming the file, the field and what was expected. The statuses reuse
+ * vt.h's numbering so that a model error passes through unchanged, and
+ * lab_exit_code() maps any of them to the process exit status (2 for bad
+ * input, 1 otherwise); only main turns it into an exit.
+ */
+#ifndef LAB_UTIL_H
+#define LAB_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LAB_OK       0
+#define LAB_EINPUT   2  /* bad input: experiment file, argument, dataset */
+#define LAB_ENOMEM   3
+#define LAB_EIO      4  /* an OS or SQLite I/O failure */
+#define LAB_EINTERNAL 5
+
+/* Formats into err (may be NULL) and returns code. */
+int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Prepends "prefix: " to err in place; returns code. */
+int lab_err_prefix(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* 0 -> 0, LAB_EINPUT -> 2, anything else -> 1. */
+int lab_exit_code(int status);
+
+/* strdup that returns NULL for NULL. */
+char *lab_strdup(const char *s);
+
+/* A growable byte buffer (text or binary). data is always NUL-terminated. */
+typedef struct lab_buf {
+    char  *data;
+    size_t len, cap;
+    int    oom;      /* set once an append failed; later appends are no-ops */
+} lab_buf;
+void lab_buf_append(lab_buf *b, const void *p, size_t n);
+void lab_buf_printf(lab_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lab_buf_free(lab_buf *b);
+
+/* Reads a whole file (NUL-terminated); *len may be NULL. */
+int lab_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
+
+/* Current UTC time as "YYYY-MM-DDTHH:MM:SSZ" into out[32]. */
+void lab_now_iso(char out[32]);
+/* Monotonic seconds. */
+double lab_mono(void);
+
+/* 1 when the path exists (any kind). */
+int lab_path_exists(const char *path);
+/* mkdir -p. */
+int lab_mkdirs(const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,333 @@
+/*
+ * test_store.c — results.db: schema creation, migration from the v1 schema,
+ * pragmas, claims (new / done / busy / stale), the one-transaction finish,
+ * and two processes claiming the same runs at once.
+ */
+#include "tests/unit/vt_test.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness/store.h"
+#include "harness/util.h"
+
+static char dbpath[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dbpath, sizeof dbpath, "/tmp/vtlab-test-store-%d.db", (int)getpid());
+    char p[300];
+    unlink(dbpath);
+    snprintf(p, sizeof p, "%s-wal", dbpath);
+    unlink(p);
+    snprintf(p, sizeof p, "%s-shm", dbpath);
+    unlink(p);
+    return 0;
+}
+static int teardown(void **state) { return setup(state); }
+
+static int64_t q_int(lab_store *st, const char *sql) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, &s, NULL) != SQLITE_OK) fail_msg("prepare %s", sql);
+    int64_t v = -999;
+    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+static const char *q_text(lab_store *st, const char *sql, char *buf, size_t n) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, &s, NULL) != SQLITE_OK) fail_msg("prepare %s", sql);
+    buf[0] = 0;
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+        snprintf(buf, n, "%s", (const char *)sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    return buf;
+}
+
+static void test_fresh_schema(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "", buf[64];
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(lab_store_version(st), LAB_SCHEMA_VERSION);
+    assert_int_equal(q_int(st, "PRAGMA user_version"), LAB_SCHEMA_VERSION);
+    assert_string_equal(q_text(st, "PRAGMA journal_mode", buf, sizeof buf), "wal");
+    assert_int_equal(q_int(st, "PRAGMA foreign_keys"), 1);
+    for (const char *const *t = (const char *const[]){"runs", "run_knobs", "metrics", "probes", "expectations",
+                                                       "logits_topk", "logits_full", "comparisons", "layer_divergence",
+                                                       "pair_tests", "verdicts", "experiment_specs", NULL};
+         *t; t++) {
+        char sql[200];
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", *t);
+        if (q_int(st, sql) != 1) fail_msg("table %s missing", *t);
+    }
+    /* The status trigger rejects anything but the four statuses. */
+    const char *bad[] = {"x"};
+    assert_int_not_equal(lab_store_exec(st, "INSERT INTO runs (experiment, arm, status, knob_hash, model_sha256,"
+                                            " dataset_sha256, code_version, started_at) VALUES (?1,'a','done','k','m','d','c','t')",
+                                        1, bad, err, sizeof err), 0);
+    VT_ASSERT_CONTAINS(err, "RUNNING, FINISHED, FAILED or KILLED");
+    lab_store_close(st);
+    /* Reopening an up-to-date database changes nothing. */
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(lab_store_version(st), LAB_SCHEMA_VERSION);
+    lab_store_close(st);
+}
+
+static void test_migrate_from_v1(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "", buf[64];
+    assert_int_equal(lab_store_open_version(&st, dbpath, 1, err, sizeof err), 0);
+    assert_int_equal(q_int(st, "PRAGMA user_version"), 1);
+    /* v1 rows as the prototype wrote them: lowercase statuses. */
+    assert_int_equal(lab_store_exec(st, "INSERT INTO runs (id, experiment, arm, status, knob_hash, model_sha256,"
+                                        " dataset_sha256, code_version, started_at, finished_at) VALUES"
+                                        " (1,'e','f32','done','k','m','d','c','t0','t1'),"
+                                        " (2,'e','bf16','running','k2','m','d','c','t0',NULL),"
+                                        " (3,'e','bf16','failed','k2','m','d','c','t0','t1')",
+                                    0, NULL, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st, "INSERT INTO metrics (run_id, name, value) VALUES (1, 'perplexity', 12.5)", 0,
+                                    NULL, err, sizeof err), 0);
+    lab_store_close(st);
+
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(lab_store_version(st), LAB_SCHEMA_VERSION);
+    assert_string_equal(q_text(st, "SELECT status FROM runs WHERE id = 1", buf, sizeof buf), "FINISHED");
+    assert_string_equal(q_text(st, "SELECT status FROM runs WHERE id = 2", buf, sizeof buf), "KILLED");
+    assert_string_equal(q_text(st, "SELECT status FROM runs WHERE id = 3", buf, sizeof buf), "FAILED");
+    assert_int_equal(q_int(st, "SELECT repeat_idx FROM runs WHERE id = 1"), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM metrics"), 1);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM probes"), 0);
+    lab_store_close(st);
+}
+
+static void test_newer_version_refused(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "";
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st, "PRAGMA user_version = 99", 0, NULL, err, sizeof err), 0);
+    lab_store_close(st);
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), LAB_EINPUT);
+    VT_ASSERT_CONTAINS(err, "schema version 99 is newer");
+}
+
+static lab_identity ident(const char *arm) {
+    lab_identity id = {"exp", arm, 0, "kh", "mh", "dh", "cv"};
+    return id;
+}
+
+static lab_provenance prov(int64_t pid) {
+    lab_provenance p = {0};
+    p.host = "testhost";
+    p.pid = pid;
+    p.pid_start = lab_pid_start(pid);
+    p.score = "all";
+    p.top_k = 2;
+    return p;
+}
+
+/* A minimal result: two knobs, one probe, two metrics, one sequence of top-k. */
+static void small_result(lab_run_result *r, const char **mnames) {
+    static const char *kn[] = {"VT_A", "VT_B"}, *kv[] = {"0", "1"};
+    static const int knum[] = {1, 0};
+    static vt_probe pr;
+    static const int pok[] = {1};
+    static const double mv[] = {1.5, 2.5};
+    static const int64_t off[] = {0, 3};
+    static const int32_t ids[] = {5, 6, 7, 8, 9, 10};
+    static const float lp[] = {-0.1f, -2.f, -0.2f, -3.f, -0.3f, -4.f};
+    memset(&pr, 0, sizeof pr);
+    snprintf(pr.site, sizeof pr.site, "moe.scatter");
+    snprintf(pr.dtype, sizeof pr.dtype, "f32");
+    pr.layer = 1;
+    pr.rows_unwritten = -1;
+    memset(r, 0, sizeof *r);
+    r->n_sequences = 1;
+    r->n_tokens = 3;
+    r->n_scored = 3;
+    snprintf(r->logits_sha256, sizeof r->logits_sha256, "abc");
+    r->assertions_ok = 1;
+    r->n_knobs = 2;
+    r->knob_names = kn;
+    r->knob_values = kv;
+    r->knob_numeric = knum;
+    r->n_probes = 1;
+    r->probes = &pr;
+    r->probe_ok = pok;
+    r->n_metrics = 2;
+    r->metric_names = mnames;
+    r->metric_values = mv;
+    r->top_k = 2;
+    r->offsets = off;
+    r->topk_ids = ids;
+    r->topk_logprobs = lp;
+}
+
+static void test_claims(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "", buf[64];
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    lab_identity id = ident("f32");
+    lab_provenance pv = prov(getpid());
+    int kind;
+    int64_t run, stale, run2;
+    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_CLAIMED);
+    /* The same identity while we (alive) hold it: busy. */
+    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run2, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_BUSY);
+    assert_int_equal(run2, run);
+
+    /* A finish that fails half-way (duplicate metric name) leaves nothing. */
+    lab_run_result r;
+    const char *dup[] = {"m", "m"}, *good[] = {"perplexity", "tokens_per_s"};
+    small_result(&r, dup);
+    assert_int_not_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)run);
+    assert_string_equal(q_text(st, sql, buf, sizeof buf), "RUNNING");
+    assert_int_equal(q_int(st, "SELECT count(*) FROM run_knobs"), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM probes"), 0);
+
+    small_result(&r, good);
+    assert_int_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
+    assert_string_equal(q_text(st, sql, buf, sizeof buf), "FINISHED");
+    assert_int_equal(q_int(st, "SELECT count(*) FROM run_knobs"), 2);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM logits_topk"), 1);
+    assert_int_equal(q_int(st, "SELECT length(ids) FROM logits_topk"), 3 * 2 * 4);
+
+    /* Finished: skipped unless forced. */
+    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run2, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_DONE);
+    assert_int_equal(run2, run);
+    int64_t found;
+    char h[65];
+    assert_int_equal(lab_store_find_finished(st, &id, &found, h, err, sizeof err), 0);
+    assert_int_equal(found, run);
+    assert_string_equal(h, "abc");
+    int32_t *top1;
+    int64_t n;
+    assert_int_equal(lab_store_top1(st, run, &top1, &n, err, sizeof err), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(top1[0], 5);
+    assert_int_equal(top1[2], 9);
+    free(top1);
+    assert_int_equal(lab_store_claim(st, &id, &pv, 1, &kind, &run2, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_CLAIMED);
+    assert_true(run2 != run);
+    assert_int_equal(lab_store_abort(st, run2, "FAILED", "boom", err, sizeof err), 0);
+    lab_store_close(st);
+}
+
+static void test_stale_running_redone(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "", buf[64];
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    /* A child claims a run and dies without finishing it (like kill -9). */
+    pid_t child = fork();
+    if (child == 0) {
+        lab_store *cs;
+        char e2[1024];
+        if (lab_store_open(&cs, dbpath, e2, sizeof e2)) _exit(3);
+        lab_identity id = ident("bf16");
+        lab_provenance pv = prov(getpid());
+        int kind;
+        int64_t run, stale;
+        if (lab_store_claim(cs, &id, &pv, 0, &kind, &run, &stale, e2, sizeof e2) || kind != LAB_CLAIMED) _exit(4);
+        _exit(0); /* no close, no finish */
+    }
+    int status;
+    waitpid(child, &status, 0);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs WHERE arm = 'bf16' AND status = 'RUNNING'"), 1);
+    lab_identity id = ident("bf16");
+    lab_provenance pv = prov(getpid());
+    int kind;
+    int64_t run, stale;
+    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_CLAIMED);
+    assert_true(stale > 0);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)stale);
+    assert_string_equal(q_text(st, sql, buf, sizeof buf), "KILLED");
+    snprintf(sql, sizeof sql, "SELECT error FROM runs WHERE id = %lld", (long long)stale);
+    VT_ASSERT_CONTAINS(q_text(st, sql, buf, sizeof buf), "died while running");
+    /* A RUNNING row from another host is never judged dead from here. */
+    lab_identity id2 = ident("other");
+    lab_provenance pv2 = prov(999999);
+    pv2.host = "elsewhere";
+    assert_int_equal(lab_store_claim(st, &id2, &pv2, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(lab_store_claim(st, &id2, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_BUSY);
+    /* reap: marks dead same-host rows only */
+    int64_t nreap;
+    assert_int_equal(lab_store_reap(st, "testhost", &nreap, err, sizeof err), 0);
+    assert_int_equal(nreap, 0); /* our own claim is alive */
+    lab_store_close(st);
+}
+
+/* Two processes claim and finish the same 30 identities concurrently:
+ * every identity ends with exactly one FINISHED row, none is lost. */
+static void test_two_writers(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "";
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    lab_store_close(st);
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            lab_store *cs;
+            char e2[1024];
+            if (lab_store_open(&cs, dbpath, e2, sizeof e2)) _exit(3);
+            for (int i = 0; i < 30; i++) {
+                char arm[16];
+                snprintf(arm, sizeof arm, "arm%02d", i);
+                lab_identity id = ident(arm);
+                lab_provenance pv = prov(getpid());
+                int kind;
+                int64_t run, stale;
+                if (lab_store_claim(cs, &id, &pv, 0, &kind, &run, &stale, e2, sizeof e2)) _exit(4);
+                if (kind != LAB_CLAIMED) continue;
+                lab_run_result r;
+                const char *mn[] = {"a", "b"};
+                small_result(&r, mn);
+                if (lab_store_finish(cs, run, &r, e2, sizeof e2)) _exit(5);
+            }
+            lab_store_close(cs);
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        int status;
+        waitpid(kids[k], &status, 0);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(q_int(st, "SELECT count(DISTINCT arm) FROM runs WHERE status = 'FINISHED'"), 30);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs WHERE status = 'FINISHED'"), 30);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs WHERE status = 'RUNNING'"), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM run_knobs"), 60);
+    char buf[32];
+    assert_string_equal(q_text(st, "PRAGMA integrity_check", buf, sizeof buf), "ok");
+    lab_store_close(st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fresh_schema, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_version_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_running_redone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_writers, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
