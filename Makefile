@@ -74,8 +74,10 @@ endif
 # The code version (commit, dirty flag, compiler, flags) is written to a
 # generated header that is rewritten only when its text changes, so a commit
 # rebuilds one object, not the tree.
-VT_GIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-VT_DIRTY := $(shell test -z "$$(git status --porcelain --untracked-files=no 2>/dev/null)" && echo 0 || echo 1)
+# A dirty tree gets "+dirty.<hash of the diff and untracked sources>" on its
+# commit, so two different uncommitted states never share a code version.
+VT_DIRTY := $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo 0 || echo 1)
+VT_GIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(if $(filter 1,$(VT_DIRTY)),+dirty.$(shell { git diff HEAD; git ls-files --others --exclude-standard | xargs -r cat; } 2>/dev/null | sha256sum | cut -c1-12))
 BUILD_INFO_TEXT := \#define VT_GIT_COMMIT "$(VT_GIT)"\n\#define VT_GIT_DIRTY $(VT_DIRTY)\n\#define VT_COMPILER "$(shell $(CC) -dumpfullversion 2>/dev/null) $(CC)"\n\#define VT_BUILD_FLAGS "$(OPT) $(EXTRA_CFLAGS)$(if $(NVCC), cuda,)"\n
 $(BUILD)/gen/build_info.h: FORCE
 	@mkdir -p $(dir $@)

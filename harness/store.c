@@ -204,7 +204,50 @@ static const char *const migration_v2 =
     "  decided_at TEXT NOT NULL,"
     "  PRIMARY KEY (run_id, reference_run_id));";
 
-static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2};
+/* v3: the audit (issue 5). A flag is durable: an audit that no longer finds
+ * it marks it resolved (and says by what) instead of deleting it, so the
+ * history of what was once confounded is kept. `key` tells apart flags of one
+ * rule on one subject (e.g. which defect). `expected` marks flags on runs that
+ * meant to go through the defect (a replay arm): shown, not counted. */
+static const char *const migration_v3 =
+    "CREATE TABLE audit_flags ("
+    "  id INTEGER PRIMARY KEY,"
+    "  subject_kind TEXT NOT NULL CHECK (subject_kind IN ('claim','run')),"
+    "  subject TEXT NOT NULL,"
+    "  rule TEXT NOT NULL CHECK (rule IN ('R1','R2','R3','R4','R5','R6')),"
+    "  key TEXT NOT NULL DEFAULT '',"
+    "  reason TEXT NOT NULL,"
+    "  evidence TEXT NOT NULL,"
+    "  expected INTEGER NOT NULL DEFAULT 0,"
+    "  first_seen TEXT NOT NULL,"
+    "  last_seen TEXT NOT NULL,"
+    "  resolved_at TEXT,"
+    "  resolved_by TEXT,"
+    "  UNIQUE (subject_kind, subject, rule, key));"
+    "CREATE INDEX audit_flags_open ON audit_flags(resolved_at);"
+    "CREATE TABLE audits ("
+    "  id INTEGER PRIMARY KEY,"
+    "  at TEXT NOT NULL,"
+    "  specs_dir TEXT NOT NULL,"
+    "  n_claims INTEGER NOT NULL,"
+    "  n_defects INTEGER NOT NULL,"
+    "  n_runs INTEGER NOT NULL,"
+    "  n_open INTEGER NOT NULL,"
+    "  n_new INTEGER NOT NULL,"
+    "  n_resolved INTEGER NOT NULL);"
+    "CREATE TABLE reopens ("
+    "  id INTEGER PRIMARY KEY,"
+    "  claim_id TEXT NOT NULL,"
+    "  defect_id TEXT NOT NULL,"
+    "  replay_run_id INTEGER REFERENCES runs(id),"
+    "  rerun_run_id INTEGER REFERENCES runs(id),"
+    "  explained INTEGER NOT NULL,"
+    "  explanation TEXT NOT NULL,"
+    "  new_claim_id TEXT NOT NULL,"
+    "  new_verdict TEXT NOT NULL,"
+    "  at TEXT NOT NULL);";
+
+static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3};
 
 /* ------------------------------------------------------------ helpers */
 

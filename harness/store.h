@@ -31,7 +31,7 @@
 
 #include "model/vt.h"
 
-#define LAB_SCHEMA_VERSION 2
+#define LAB_SCHEMA_VERSION 3
 
 typedef struct lab_store lab_store;
 

@@ -184,7 +184,7 @@ c.commit()
 PYEOF
 "$VTLAB" runs --db "$T/old.db" >"$T/out" 2>"$T/err"; rc=$?
 check "migration: a v1 database opens, is migrated to v2, rows kept" \
-    "[ $rc -eq 0 ] && [ \"$(q $T/old.db 'pragma user_version')\" = 2 ] && [ \"$(q $T/old.db "select status from runs where id=1")\" = FINISHED ]" "$(cat $T/err)"
+    "[ $rc -eq 0 ] && [ \"$(q $T/old.db 'pragma user_version')\" = 3 ] && [ \"$(q $T/old.db "select status from runs where id=1")\" = FINISHED ]" "$(cat $T/err)"
 
 # ------------------------------------------------------------ kill -9 and resume
 mkdir -p "$T/sweep"
