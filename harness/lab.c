@@ -19,14 +19,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "cmd_query.h"
+#include "ledger.h"
+#include "reopen.h"
 #include "experiment.h"
 #include "runner.h"
 #include "store.h"
 #include "util.h"
 
 typedef struct lab_args {
-    const char *db, *arm, *format, *out, *experiment;
+    const char *db, *arm, *format, *out, *experiment, *specs, *defect;
     int         force;
     const char *pos[4];     /* positional arguments after the command */
     int         npos;
@@ -52,6 +55,8 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         else if (!strcmp(s, "--format") && strstr(allowed, "format")) slot = &a->format;
         else if (!strcmp(s, "--out") && strstr(allowed, "out")) slot = &a->out;
         else if (!strcmp(s, "--experiment") && strstr(allowed, "experiment")) slot = &a->experiment;
+        else if (!strcmp(s, "--specs") && strstr(allowed, "specs")) slot = &a->specs;
+        else if (!strcmp(s, "--defect") && strstr(allowed, "defect")) slot = &a->defect;
         else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
         if (slot) {
             if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
@@ -255,12 +260,74 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     return 0;
 }
 
+/* ------------------------------------------------ the ledger: specs, audit, reopen */
+
+static int cmd_specs(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("specs", argc, argv, "specs", &a);
+    if (u) return u;
+    if (a.npos != 1 || strcmp(a.pos[0], "check")) return usage_error("specs", "expected `specs check [--specs DIR]`%s", "");
+    const char *dir = a.specs ? a.specs : "specs";
+    lab_ledger l;
+    char err[2048] = "";
+    int rc = lab_ledger_load(dir, &l, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab specs: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    printf("%s: %lld claim(s), %lld defect(s): ok\n", dir, (long long)l.n_claims, (long long)l.n_defects);
+    for (int64_t i = 0; i < l.n_claims; i++) {
+        const lab_claim *c = &l.claims[i];
+        printf("  claim  %-40s %-12s %lld/%lld%s%s\n", c->id, c->verdict, (long long)c->k, (long long)c->n,
+               c->superseded_by ? "  superseded by " : "", c->superseded_by ? c->superseded_by : "");
+    }
+    for (int64_t i = 0; i < l.n_defects; i++)
+        printf("  defect %-40s site %s, replay VT_FAULT=%s\n", l.defects[i].id, l.defects[i].site, l.defects[i].replay_fault);
+    lab_ledger_free(&l);
+    return 0;
+}
+
+static int cmd_audit(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("audit", argc, argv, "db specs", &a);
+    if (u) return u;
+    if (a.npos) return usage_error("audit", "unexpected argument %s", a.pos[0]);
+    lab_audit_opts o = {a.db, a.specs ? a.specs : "specs"};
+    lab_audit_result res;
+    char err[2048] = "";
+    int rc = lab_audit_run(&o, &res, stdout, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab audit: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    return res.n_open ? 1 : 0;
+}
+
+static int cmd_reopen(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("reopen", argc, argv, "db specs defect", &a);
+    if (u) return u;
+    if (a.npos != 1) return usage_error("reopen", "expected one CLAIM_ID%s", "");
+    lab_reopen_opts o = {a.pos[0], a.db, a.specs ? a.specs : "specs", a.defect, "build/reopen"};
+    char err[2048] = "", id[128] = "";
+    install_signals();
+    int rc = lab_reopen(&o, stdout, id, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab reopen: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    return 0;
+}
+
 int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
     *handled = 1;
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc, argv);
     if (!strcmp(cmd, "runs") || !strcmp(cmd, "show") || !strcmp(cmd, "compare") || !strcmp(cmd, "export"))
         return cmd_read(cmd, argc, argv);
+    if (!strcmp(cmd, "specs")) return cmd_specs(argc, argv);
+    if (!strcmp(cmd, "audit")) return cmd_audit(argc, argv);
+    if (!strcmp(cmd, "reopen")) return cmd_reopen(argc, argv);
     *handled = 0;
     return 0;
 }
@@ -275,5 +342,10 @@ void vt_lab_usage(void) {
             "  show     RUN [--db PATH]             everything recorded about one run\n"
             "  compare  RUN_A RUN_B [--db PATH]     side by side, agreement, McNemar's exact test\n"
             "  export   RUN [--format json|csv] [--out FILE] [--db PATH]\n"
-            "                                       the run's records (json) or per-position top-k (csv)\n");
+            "                                       the run's records (json) or per-position top-k (csv)\n"
+            "the ledger (specs/: recorded claims and known defects):\n"
+            "  specs    check [--specs DIR]         validate every claim and defect record\n"
+            "  audit    [--db PATH] [--specs DIR]   flag confounded claims and runs (R1-R6); exit 1 if any is open\n"
+            "  reopen   CLAIM_ID [--db PATH] [--specs DIR] [--defect ID]\n"
+            "                                       replay the defect, rerun without it, record a superseding claim\n");
 }

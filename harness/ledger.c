@@ -1,0 +1,458 @@
+/*
+ * ledger.c — reading, checking and writing the specs/ ledger (see ledger.h).
+ */
+#include "ledger.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/vt.h"
+#include "util.h"
+
+/* Probe sites the model records (model/probes.c and its callers). */
+static const char *const SITES[] = {"residual.stream", "kda.state", "moe.gather", "moe.expert.y",
+                                    "moe.scatter", "moe.combine", "logits"};
+
+typedef struct pctx { const char *file; char *err; size_t errlen; } pctx;
+
+static int bad(pctx *c, const char *field, const char *fmt, const char *arg) {
+    char what[512];
+    snprintf(what, sizeof what, fmt, arg ? arg : "");
+    return lab_errf(c->err, c->errlen, LAB_EINPUT, "%s: %s: %s", c->file, field, what);
+}
+
+static int check_keys(pctx *c, const cJSON *o, const char *where, const char *const *allowed) {
+    for (const cJSON *it = o->child; it; it = it->next) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++) ok |= !strcmp(*a, it->string);
+        if (!ok) {
+            char f[256];
+            snprintf(f, sizeof f, "%s%s%s", where, *where ? "." : "", it->string);
+            return bad(c, f, "unknown field%s (see docs/specs.md)", "");
+        }
+        for (const cJSON *jt = it->next; jt; jt = jt->next)
+            if (!strcmp(jt->string, it->string)) return bad(c, it->string, "field given twice%s", "");
+    }
+    return 0;
+}
+
+/* String field: required -> error when absent; nullable -> JSON null allowed (NULL). */
+static int get_str(pctx *c, const cJSON *o, const char *key, const char *field, int required, char **out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return bad(c, field, v ? "null, expected a string" : "missing (expected a string)%s", "");
+        return 0;
+    }
+    if (!cJSON_IsString(v)) return bad(c, field, "expected a string%s", "");
+    if (required && !*v->valuestring) return bad(c, field, "empty, expected a non-empty string%s", "");
+    *out = lab_strdup(v->valuestring);
+    return *out ? 0 : lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+}
+
+static int get_i64(pctx *c, const cJSON *o, const char *key, const char *field, int required, int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return bad(c, field, "missing (expected an integer)%s", "");
+        *out = 0;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble || v->valuedouble < 0 ||
+        v->valuedouble > 9e15)
+        return bad(c, field, "expected a non-negative integer%s", "");
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+static int valid_id(const char *s) {
+    if (!s || !*s) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_' && *s != '.') return 0;
+    return 1;
+}
+
+static int valid_date(const char *s) {
+    /* YYYY-MM-DD, optionally followed by T... */
+    if (!s || strlen(s) < 10) return 0;
+    for (int i = 0; i < 10; i++) {
+        if (i == 4 || i == 7) { if (s[i] != '-') return 0; }
+        else if (!isdigit((unsigned char)s[i])) return 0;
+    }
+    int mo = (s[5] - '0') * 10 + (s[6] - '0'), d = (s[8] - '0') * 10 + (s[9] - '0');
+    return mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && (s[10] == '\0' || s[10] == 'T' || s[10] == ' ');
+}
+
+static void kv_free(lab_knobs_kv *kv) {
+    for (int64_t i = 0; i < kv->n; i++) { free(kv->names[i]); free(kv->values[i]); }
+    free(kv->names);
+    free(kv->values);
+    memset(kv, 0, sizeof *kv);
+}
+
+/* {"VT_X": "1", ...}: every name a declared knob, every value valid; values
+ * stored canonically ("true" -> "1"). */
+static int get_knobs(pctx *c, const cJSON *o, const char *key, const char *field, lab_knobs_kv *kv) {
+    memset(kv, 0, sizeof *kv);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return bad(c, field, "missing (expected an object of knob values, {} for none)%s", "");
+    if (!cJSON_IsObject(v)) return bad(c, field, "expected an object of knob values%s", "");
+    int64_t n = cJSON_GetArraySize(v);
+    kv->names = calloc((size_t)n + 1, sizeof *kv->names);
+    kv->values = calloc((size_t)n + 1, sizeof *kv->values);
+    if (!kv->names || !kv->values) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    vt_knobset *ks = NULL;
+    if (vt_knobset_new(&ks)) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    int rc = 0;
+    for (const cJSON *it = v->child; it && !rc; it = it->next) {
+        char f[256], val[64], kerr[512];
+        snprintf(f, sizeof f, "%s.%s", field, it->string);
+        if (cJSON_IsString(it)) snprintf(val, sizeof val, "%s", it->valuestring);
+        else if (cJSON_IsBool(it)) snprintf(val, sizeof val, "%d", cJSON_IsTrue(it));
+        else if (cJSON_IsNumber(it) && it->valuedouble == (double)(long long)it->valuedouble)
+            snprintf(val, sizeof val, "%lld", (long long)it->valuedouble);
+        else { rc = bad(c, f, "expected a string, boolean or integer knob value%s", ""); break; }
+        if (vt_knobset_set(ks, it->string, val, kerr, sizeof kerr)) { rc = bad(c, f, "%s", kerr); break; }
+        kv->names[kv->n] = lab_strdup(it->string);
+        kv->values[kv->n] = lab_strdup(vt_knobset_get(ks, it->string));
+        if (!kv->names[kv->n] || !kv->values[kv->n]) rc = lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+        kv->n++;
+    }
+    vt_knobset_free(ks);
+    return rc;
+}
+
+static int get_code_point(pctx *c, const cJSON *o, const char *key, const char *field, lab_code_point *p) {
+    memset(p, 0, sizeof *p);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsObject(v)) return bad(c, field, "expected an object {\"commit\": ..., \"date\": ...} or null%s", "");
+    static const char *const keys[] = {"commit", "date", NULL};
+    char f[256];
+    int rc = check_keys(c, v, field, keys);
+    snprintf(f, sizeof f, "%s.commit", field);
+    if (!rc) rc = get_str(c, v, "commit", f, 0, &p->commit);
+    snprintf(f, sizeof f, "%s.date", field);
+    if (!rc) rc = get_str(c, v, "date", f, 0, &p->date);
+    if (!rc && p->date && !valid_date(p->date)) rc = bad(c, f, "\"%s\" is not a date (expected YYYY-MM-DD)", p->date);
+    return rc;
+}
+
+static void claim_free(lab_claim *x) {
+    char *s[] = {x->file, x->id, x->hypothesis, x->verdict, x->metric, x->direction, x->arm_name, x->ref_name,
+                 x->codebase, x->code.commit, x->code.date, x->measured_at, x->experiment, x->supersedes,
+                 x->superseded_by, x->notes};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) free(s[i]);
+    kv_free(&x->arm_knobs);
+    kv_free(&x->ref_knobs);
+}
+
+static void defect_free(lab_defect *x) {
+    char *s[] = {x->file, x->id, x->title, x->site, x->effect, x->codebase, x->introduced.commit,
+                 x->introduced.date, x->fixed.commit, x->fixed.date, x->replay_fault, x->guard_test, x->source};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) free(s[i]);
+    kv_free(&x->trigger);
+}
+
+/* The file must be named ID.json: one record per file, findable by id. */
+static int check_file_name(pctx *c, const char *id) {
+    const char *base = strrchr(c->file, '/');
+    base = base ? base + 1 : c->file;
+    size_t l = strlen(id);
+    if (strncmp(base, id, l) || strcmp(base + l, ".json")) return bad(c, "id", "\"%s\" must match the file name (ID.json)", id);
+    return 0;
+}
+
+static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
+    static const char *const top[] = {"id", "hypothesis", "verdict", "evidence", "arm", "reference", "code",
+                                      "measured_at", "experiment", "history", "runs", "notes", NULL};
+    static const char *const ev_keys[] = {"metric", "k", "n", "threshold", "direction", NULL};
+    static const char *const arm_keys[] = {"name", "knobs", NULL};
+    static const char *const code_keys[] = {"codebase", "commit", "date", NULL};
+    static const char *const hist_keys[] = {"supersedes", "superseded_by", NULL};
+    static const char *const run_keys[] = {"arm", "reference", NULL};
+    if (!cJSON_IsObject(j)) return bad(c, "(top level)", "expected a JSON object%s", "");
+    int rc = check_keys(c, j, "", top);
+    if (!rc) rc = get_str(c, j, "id", "id", 1, &x->id);
+    if (!rc && !valid_id(x->id)) rc = bad(c, "id", "\"%s\": expected letters, digits, '.', '_' or '-'", x->id);
+    if (!rc) rc = check_file_name(c, x->id);
+    if (!rc) rc = get_str(c, j, "hypothesis", "hypothesis", 1, &x->hypothesis);
+    if (!rc) rc = get_str(c, j, "verdict", "verdict", 1, &x->verdict);
+    if (!rc && strcmp(x->verdict, "SUPPORTED") && strcmp(x->verdict, "REFUTED") && strcmp(x->verdict, "INCONCLUSIVE"))
+        rc = bad(c, "verdict", "\"%s\", expected SUPPORTED, REFUTED or INCONCLUSIVE", x->verdict);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "evidence");
+    if (!rc && !cJSON_IsObject(ev)) rc = bad(c, "evidence", "missing or not an object (metric, k, n, threshold, direction)%s", "");
+    if (!rc) rc = check_keys(c, ev, "evidence", ev_keys);
+    if (!rc) rc = get_str(c, ev, "metric", "evidence.metric", 1, &x->metric);
+    if (!rc && strcmp(x->metric, "top1_agreement"))
+        rc = bad(c, "evidence.metric", "\"%s\", expected top1_agreement", x->metric);
+    if (!rc) rc = get_i64(c, ev, "k", "evidence.k", 1, &x->k);
+    if (!rc) rc = get_i64(c, ev, "n", "evidence.n", 1, &x->n);
+    if (!rc && (x->n <= 0 || x->k > x->n)) rc = bad(c, "evidence", "expected 0 <= k <= n and n > 0%s", "");
+    if (!rc) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(ev, "threshold");
+        if (!cJSON_IsNumber(t) || t->valuedouble < 0 || t->valuedouble > 1)
+            rc = bad(c, "evidence.threshold", "expected a number in [0, 1]%s", "");
+        else x->threshold = t->valuedouble;
+    }
+    if (!rc) rc = get_str(c, ev, "direction", "evidence.direction", 1, &x->direction);
+    if (!rc && strcmp(x->direction, ">=") && strcmp(x->direction, "<="))
+        rc = bad(c, "evidence.direction", "\"%s\", expected \">=\" or \"<=\"", x->direction);
+    const char *which[2] = {"arm", "reference"};
+    for (int w = 0; w < 2 && !rc; w++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, which[w]);
+        char f[64];
+        if (!cJSON_IsObject(a)) { rc = bad(c, which[w], "missing or not an object {\"name\", \"knobs\"}%s", ""); break; }
+        rc = check_keys(c, a, which[w], arm_keys);
+        snprintf(f, sizeof f, "%s.name", which[w]);
+        if (!rc) rc = get_str(c, a, "name", f, 1, w ? &x->ref_name : &x->arm_name);
+        snprintf(f, sizeof f, "%s.knobs", which[w]);
+        if (!rc) rc = get_knobs(c, a, "knobs", f, w ? &x->ref_knobs : &x->arm_knobs);
+    }
+    const cJSON *code = cJSON_GetObjectItemCaseSensitive(j, "code");
+    if (!rc && !cJSON_IsObject(code)) rc = bad(c, "code", "missing or not an object {\"codebase\", \"commit\", \"date\"}%s", "");
+    if (!rc) rc = check_keys(c, code, "code", code_keys);
+    if (!rc) rc = get_str(c, code, "codebase", "code.codebase", 1, &x->codebase);
+    if (!rc) rc = get_str(c, code, "commit", "code.commit", 0, &x->code.commit);
+    if (!rc) rc = get_str(c, code, "date", "code.date", 0, &x->code.date);
+    if (!rc && x->code.date && !valid_date(x->code.date))
+        rc = bad(c, "code.date", "\"%s\" is not a date (expected YYYY-MM-DD)", x->code.date);
+    if (!rc && !x->code.commit && !x->code.date)
+        rc = bad(c, "code", "needs a commit or a date, or the audit cannot place the measurement%s", "");
+    if (!rc) rc = get_str(c, j, "measured_at", "measured_at", 1, &x->measured_at);
+    if (!rc && !valid_date(x->measured_at))
+        rc = bad(c, "measured_at", "\"%s\" is not a date (expected YYYY-MM-DD)", x->measured_at);
+    if (!rc) rc = get_str(c, j, "experiment", "experiment", 1, &x->experiment);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "history");
+    if (!rc && h) {
+        if (!cJSON_IsObject(h)) rc = bad(c, "history", "expected an object {\"supersedes\", \"superseded_by\"}%s", "");
+        if (!rc) rc = check_keys(c, h, "history", hist_keys);
+        if (!rc) rc = get_str(c, h, "supersedes", "history.supersedes", 0, &x->supersedes);
+        if (!rc) rc = get_str(c, h, "superseded_by", "history.superseded_by", 0, &x->superseded_by);
+    }
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "runs");
+    if (!rc && r) {
+        if (!cJSON_IsObject(r)) rc = bad(c, "runs", "expected an object {\"arm\": RUN_ID, \"reference\": RUN_ID}%s", "");
+        if (!rc) rc = check_keys(c, r, "runs", run_keys);
+        if (!rc) rc = get_i64(c, r, "arm", "runs.arm", 0, &x->run_arm);
+        if (!rc) rc = get_i64(c, r, "reference", "runs.reference", 0, &x->run_ref);
+    }
+    if (!rc) rc = get_str(c, j, "notes", "notes", 0, &x->notes);
+    return rc;
+}
+
+static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
+    static const char *const top[] = {"id", "title", "site", "trigger", "effect", "code_range", "replay_fault",
+                                      "guard_test", "source", NULL};
+    static const char *const range_keys[] = {"codebase", "introduced", "fixed", NULL};
+    if (!cJSON_IsObject(j)) return bad(c, "(top level)", "expected a JSON object%s", "");
+    int rc = check_keys(c, j, "", top);
+    if (!rc) rc = get_str(c, j, "id", "id", 1, &x->id);
+    if (!rc && !valid_id(x->id)) rc = bad(c, "id", "\"%s\": expected letters, digits, '.', '_' or '-'", x->id);
+    if (!rc) rc = check_file_name(c, x->id);
+    if (!rc) rc = get_str(c, j, "title", "title", 1, &x->title);
+    if (!rc) rc = get_str(c, j, "site", "site", 1, &x->site);
+    if (!rc) {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof SITES / sizeof SITES[0]; i++) ok |= !strcmp(SITES[i], x->site);
+        if (!ok) rc = bad(c, "site", "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
+                                     "moe.expert.y, moe.scatter, moe.combine, logits)", x->site);
+    }
+    if (!rc) rc = get_knobs(c, j, "trigger", "trigger", &x->trigger);
+    if (!rc) rc = get_str(c, j, "effect", "effect", 1, &x->effect);
+    const cJSON *cr = cJSON_GetObjectItemCaseSensitive(j, "code_range");
+    if (!rc && !cJSON_IsObject(cr)) rc = bad(c, "code_range", "missing or not an object {\"codebase\", \"introduced\", \"fixed\"}%s", "");
+    if (!rc) rc = check_keys(c, cr, "code_range", range_keys);
+    if (!rc) rc = get_str(c, cr, "codebase", "code_range.codebase", 1, &x->codebase);
+    if (!rc) rc = get_code_point(c, cr, "introduced", "code_range.introduced", &x->introduced);
+    if (!rc) rc = get_code_point(c, cr, "fixed", "code_range.fixed", &x->fixed);
+    if (!rc) rc = get_str(c, j, "replay_fault", "replay_fault", 1, &x->replay_fault);
+    if (!rc) {
+        int ok = 0;
+        for (int i = 0; i < vt_fault_count(); i++) ok |= !strcmp(vt_fault_at(i)->name, x->replay_fault);
+        if (!ok) rc = bad(c, "replay_fault", "\"%s\" is not a registered fault (see `vtlab faults`)", x->replay_fault);
+    }
+    if (!rc) rc = get_str(c, j, "guard_test", "guard_test", 1, &x->guard_test);
+    if (!rc) rc = get_str(c, j, "source", "source", 0, &x->source);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Sorted list of the .json files in DIR/SUB; a missing directory is an empty list. */
+static int list_json(const char *dir, const char *sub, char ***out, int64_t *n, char *err, size_t errlen) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, sub);
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(path);
+    if (!d) return errno == ENOENT ? 0 : lab_errf(err, errlen, LAB_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+    struct dirent *de;
+    int64_t cap = 0;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nf = realloc(*out, (size_t)cap * sizeof *nf);
+            if (!nf) { closedir(d); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+            *out = nf;
+        }
+        size_t len = strlen(path) + l + 2;
+        (*out)[*n] = malloc(len);
+        if (!(*out)[*n]) { closedir(d); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+        snprintf((*out)[(*n)++], len, "%s/%s", path, de->d_name);
+    }
+    closedir(d);
+    qsort(*out, (size_t)*n, sizeof **out, cmp_str);
+    return 0;
+}
+
+static void free_list(char **l, int64_t n) {
+    for (int64_t i = 0; i < n; i++) free(l[i]);
+    free(l);
+}
+
+static int parse_file(const char *file, int is_claim, void *rec, char *err, size_t errlen) {
+    char *text = NULL;
+    int rc = lab_read_file(file, &text, NULL, err, errlen);
+    if (rc) return rc;
+    cJSON *j = cJSON_Parse(text);
+    pctx c = {file, err, errlen};
+    if (!j) rc = bad(&c, "(top level)", "not valid JSON%s", "");
+    else rc = is_claim ? parse_claim(&c, j, rec) : parse_defect(&c, j, rec);
+    if (is_claim) ((lab_claim *)rec)->file = lab_strdup(file);
+    else ((lab_defect *)rec)->file = lab_strdup(file);
+    cJSON_Delete(j);
+    free(text);
+    return rc;
+}
+
+int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->dir = lab_strdup(dir);
+    char **cf = NULL, **df = NULL;
+    int64_t nc = 0, nd = 0;
+    int rc = list_json(dir, "claims", &cf, &nc, err, errlen);
+    if (!rc) rc = list_json(dir, "defects", &df, &nd, err, errlen);
+    if (!rc) {
+        l->claims = calloc((size_t)nc + 1, sizeof *l->claims);
+        l->defects = calloc((size_t)nd + 1, sizeof *l->defects);
+        if (!l->claims || !l->defects) rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; !rc && i < nc; i++) { rc = parse_file(cf[i], 1, &l->claims[i], err, errlen); l->n_claims = i + 1; }
+    for (int64_t i = 0; !rc && i < nd; i++) { rc = parse_file(df[i], 0, &l->defects[i], err, errlen); l->n_defects = i + 1; }
+    /* cross-references */
+    for (int64_t i = 0; !rc && i < l->n_claims; i++) {
+        const lab_claim *x = &l->claims[i];
+        pctx c = {x->file, err, errlen};
+        const lab_claim *s = x->supersedes ? lab_ledger_claim(l, x->supersedes) : NULL;
+        const lab_claim *b = x->superseded_by ? lab_ledger_claim(l, x->superseded_by) : NULL;
+        if (x->supersedes && !s) rc = bad(&c, "history.supersedes", "no claim \"%s\" in the ledger", x->supersedes);
+        else if (x->superseded_by && !b) rc = bad(&c, "history.superseded_by", "no claim \"%s\" in the ledger", x->superseded_by);
+        else if (s && (!s->superseded_by || strcmp(s->superseded_by, x->id)))
+            rc = bad(&c, "history.supersedes", "claim \"%s\" does not say it is superseded by this one", x->supersedes);
+        else if (b && (!b->supersedes || strcmp(b->supersedes, x->id)))
+            rc = bad(&c, "history.superseded_by", "claim \"%s\" does not say it supersedes this one", x->superseded_by);
+    }
+    free_list(cf, nc);
+    free_list(df, nd);
+    if (rc) lab_ledger_free(l);
+    return rc;
+}
+
+void lab_ledger_free(lab_ledger *l) {
+    for (int64_t i = 0; i < l->n_claims; i++) claim_free(&l->claims[i]);
+    for (int64_t i = 0; i < l->n_defects; i++) defect_free(&l->defects[i]);
+    free(l->claims);
+    free(l->defects);
+    free(l->dir);
+    memset(l, 0, sizeof *l);
+}
+
+const lab_claim *lab_ledger_claim(const lab_ledger *l, const char *id) {
+    for (int64_t i = 0; i < l->n_claims; i++) if (!strcmp(l->claims[i].id, id)) return &l->claims[i];
+    return NULL;
+}
+
+const lab_defect *lab_ledger_defect(const lab_ledger *l, const char *id) {
+    for (int64_t i = 0; i < l->n_defects; i++) if (!strcmp(l->defects[i].id, id)) return &l->defects[i];
+    return NULL;
+}
+
+const char *lab_knobs_get(const lab_knobs_kv *kv, const char *name) {
+    for (int64_t i = 0; i < kv->n; i++) if (!strcmp(kv->names[i], name)) return kv->values[i];
+    return NULL;
+}
+
+int lab_knobs_trigger(const lab_knobs_kv *trigger, const lab_knobs_kv *knobs) {
+    for (int64_t i = 0; i < trigger->n; i++) {
+        const char *v = lab_knobs_get(knobs, trigger->names[i]);
+        if (!v) v = vt_knob_find(trigger->names[i])->def;
+        if (strcmp(v, trigger->values[i])) return 0;
+    }
+    return 1;
+}
+
+static cJSON *knobs_json(const lab_knobs_kv *kv) {
+    cJSON *o = cJSON_CreateObject();
+    for (int64_t i = 0; i < kv->n; i++) cJSON_AddStringToObject(o, kv->names[i], kv->values[i]);
+    return o;
+}
+
+static void add_str_or_null(cJSON *o, const char *k, const char *v) {
+    if (v) cJSON_AddStringToObject(o, k, v);
+    else cJSON_AddNullToObject(o, k);
+}
+
+int lab_claim_write(const lab_claim *x, const char *path, char *err, size_t errlen) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", x->id);
+    cJSON_AddStringToObject(j, "hypothesis", x->hypothesis);
+    cJSON_AddStringToObject(j, "verdict", x->verdict);
+    cJSON *ev = cJSON_AddObjectToObject(j, "evidence");
+    cJSON_AddStringToObject(ev, "metric", x->metric);
+    cJSON_AddNumberToObject(ev, "k", (double)x->k);
+    cJSON_AddNumberToObject(ev, "n", (double)x->n);
+    cJSON_AddNumberToObject(ev, "threshold", x->threshold);
+    cJSON_AddStringToObject(ev, "direction", x->direction);
+    cJSON *arm = cJSON_AddObjectToObject(j, "arm");
+    cJSON_AddStringToObject(arm, "name", x->arm_name);
+    cJSON_AddItemToObject(arm, "knobs", knobs_json(&x->arm_knobs));
+    cJSON *ref = cJSON_AddObjectToObject(j, "reference");
+    cJSON_AddStringToObject(ref, "name", x->ref_name);
+    cJSON_AddItemToObject(ref, "knobs", knobs_json(&x->ref_knobs));
+    cJSON *code = cJSON_AddObjectToObject(j, "code");
+    cJSON_AddStringToObject(code, "codebase", x->codebase);
+    add_str_or_null(code, "commit", x->code.commit);
+    add_str_or_null(code, "date", x->code.date);
+    cJSON_AddStringToObject(j, "measured_at", x->measured_at);
+    cJSON_AddStringToObject(j, "experiment", x->experiment);
+    cJSON *h = cJSON_AddObjectToObject(j, "history");
+    add_str_or_null(h, "supersedes", x->supersedes);
+    add_str_or_null(h, "superseded_by", x->superseded_by);
+    if (x->run_arm || x->run_ref) {
+        cJSON *r = cJSON_AddObjectToObject(j, "runs");
+        cJSON_AddNumberToObject(r, "arm", (double)x->run_arm);
+        cJSON_AddNumberToObject(r, "reference", (double)x->run_ref);
+    }
+    if (x->notes) cJSON_AddStringToObject(j, "notes", x->notes);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int rc = 0;
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF) rc = lab_errf(err, errlen, LAB_EIO, "%s: cannot write", tmp);
+    if (f && fclose(f) != 0 && !rc) rc = lab_errf(err, errlen, LAB_EIO, "%s: cannot write", tmp);
+    if (!rc && rename(tmp, path) != 0) rc = lab_errf(err, errlen, LAB_EIO, "%s: cannot rename into place", path);
+    if (rc) remove(tmp);
+    free(text);
+    return rc;
+}

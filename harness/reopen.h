@@ -1,0 +1,28 @@
+/*
+ * reopen.h — `vtlab reopen CLAIM_ID`: re-measure a confounded claim.
+ *
+ *   (a) replay: run the claim's arm with the defect's replay fault on, and ask
+ *       whether that reproduces the recorded evidence (explained / not);
+ *   (b) rerun: the claim's arm on the current code, no fault;
+ *   (c) record the rerun's verdict and interval as a new claim in specs/ that
+ *       supersedes the old one (both files kept: the history is diffable);
+ *   (d) print before and after side by side.
+ */
+#ifndef LAB_REOPEN_H
+#define LAB_REOPEN_H
+
+#include <stdio.h>
+
+typedef struct lab_reopen_opts {
+    const char *claim_id;
+    const char *db_path;
+    const char *specs_dir;
+    const char *defect_id;   /* NULL: the defect the audit's R1 finds for the claim */
+    const char *work_dir;    /* where the derived experiment file goes (build/reopen) */
+} lab_reopen_opts;
+
+/* Returns LAB_OK, LAB_EINPUT (unknown claim, no defect applies, bad ledger or
+ * experiment), or another status. *new_claim receives the new claim's id. */
+int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *err, size_t errlen);
+
+#endif
