@@ -172,6 +172,10 @@ run: deps vtlab
 $(BUILD)/bench: tests/bench/bench.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 
+# The full-size CUDA benchmark (weights generated on the device); run by scripts/gpu-check.sh.
+$(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+
 bench: deps vtlab $(BUILD)/bench
 	BUILD=$(BUILD) bash tests/bench/run.sh ./vtlab
 

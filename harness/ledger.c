@@ -410,6 +410,36 @@ static void add_str_or_null(cJSON *o, const char *k, const char *v) {
     else cJSON_AddNullToObject(o, k);
 }
 
+/* cJSON's own pretty printer indents with tabs and puts a tab after ':'; a
+ * ledger file is read and diffed by people, so print it with two-space
+ * indentation instead. Walks the compact text, tracking strings. */
+static char *pretty(const cJSON *j) {
+    char *c = cJSON_PrintUnformatted(j);
+    if (!c) return NULL;
+    lab_buf b = {0};
+    int depth = 0, in_str = 0, esc = 0;
+    for (const char *p = c; *p; p++) {
+        char ch = *p;
+        if (in_str) {
+            lab_buf_append(&b, p, 1);
+            if (esc) esc = 0;
+            else if (ch == '\\') esc = 1;
+            else if (ch == '"') in_str = 0;
+            continue;
+        }
+        if (ch == '"') { in_str = 1; lab_buf_append(&b, p, 1); continue; }
+        if ((ch == '{' || ch == '[') && (p[1] == '}' || p[1] == ']')) { lab_buf_append(&b, p, 2); p++; continue; }
+        if (ch == '{' || ch == '[') { lab_buf_printf(&b, "%c\n%*s", ch, 2 * ++depth, ""); continue; }
+        if (ch == '}' || ch == ']') { lab_buf_printf(&b, "\n%*s%c", 2 * --depth, "", ch); continue; }
+        if (ch == ',') { lab_buf_printf(&b, ",\n%*s", 2 * depth, ""); continue; }
+        if (ch == ':') { lab_buf_append(&b, ": ", 2); continue; }
+        lab_buf_append(&b, p, 1);
+    }
+    free(c);
+    if (b.oom) { lab_buf_free(&b); return NULL; }
+    return b.data;
+}
+
 int lab_claim_write(const lab_claim *x, const char *path, char *err, size_t errlen) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "id", x->id);
@@ -442,7 +472,7 @@ int lab_claim_write(const lab_claim *x, const char *path, char *err, size_t errl
         cJSON_AddNumberToObject(r, "reference", (double)x->run_ref);
     }
     if (x->notes) cJSON_AddStringToObject(j, "notes", x->notes);
-    char *text = cJSON_Print(j);
+    char *text = pretty(j);
     cJSON_Delete(j);
     if (!text) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     char tmp[4200];

@@ -875,22 +875,7 @@ failed:
 /* ------------------------------------------------------------ the experiment */
 
 static void read_device(exp_ctx *x, const char *backend) {
-    snprintf(x->device, sizeof x->device, "%s", backend);
-    if (strcmp(backend, "cpu")) return; /* vt.h does not name the CUDA device */
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10)) continue;
-        char *c = strchr(line, ':');
-        if (!c) break;
-        c++;
-        while (*c == ' ') c++;
-        c[strcspn(c, "\n")] = 0;
-        snprintf(x->device, sizeof x->device, "cpu: %s", c);
-        break;
-    }
-    fclose(f);
+    vt_device_name(backend, x->device, sizeof x->device);
 }
 
 /* McNemar between each pair of non-reference arms (repeat 0), on agreement

@@ -129,6 +129,7 @@ void vt_model_free(vt_model *m) {
         free(L->ffn.experts);
     }
     free(m->layers);
+    vt_cuda_model_free(m);     /* CUDA backend (issue 7): device weights, if any session made them */
     vt_tensor_free(&m->embed);
     vt_tensor_free(&m->norm);
     vt_tensor_free(&m->lm_head);
@@ -213,13 +214,17 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
     if (vt_knobset_copy(&s->ks, ks) != 0) { free(s); snprintf(err, errlen, "out of memory"); return VT_STATUS_NOMEM; }
     vt_knobs_resolve(ks, &s->k);
     if (s->k.backend == VT_BACKEND_CUDA) {
+        /* CUDA backend (issue 7, model/cuda): the device holds the caches; s->cache stays NULL */
+        s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
+        s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
         int rc = vt_cuda_probe_device(err, errlen);
-        if (rc == VT_OK) {
-            snprintf(err, errlen, "VT_BACKEND=cuda: the CUDA forward pass is not implemented yet; use VT_BACKEND=cpu");
-            rc = VT_STATUS_UNSUPPORTED;
+        if (rc == VT_OK) rc = vt_cuda_session_open(s, err, errlen);
+        if (rc) {
+            vt_session_free(s);
+            return rc;
         }
-        vt_session_free(s);
-        return rc;
+        *out = s;
+        return VT_OK;
     }
     /* one thread pool (see vt_gemm_xwT): OpenMP's, sized by VT_THREADS */
     openblas_set_num_threads(1);
@@ -246,6 +251,7 @@ nomem:
 
 void vt_session_free(vt_session *s) {
     if (!s) return;
+    vt_cuda_session_free(s);   /* CUDA backend (issue 7): no-op for a CPU session */
     for (int64_t i = 0; s->cache && i < s->m->cfg.num_hidden_layers; i++) {
         free(s->cache[i].conv); free(s->cache[i].state); free(s->cache[i].kc); free(s->cache[i].vc);
     }
@@ -330,9 +336,19 @@ done:
     return rc;
 }
 
+/* CUDA backend (issue 7): the same call on the device, timed the same way. */
+static int cuda_forward(vt_session *s, const int32_t *tokens, int64_t T, int reset, float *logits, char *err,
+                        size_t errlen) {
+    double t0 = omp_get_wtime();
+    int rc = vt_cuda_session_forward(s, tokens, T, reset, logits, err, errlen);
+    s->fwd_sec += omp_get_wtime() - t0;
+    return rc;
+}
+
 int vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *logits, char *err, size_t errlen) {
     vt_err e = {0};
     if (T <= 0) { snprintf(err, errlen, "prefill: no tokens"); return VT_STATUS_INPUT; }
+    if (s->cuda) return cuda_forward(s, tokens, T, 1, logits, err, errlen);   /* CUDA backend (issue 7) */
     reset_caches(s);
     double t0 = omp_get_wtime();
     int rc = forward(s, tokens, T, logits, &e);
@@ -342,6 +358,7 @@ int vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *l
 
 int vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, size_t errlen) {
     vt_err e = {0};
+    if (s->cuda) return cuda_forward(s, &token, 1, 0, logits, err, errlen);   /* CUDA backend (issue 7) */
     double t0 = omp_get_wtime();
     int rc = forward(s, &token, 1, logits, &e);
     s->fwd_sec += omp_get_wtime() - t0;

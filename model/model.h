@@ -71,6 +71,7 @@ struct vt_model {
     vt_tensor   lm_head;        /* [V, D] */
     vt_layer_w *layers;         /* [n_layers] */
     vt_dtype    weight_dtype;   /* dtype of the checkpoint's large tensors */
+    void       *cuda;           /* CUDA backend (issue 7): device weight sets, owned; NULL until a CUDA session */
 };
 
 /* Per-layer decode state. */
@@ -95,6 +96,7 @@ struct vt_session {
     float      *captured;       /* [n_layers][2][T][D] when capture is on */
     int64_t     captured_T;
     double      fwd_sec, gemm_sec;
+    void       *cuda;           /* CUDA backend (issue 7): device state when VT_BACKEND=cuda, else NULL */
 };
 
 /* ------------------------------------------------------------ ops.c */

@@ -151,6 +151,11 @@ const float *vt_session_residual(const vt_session *s, int64_t layer, int site, i
 double vt_session_forward_seconds(const vt_session *s);
 double vt_session_gemm_seconds(const vt_session *s);
 
+/* The device a backend ("cpu" or "cuda") runs on, for provenance:
+ * "cpu: <model name>" or "cuda: <GPU name>". VT_STATUS_UNSUPPORTED (and
+ * "cuda: (no device)") when there is no CUDA device. */
+int vt_device_name(const char *backend, char *out, size_t outlen);
+
 /* ------------------------------------------------------------------ synth */
 
 /* Writes out_dir/config.json and out_dir/model.safetensors for the config at
