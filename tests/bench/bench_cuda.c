@@ -1,5 +1,5 @@
 /*
- * bench_main.c — `bench_cuda CONFIG OUT.json [T [BATCH]]`: the full-size CUDA
+ * bench_cuda.c — `bench_cuda CONFIG OUT.json [T [BATCH]]`: the full-size CUDA
  * benchmark (model/cuda/bench.cu) as a program. Not part of libvtmodel.a (the
  * Makefile archives only the .cu files of model/cuda); scripts/gpu-check.sh links it
  * against build/libvtmodel.a. Exit status: 0, 2 for bad input or no device, 1
