@@ -45,7 +45,7 @@
  * cJSON printing, whose number and spacing choices are not ours to fix), with
  * keys in declaration order and space padding so that 8 + N is a multiple of
  * 8, so the same declarations and data give the same bytes on every machine.
- * Output goes to PATH.tmp and is renamed onto PATH only after fsync.
+ * Output goes to PATH.<pid>.tmp and is renamed onto PATH only after fsync.
  */
 #include "safetensors.h"
 
@@ -1021,13 +1021,15 @@ int vt_st_writer_begin(vt_st_writer *w, const char *path, vt_err *err) {
     free(w->path);   /* a begin that failed to create the file may be retried */
     free(w->tmp);
     w->path = strdup(path);
-    w->tmp = malloc(pl + 5);
+    /* PATH.<pid>.tmp: two processes writing the same checkpoint (two sweeps
+     * building one cached synthetic model) each rename a whole file of their
+     * own; the last rename wins and both files are byte-identical. */
+    w->tmp = malloc(pl + 32);
     if (!w->path || !w->tmp) {
         free(s.p);
         return vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
     }
-    memcpy(w->tmp, path, pl);
-    memcpy(w->tmp + pl, ".tmp", 5);
+    snprintf(w->tmp, pl + 32, "%s.%ld.tmp", path, (long)getpid());
     w->fp = fopen(w->tmp, "wb");
     if (!w->fp) {
         int e = errno;

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "dtype.h"
@@ -156,10 +157,10 @@ static int read_file(const char *path, char **out, size_t *len, char *err, size_
     return VT_STATUS_OK;
 }
 
-/* Writes bytes to path via path.tmp + rename. */
+/* Writes bytes to path via path.<pid>.tmp + rename (see vt_st_writer_begin). */
 static int write_whole(const char *path, const char *data, size_t n, char *err, size_t errlen) {
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "%s: path too long", path);
         return VT_STATUS_INPUT;
     }

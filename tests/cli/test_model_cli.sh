@@ -15,6 +15,13 @@ expect_exit "synth c (seed 2)" 0 "$VTLAB" synth --config $CFG --seed 2 --out "$W
 if cmp -s "$W/a/model.safetensors" "$W/b/model.safetensors" && cmp -s "$W/a/config.json" "$W/b/config.json"; then
   ok "same config and seed give byte-identical files"; else not_ok "synth determinism" "files differ"; fi
 if cmp -s "$W/a/model.safetensors" "$W/c/model.safetensors"; then not_ok "seed matters" "seed 1 == seed 2"; else ok "another seed gives another model"; fi
+# two processes building one model at once (two sweeps on a cold cache): both succeed, same bytes
+"$VTLAB" synth --config $CFG --seed 1 --out "$W/race" >/dev/null 2>"$W/race1.err" & p1=$!
+"$VTLAB" synth --config $CFG --seed 1 --out "$W/race" >/dev/null 2>"$W/race2.err" & p2=$!
+wait $p1; r1=$?; wait $p2; r2=$?
+if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && cmp -s "$W/race/model.safetensors" "$W/a/model.safetensors" && [ -z "$(ls "$W/race" | grep tmp)" ]; then
+  ok "concurrent synth into one dir: both exit 0, one whole file, no temp left"
+else not_ok "concurrent synth" "exit $r1/$r2: $(cat "$W/race1.err" "$W/race2.err")"; fi
 expect_exit "synth bf16" 0 "$VTLAB" synth --config $CFG --seed 1 --out "$W/h" --dtype bf16
 expect_exit "validate" 0 "$VTLAB" validate --model "$W/a"
 grep -q "KKKMKKKM" "$OUT_FILE" && ok "validate prints layer kinds" || not_ok "validate summary" "$(cat "$OUT_FILE")"
