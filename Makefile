@@ -179,6 +179,13 @@ $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 bench: deps vtlab $(BUILD)/bench
 	BUILD=$(BUILD) bash tests/bench/run.sh ./vtlab
 
+# The CI job (docs/nightly.md): rerun experiments/, audit, compare with the
+# previous nightly in results.db; report/ gets junit.xml, nightly.md,
+# regressions.atom and the HTML report. Exit 1 on a regression.
+.PHONY: nightly
+nightly: deps vtlab
+	./vtlab nightly
+
 knobs-doc: vtlab
 	./vtlab knobs --markdown > docs/knobs.md
 

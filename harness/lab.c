@@ -22,6 +22,8 @@
 #include "audit.h"
 #include "cmd_query.h"
 #include "ledger.h"
+#include "nightly.h"
+#include "report.h"
 #include "reopen.h"
 #include "experiment.h"
 #include "runner.h"
@@ -328,6 +330,9 @@ int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "specs")) return cmd_specs(argc, argv);
     if (!strcmp(cmd, "audit")) return cmd_audit(argc, argv);
     if (!strcmp(cmd, "reopen")) return cmd_reopen(argc, argv);
+    /* issue 6: reports and nightly CI sweeps (report.c, nightly.c parse their own options) */
+    if (!strcmp(cmd, "report")) return lab_report_main(argc, argv);
+    if (!strcmp(cmd, "nightly")) return lab_nightly_main(argc, argv);
     *handled = 0;
     return 0;
 }
@@ -347,5 +352,11 @@ void vt_lab_usage(void) {
             "  specs    check [--specs DIR]         validate every claim and defect record\n"
             "  audit    [--db PATH] [--specs DIR]   flag confounded claims and runs (R1-R6); exit 1 if any is open\n"
             "  reopen   CLAIM_ID [--db PATH] [--specs DIR] [--defect ID]\n"
-            "                                       replay the defect, rerun without it, record a superseding claim\n");
+            "                                       replay the defect, rerun without it, record a superseding claim\n"
+            "reports and CI:\n"
+            "  report   [--db PATH] [--out DIR] [--no-plots]\n"
+            "                                       static HTML page + markdown + gnuplot charts (default report/)\n"
+            "  nightly  [DIR] [--db PATH] [--out DIR] [--specs DIR] [--alpha A] [--perf-min-drop F] [--no-audit]\n"
+            "                                       rerun DIR/*.json, audit, compare with the previous nightly;\n"
+            "                                       junit.xml, nightly.md, regressions.atom; exit 1 on a regression\n");
 }

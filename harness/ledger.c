@@ -309,7 +309,7 @@ static int list_json(const char *dir, const char *sub, char ***out, int64_t *n, 
         snprintf((*out)[(*n)++], len, "%s/%s", path, de->d_name);
     }
     closedir(d);
-    qsort(*out, (size_t)*n, sizeof **out, cmp_str);
+    if (*n > 1) qsort(*out, (size_t)*n, sizeof **out, cmp_str);   /* qsort(NULL, 0) is undefined */
     return 0;
 }
 

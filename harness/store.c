@@ -247,7 +247,50 @@ static const char *const migration_v3 =
     "  new_verdict TEXT NOT NULL,"
     "  at TEXT NOT NULL);";
 
-static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3};
+/* v4: nightly CI sweeps (issue 6). A nightly is a row of its own so that
+ * nights are told apart even when their runs share an identity (a nightly
+ * reruns everything, --force); nightly_runs says which runs it made, and
+ * nightly_findings keeps what the comparison with the previous nightly found
+ * (regressions fail the night; notes do not), so history plots can mark them. */
+static const char *const migration_v4 =
+    "CREATE TABLE nightlies ("
+    "  id INTEGER PRIMARY KEY,"
+    "  started_at TEXT NOT NULL,"
+    "  finished_at TEXT,"
+    "  status TEXT NOT NULL CHECK (status IN ('RUNNING','PASSED','REGRESSED','FAILED')),"
+    "  git_commit TEXT NOT NULL,"
+    "  code_version TEXT NOT NULL,"
+    "  host TEXT NOT NULL,"
+    "  pid INTEGER NOT NULL,"
+    "  experiments_dir TEXT NOT NULL,"
+    "  previous_id INTEGER REFERENCES nightlies(id),"
+    "  n_runs INTEGER NOT NULL DEFAULT 0,"
+    "  n_regressions INTEGER NOT NULL DEFAULT 0,"
+    "  audit TEXT NOT NULL DEFAULT '',"
+    "  error TEXT);"
+    "CREATE TABLE nightly_runs ("
+    "  nightly_id INTEGER NOT NULL REFERENCES nightlies(id) ON DELETE CASCADE,"
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  PRIMARY KEY (nightly_id, run_id));"
+    "CREATE INDEX nightly_runs_run ON nightly_runs(run_id);"
+    "CREATE TABLE nightly_findings ("
+    "  id INTEGER PRIMARY KEY,"
+    "  nightly_id INTEGER NOT NULL REFERENCES nightlies(id) ON DELETE CASCADE,"
+    "  experiment TEXT NOT NULL,"
+    "  arm TEXT NOT NULL,"
+    "  kind TEXT NOT NULL CHECK (kind IN ('accuracy','numerics','performance','audit','check')),"
+    "  regression INTEGER NOT NULL,"
+    "  message TEXT NOT NULL,"
+    "  run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,"
+    "  previous_run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,"
+    "  value REAL,"
+    "  previous_value REAL,"
+    "  p REAL,"
+    "  evidence TEXT NOT NULL DEFAULT '{}');"
+    "CREATE INDEX nightly_findings_nightly ON nightly_findings(nightly_id);";
+
+static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3,
+                                                           migration_v4};
 
 /* ------------------------------------------------------------ helpers */
 

@@ -31,7 +31,7 @@
 
 #include "model/vt.h"
 
-#define LAB_SCHEMA_VERSION 3
+#define LAB_SCHEMA_VERSION 4
 
 typedef struct lab_store lab_store;
 

@@ -1,0 +1,1151 @@
+/*
+ * nightly.c — `vtlab nightly` (see nightly.h for what counts as a
+ * regression, and docs/nightly.md for how CI runs it).
+ *
+ * The order of work, chosen so that a crash at any point leaves something a
+ * person can read: parse every experiment file (bad input: exit 2, nothing
+ * written); record the nightly as RUNNING; run the sweep through the same
+ * runner as `vtlab sweep`, with --force; list the runs this process made;
+ * run the audit; compare; store the findings and the nightly's status in one
+ * transaction; then write the report, JUnit XML, markdown and Atom files.
+ * A nightly whose process died stays RUNNING (or is marked FAILED by the
+ * next nightly on the same host) and is never used as a baseline.
+ */
+#include "nightly.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "audit.h"
+#include "cli.h"
+#include "experiment.h"
+#include "metrics.h"
+#include "model/vt.h"
+#include "report.h"
+#include "runner.h"
+#include "util.h"
+
+void lab_nightly_defaults(lab_nightly_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->db_path = "results.db";
+    o->exp_dir = "experiments";
+    o->out_dir = "report";
+    o->specs_dir = "specs";
+    o->alpha = 0.05;
+    o->perf_min_drop = 0.05;
+    o->perf_sigmas = 3.0;
+    o->audit = 1;
+    o->plots = 1;
+}
+
+static const char *col_text(sqlite3_stmt *s, int i) {
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? (const char *)t : "";
+}
+
+static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, s, NULL) != SQLITE_OK)
+        return lab_errf(err, errlen, LAB_EIO, "nightly query: %s", sqlite3_errmsg(lab_store_db(st)));
+    return LAB_OK;
+}
+
+static int exec_sql(lab_store *st, const char *sql, char *err, size_t errlen) {
+    char *msg = NULL;
+    if (sqlite3_exec(lab_store_db(st), sql, NULL, NULL, &msg) != SQLITE_OK) {
+        int rc = lab_errf(err, errlen, LAB_EIO, "%s: %s", sql, msg ? msg : "?");
+        sqlite3_free(msg);
+        return rc;
+    }
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ the comparison */
+
+/* One run as the comparison needs it. */
+typedef struct nrun {
+    int64_t id, rep;
+    char    arm[128];
+    char    status[16];
+    char    error[256];
+    int     is_ref, expect_fail, assertions_ok;   /* assertions_ok -1: unknown */
+    char    backend[16], model[65], dataset[65], knob_hash[65], logits[65], code_version[160];
+    double  tps;
+    int     has_cmp;
+    int64_t ref_run, k, n;
+    double  lo, hi;
+} nrun;
+
+typedef struct nset {
+    nrun *r;
+    int   n;
+} nset;
+
+static void nset_free(nset *s) {
+    free(s->r);
+    s->r = NULL;
+    s->n = 0;
+}
+
+/* Runs of an experiment in a nightly, by arm then repeat. */
+static int load_runs(lab_store *st, int64_t nightly, const char *eid, nset *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *s;
+    int rc = prep(st,
+                  "SELECT r.id, r.repeat_idx, r.arm, r.status, coalesce(r.error, ''), r.is_reference,"
+                  " r.expected_assertions = 'fail', r.assertions_ok, coalesce(r.backend, ''), r.model_sha256,"
+                  " r.dataset_sha256, r.knob_hash, coalesce(r.logits_sha256, ''), r.code_version,"
+                  " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s'),"
+                  " c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi"
+                  " FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id"
+                  " LEFT JOIN comparisons c ON c.run_id = r.id"
+                  " WHERE nr.nightly_id = ?1 AND r.experiment = ?2 ORDER BY r.arm, r.repeat_idx, r.id", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, nightly);
+    sqlite3_bind_text(s, 2, eid, -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        nrun *q = realloc(out->r, (size_t)(out->n + 1) * sizeof *q);
+        if (!q) { sqlite3_finalize(s); nset_free(out); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+        out->r = q;
+        nrun *r = &out->r[out->n++];
+        memset(r, 0, sizeof *r);
+        r->id = sqlite3_column_int64(s, 0);
+        r->rep = sqlite3_column_int64(s, 1);
+        snprintf(r->arm, sizeof r->arm, "%s", col_text(s, 2));
+        snprintf(r->status, sizeof r->status, "%s", col_text(s, 3));
+        snprintf(r->error, sizeof r->error, "%s", col_text(s, 4));
+        r->is_ref = sqlite3_column_int(s, 5);
+        r->expect_fail = sqlite3_column_int(s, 6);
+        r->assertions_ok = sqlite3_column_type(s, 7) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 7);
+        snprintf(r->backend, sizeof r->backend, "%s", col_text(s, 8));
+        snprintf(r->model, sizeof r->model, "%s", col_text(s, 9));
+        snprintf(r->dataset, sizeof r->dataset, "%s", col_text(s, 10));
+        snprintf(r->knob_hash, sizeof r->knob_hash, "%s", col_text(s, 11));
+        snprintf(r->logits, sizeof r->logits, "%s", col_text(s, 12));
+        snprintf(r->code_version, sizeof r->code_version, "%s", col_text(s, 13));
+        r->tps = sqlite3_column_type(s, 14) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 14);
+        if (sqlite3_column_type(s, 15) != SQLITE_NULL) {
+            r->has_cmp = 1;
+            r->ref_run = sqlite3_column_int64(s, 15);
+            r->k = sqlite3_column_int64(s, 16);
+            r->n = sqlite3_column_int64(s, 17);
+            r->lo = sqlite3_column_double(s, 18);
+            r->hi = sqlite3_column_double(s, 19);
+        }
+    }
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
+/* First FINISHED run of arm with repeat rep (or NULL). */
+static const nrun *find_run(const nset *s, const char *arm, int64_t rep) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->r[i].arm, arm) && s->r[i].rep == rep && !strcmp(s->r[i].status, "FINISHED")) return &s->r[i];
+    return NULL;
+}
+
+typedef struct finding {
+    const char *experiment, *arm, *kind;
+    int         regression;
+    int64_t     run_id, prev_run_id;   /* 0: none */
+    double      value, prev_value, p;  /* NaN: none */
+    char        message[1024];
+    char        evidence[1024];
+} finding;
+
+static void finding_init(finding *f, const char *eid, const char *arm, const char *kind, int regression) {
+    memset(f, 0, sizeof *f);
+    f->experiment = eid;
+    f->arm = arm;
+    f->kind = kind;
+    f->regression = regression;
+    f->value = f->prev_value = f->p = NAN;
+    snprintf(f->evidence, sizeof f->evidence, "{}");
+}
+
+static void bind_num(sqlite3_stmt *s, int i, double v) {
+    if (isnan(v) || isinf(v)) sqlite3_bind_null(s, i);
+    else sqlite3_bind_double(s, i, v);
+}
+
+static int put_finding(lab_store *st, int64_t nightly, const finding *f, int64_t *n_reg, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st,
+                  "INSERT INTO nightly_findings (nightly_id, experiment, arm, kind, regression, message, run_id,"
+                  " previous_run_id, value, previous_value, p, evidence) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                  &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, nightly);
+    sqlite3_bind_text(s, 2, f->experiment, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, f->arm, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 4, f->kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(s, 5, f->regression);
+    sqlite3_bind_text(s, 6, f->message, -1, SQLITE_TRANSIENT);
+    if (f->run_id) sqlite3_bind_int64(s, 7, f->run_id);
+    if (f->prev_run_id) sqlite3_bind_int64(s, 8, f->prev_run_id);
+    bind_num(s, 9, f->value);
+    bind_num(s, 10, f->prev_value);
+    bind_num(s, 11, f->p);
+    sqlite3_bind_text(s, 12, f->evidence, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(s) == SQLITE_DONE ? LAB_OK
+                                        : lab_errf(err, errlen, LAB_EIO, "store finding: %s", sqlite3_errmsg(lab_store_db(st)));
+    sqlite3_finalize(s);
+    if (!rc && f->regression) (*n_reg)++;
+    return rc;
+}
+
+/* The latest finished nightly before cur that ran experiment eid; 0 if none. */
+static int64_t previous_nightly(lab_store *st, int64_t cur, const char *eid) {
+    sqlite3_stmt *s;
+    int64_t id = 0;
+    if (sqlite3_prepare_v2(lab_store_db(st),
+                           "SELECT n.id FROM nightlies n WHERE n.id < ?1 AND n.status IN ('PASSED', 'REGRESSED') AND EXISTS"
+                           " (SELECT 1 FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = n.id"
+                           "  AND r.experiment = ?2 AND r.status = 'FINISHED') ORDER BY n.id DESC LIMIT 1",
+                           -1, &s, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_int64(s, 1, cur);
+    sqlite3_bind_text(s, 2, eid, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(s) == SQLITE_ROW) id = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return id;
+}
+
+/* Agreement of a run's top-1 with its reference's, per scored position. */
+static int agreement(lab_store *st, const nrun *r, uint8_t **agree, int64_t *n, char *err, size_t errlen) {
+    int32_t *a = NULL, *b = NULL;
+    int64_t na = 0, nb = 0;
+    int rc = lab_store_top1(st, r->id, &a, &na, err, errlen);
+    if (!rc) rc = lab_store_top1(st, r->ref_run, &b, &nb, err, errlen);
+    if (!rc && na != nb) rc = lab_errf(err, errlen, LAB_EINPUT, "run %lld: %lld positions, its reference %lld",
+                                       (long long)r->id, (long long)na, (long long)nb);
+    if (!rc && !(*agree = malloc((size_t)(na ? na : 1)))) rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    if (!rc) {
+        for (int64_t i = 0; i < na; i++) (*agree)[i] = a[i] == b[i];
+        *n = na;
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+static int compare_accuracy(lab_store *st, int64_t nightly, const char *eid, const nrun *c, const nrun *p,
+                            const lab_nightly_opts *o, int64_t *n_reg, char *err, size_t errlen) {
+    if (!c->has_cmp || !p->has_cmp || c->n <= 0 || p->n <= 0) return LAB_OK;
+    finding f;
+    finding_init(&f, eid, c->arm, "accuracy", 0);
+    f.run_id = c->id;
+    f.prev_run_id = p->id;
+    f.value = (double)c->k / (double)c->n;
+    f.prev_value = (double)p->k / (double)p->n;
+    int same_positions = !strcmp(c->dataset, p->dataset) && c->n == p->n;
+    int64_t b = 0, cc = 0;
+    if (same_positions) {
+        uint8_t *ac = NULL, *ap = NULL;
+        int64_t nc = 0, np = 0;
+        int rc = agreement(st, c, &ac, &nc, err, errlen);
+        if (!rc) rc = agreement(st, p, &ap, &np, err, errlen);
+        if (!rc && nc != np) same_positions = 0;
+        for (int64_t i = 0; !rc && same_positions && i < nc; i++) {
+            b += ap[i] && !ac[i];
+            cc += !ap[i] && ac[i];
+        }
+        free(ac);
+        free(ap);
+        if (rc) return rc;
+    }
+    if (same_positions) {
+        f.p = lab_mcnemar_exact(b, cc);
+        f.regression = b > cc && f.p < o->alpha;
+        snprintf(f.evidence, sizeof f.evidence,
+                 "{\"test\":\"mcnemar_exact\",\"lost\":%lld,\"gained\":%lld,\"p\":%.6g,\"alpha\":%.3g,\"k\":%lld,\"n\":%lld,"
+                 "\"prev_k\":%lld,\"prev_n\":%lld}",
+                 (long long)b, (long long)cc, f.p, o->alpha, (long long)c->k, (long long)c->n, (long long)p->k,
+                 (long long)p->n);
+        if (!b && !cc && c->k == p->k) return LAB_OK;   /* the same positions agree: nothing to say */
+        snprintf(f.message, sizeof f.message,
+                 "top-1 agreement with the reference %lld/%lld [%.3f, %.3f] -> %lld/%lld [%.3f, %.3f]; paired on the "
+                 "same %lld positions: %lld lost, %lld gained, exact McNemar p = %.3g (%s alpha %.3g)",
+                 (long long)p->k, (long long)p->n, p->lo, p->hi, (long long)c->k, (long long)c->n, c->lo, c->hi,
+                 (long long)c->n, (long long)b, (long long)cc, f.p,
+                 f.regression ? "a significant drop at" : b > cc ? "not significant at" : "no drop;", o->alpha);
+    } else {
+        f.regression = c->hi < p->lo;
+        snprintf(f.evidence, sizeof f.evidence,
+                 "{\"test\":\"wilson_overlap\",\"lo\":%.6g,\"hi\":%.6g,\"prev_lo\":%.6g,\"prev_hi\":%.6g}", c->lo, c->hi,
+                 p->lo, p->hi);
+        if (c->k * p->n == p->k * c->n) return LAB_OK;
+        snprintf(f.message, sizeof f.message,
+                 "top-1 agreement %lld/%lld [%.3f, %.3f] -> %lld/%lld [%.3f, %.3f] on a different dataset; Wilson 95%% "
+                 "intervals %s", (long long)p->k, (long long)p->n, p->lo, p->hi, (long long)c->k, (long long)c->n, c->lo,
+                 c->hi, f.regression ? "no longer overlap: a significant drop" : "overlap: within noise");
+    }
+    return put_finding(st, nightly, &f, n_reg, err, errlen);
+}
+
+static int compare_numerics(lab_store *st, int64_t nightly, const char *eid, const nrun *c, const nrun *p, int64_t *n_reg,
+                            char *err, size_t errlen) {
+    int deterministic = !strcmp(c->backend, "cpu") && !strcmp(p->backend, "cpu") && !strcmp(c->model, p->model) &&
+                        !strcmp(c->dataset, p->dataset);
+    if (!deterministic || !c->logits[0] || !p->logits[0]) return LAB_OK;
+    finding f;
+    finding_init(&f, eid, c->arm, "numerics", 0);
+    f.run_id = c->id;
+    f.prev_run_id = p->id;
+    if (strcmp(c->knob_hash, p->knob_hash)) {
+        if (!strcmp(c->logits, p->logits)) return LAB_OK;
+        snprintf(f.message, sizeof f.message,
+                 "the arm's resolved knobs changed (knob hash %.12s -> %.12s), so its logits changed as well; not compared",
+                 p->knob_hash, c->knob_hash);
+        return put_finding(st, nightly, &f, n_reg, err, errlen);
+    }
+    if (!strcmp(c->logits, p->logits)) return LAB_OK;
+    double *kl = NULL;
+    int64_t n = 0;
+    int exact = 0;
+    char kerr[512] = "";
+    double mean = NAN, mx = NAN;
+    if (lab_position_kl(st, p->id, c->id, &kl, &n, &exact, kerr, sizeof kerr) == 0 && n > 0) {
+        mean = 0;
+        mx = 0;
+        for (int64_t i = 0; i < n; i++) {
+            mean += kl[i];
+            if (kl[i] > mx) mx = kl[i];
+        }
+        mean /= (double)n;
+    }
+    free(kl);
+    f.regression = 1;
+    f.value = mean;
+    snprintf(f.evidence, sizeof f.evidence,
+             "{\"logits_sha256\":\"%s\",\"prev_logits_sha256\":\"%s\",\"kl_mean\":%.6g,\"kl_max\":%.6g,\"kl_exact\":%d,"
+             "\"positions\":%lld}", c->logits, p->logits, isnan(mean) ? -1.0 : mean, isnan(mx) ? -1.0 : mx, exact,
+             (long long)n);
+    if (isnan(mean))
+        snprintf(f.message, sizeof f.message,
+                 "logits changed on a deterministic arm (cpu, same model, dataset and knobs): hash %.12s -> %.12s; KL not "
+                 "measurable: %s", p->logits, c->logits, kerr);
+    else
+        snprintf(f.message, sizeof f.message,
+                 "logits changed on a deterministic arm (cpu, same model, dataset and knobs): hash %.12s -> %.12s; "
+                 "KL(previous || current) per position mean %.3g, max %.3g nats over %lld positions (%s); code %s -> %s",
+                 p->logits, c->logits, mean, mx, (long long)n, exact ? "exact, f16 full logits" : "top-k estimate",
+                 p->code_version, c->code_version);
+    return put_finding(st, nightly, &f, n_reg, err, errlen);
+}
+
+/* Pooled within-night SD of log(tokens/s) over the (nightly, arm) groups of
+ * an experiment with two or more repeats; NaN when there is no such group. */
+static double within_sd(const nset *a, const nset *b) {
+    double ss = 0;
+    int64_t dof = 0;
+    const nset *sets[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        const nset *s = sets[k];
+        for (int i = 0; i < s->n;) {
+            int j = i;
+            double sum = 0;
+            int m = 0;
+            while (j < s->n && !strcmp(s->r[j].arm, s->r[i].arm)) {
+                if (!strcmp(s->r[j].status, "FINISHED") && s->r[j].tps > 0) { sum += log(s->r[j].tps); m++; }
+                j++;
+            }
+            if (m >= 2) {
+                double mean = sum / m;
+                for (int t = i; t < j; t++)
+                    if (!strcmp(s->r[t].status, "FINISHED") && s->r[t].tps > 0)
+                        ss += (log(s->r[t].tps) - mean) * (log(s->r[t].tps) - mean);
+                dof += m - 1;
+            }
+            i = j;
+        }
+    }
+    return dof ? sqrt(ss / (double)dof) : NAN;
+}
+
+/* SD over the nightlies before cur (at most 8) of the nightly mean of
+ * log(tokens/s) of one arm: the night-to-night noise. NaN below 3 nights. */
+static double between_sd(lab_store *st, int64_t cur, const char *eid, const char *arm) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(lab_store_db(st),
+                           "SELECT n.id, avg(ln(m.value)) FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id"
+                           " JOIN runs r ON r.id = nr.run_id JOIN metrics m ON m.run_id = r.id AND m.name = 'tokens_per_s'"
+                           " WHERE n.id < ?1 AND n.status IN ('PASSED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
+                           " AND r.status = 'FINISHED' AND m.value > 0 GROUP BY n.id ORDER BY n.id DESC LIMIT 8",
+                           -1, &s, NULL) != SQLITE_OK)
+        return NAN;
+    sqlite3_bind_int64(s, 1, cur);
+    sqlite3_bind_text(s, 2, eid, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, arm, -1, SQLITE_TRANSIENT);
+    double v[8];
+    int n = 0;
+    while (n < 8 && sqlite3_step(s) == SQLITE_ROW) v[n++] = sqlite3_column_double(s, 1);
+    sqlite3_finalize(s);
+    if (n < 3) return NAN;
+    double mean = 0, ss = 0;
+    for (int i = 0; i < n; i++) mean += v[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) ss += (v[i] - mean) * (v[i] - mean);
+    return sqrt(ss / (n - 1));
+}
+
+static int compare_perf(lab_store *st, int64_t nightly, const char *eid, const char *arm, const nset *cs, const nset *ps,
+                        const lab_nightly_opts *o, int64_t *n_reg, char *err, size_t errlen) {
+    double sc = 0, sp = 0;
+    int nc = 0, np = 0;
+    int64_t cid = 0, pid = 0;
+    for (int i = 0; i < cs->n; i++)
+        if (!strcmp(cs->r[i].arm, arm) && !strcmp(cs->r[i].status, "FINISHED") && cs->r[i].tps > 0) {
+            sc += log(cs->r[i].tps);
+            nc++;
+            if (!cid) cid = cs->r[i].id;
+        }
+    for (int i = 0; i < ps->n; i++)
+        if (!strcmp(ps->r[i].arm, arm) && !strcmp(ps->r[i].status, "FINISHED") && ps->r[i].tps > 0) {
+            sp += log(ps->r[i].tps);
+            np++;
+            if (!pid) pid = ps->r[i].id;
+        }
+    if (!nc || !np) return LAB_OK;
+    double d = sc / nc - sp / np;             /* log of the ratio of geometric means */
+    double sw = within_sd(cs, ps), sb = between_sd(st, nightly, eid, arm);
+    double se = NAN;
+    if (!isnan(sw)) se = sw * sqrt(1.0 / nc + 1.0 / np);
+    if (!isnan(sb) && (isnan(se) || sb * sqrt(2.0) > se)) se = sb * sqrt(2.0);
+    finding f;
+    finding_init(&f, eid, arm, "performance", 0);
+    f.run_id = cid;
+    f.prev_run_id = pid;
+    f.value = exp(sc / nc);
+    f.prev_value = exp(sp / np);
+    double ratio = exp(d);
+    if (isnan(se)) {
+        snprintf(f.message, sizeof f.message,
+                 "throughput %.4g -> %.4g tokens/s (x%.3f); not judged: no noise estimate (one repeat per night and fewer "
+                 "than 3 earlier nightlies; set \"repeats\" >= 2 in the experiment)", f.prev_value, f.value, ratio);
+        snprintf(f.evidence, sizeof f.evidence, "{\"ratio\":%.6g,\"n\":%d,\"prev_n\":%d}", ratio, nc, np);
+        return put_finding(st, nightly, &f, n_reg, err, errlen);
+    }
+    double thr = o->perf_sigmas * se;
+    double floor_log = -log(1.0 - o->perf_min_drop);
+    if (thr < floor_log) thr = floor_log;
+    f.regression = d < -thr;
+    snprintf(f.evidence, sizeof f.evidence,
+             "{\"ratio\":%.6g,\"threshold_ratio\":%.6g,\"se_log\":%.6g,\"within_sd_log\":%.6g,\"between_sd_log\":%.6g,"
+             "\"n\":%d,\"prev_n\":%d}", ratio, exp(-thr), se, isnan(sw) ? -1.0 : sw, isnan(sb) ? -1.0 : sb, nc, np);
+    if (!f.regression && fabs(d) < thr) return LAB_OK;    /* within noise: nothing to say */
+    snprintf(f.message, sizeof f.message,
+             "throughput %.4g -> %.4g tokens/s (x%.3f over %d vs %d repeats); noise: standard error %.1f%% (%s), so "
+             "a drop below x%.3f is flagged%s", f.prev_value, f.value, ratio, nc, np, 100 * (exp(se) - 1),
+             !isnan(sb) && sb * sqrt(2.0) >= se ? "night-to-night spread" : "spread of repeats", exp(-thr),
+             f.regression ? "" : "; a speedup, noted");
+    return put_finding(st, nightly, &f, n_reg, err, errlen);
+}
+
+static int compare_checks(lab_store *st, int64_t nightly, const char *eid, const nrun *r, int64_t *n_reg, char *err,
+                          size_t errlen) {
+    finding f;
+    finding_init(&f, eid, r->arm, "check", 1);
+    f.run_id = r->id;
+    if (strcmp(r->status, "FINISHED")) {
+        snprintf(f.message, sizeof f.message, "run %lld (repeat %lld) %s: %s", (long long)r->id, (long long)r->rep, r->status,
+                 r->error[0] ? r->error : "no error recorded");
+    } else if (r->assertions_ok >= 0 && r->assertions_ok == r->expect_fail) {
+        snprintf(f.message, sizeof f.message, "run %lld (repeat %lld): runtime assertions %s, but the arm declares they %s",
+                 (long long)r->id, (long long)r->rep, r->assertions_ok ? "passed" : "failed",
+                 r->expect_fail ? "fail (a replay that no longer reproduces its defect)" : "pass");
+    } else return LAB_OK;
+    return put_finding(st, nightly, &f, n_reg, err, errlen);
+}
+
+/* Repeats of one identity in the same night must agree bit for bit on cpu. */
+static int compare_repeats(lab_store *st, int64_t nightly, const char *eid, const nset *cs, const char *arm,
+                           int64_t *n_reg, char *err, size_t errlen) {
+    const nrun *first = NULL;
+    for (int i = 0; i < cs->n; i++) {
+        const nrun *r = &cs->r[i];
+        if (strcmp(r->arm, arm) || strcmp(r->status, "FINISHED") || strcmp(r->backend, "cpu") || !r->logits[0]) continue;
+        if (!first) { first = r; continue; }
+        if (!strcmp(first->logits, r->logits) || strcmp(first->knob_hash, r->knob_hash)) continue;
+        finding f;
+        finding_init(&f, eid, arm, "numerics", 1);
+        f.run_id = r->id;
+        f.prev_run_id = first->id;
+        snprintf(f.message, sizeof f.message,
+                 "not reproducible: repeats %lld and %lld of the same identity (cpu) have different logits (%.12s vs %.12s)",
+                 (long long)first->rep, (long long)r->rep, first->logits, r->logits);
+        return put_finding(st, nightly, &f, n_reg, err, errlen);
+    }
+    return LAB_OK;
+}
+
+/* New confounds: open, unexpected audit flags that the previous nightly did
+ * not have. A flag on a run of this nightly is new unless a run of the same
+ * experiment and arm in the previous nightly had the same rule and key; any
+ * other flag (claims, older runs) is new when first seen after the previous
+ * nightly finished. With no previous nightly, only flags on tonight's runs
+ * count (everything else is the baseline). */
+static int compare_audit(lab_store *st, int64_t nightly, int64_t prev_overall, int64_t *n_reg, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, "SELECT 1 FROM sqlite_master WHERE name = 'audit_flags'", &s, err, errlen);
+    if (rc) return rc;
+    int have = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    if (!have) return LAB_OK;
+    if ((rc = prep(st,
+                   "SELECT f.id, f.subject_kind, f.subject, f.rule, f.key, f.reason, f.first_seen, r.experiment, r.arm,"
+                   " nr.run_id IS NOT NULL,"
+                   " EXISTS (SELECT 1 FROM audit_flags g JOIN runs pr ON g.subject_kind = 'run'"
+                   "   AND pr.id = CAST(g.subject AS INTEGER) JOIN nightly_runs pn ON pn.run_id = pr.id"
+                   "   WHERE pn.nightly_id = (SELECT max(n2.id) FROM nightlies n2 JOIN nightly_runs x ON x.nightly_id = n2.id"
+                   "     JOIN runs xr ON xr.id = x.run_id WHERE n2.id < ?1 AND n2.status IN ('PASSED','REGRESSED')"
+                   "     AND xr.experiment = r.experiment)"
+                   "   AND pr.experiment = r.experiment AND pr.arm = r.arm AND g.rule = f.rule AND g.key = f.key),"
+                   " (SELECT finished_at FROM nightlies WHERE id = ?2)"
+                   " FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run' AND r.id = CAST(f.subject AS INTEGER)"
+                   " LEFT JOIN nightly_runs nr ON nr.nightly_id = ?1 AND nr.run_id = r.id"
+                   " WHERE f.resolved_at IS NULL AND f.expected = 0 ORDER BY f.id", &s, err, errlen))) return rc;
+    sqlite3_bind_int64(s, 1, nightly);
+    sqlite3_bind_int64(s, 2, prev_overall);
+    while (!rc && sqlite3_step(s) == SQLITE_ROW) {
+        int tonight = sqlite3_column_int(s, 9), had_before = sqlite3_column_int(s, 10);
+        const char *prev_end = col_text(s, 11), *first_seen = col_text(s, 6);
+        int is_new;
+        if (tonight) is_new = !had_before;
+        else is_new = prev_overall && prev_end[0] && strcmp(first_seen, prev_end) > 0;
+        if (!is_new) continue;
+        char eid[128], arm[128];
+        if (!strcmp(col_text(s, 1), "run") && sqlite3_column_type(s, 7) != SQLITE_NULL) {
+            snprintf(eid, sizeof eid, "%s", col_text(s, 7));
+            snprintf(arm, sizeof arm, "%s", col_text(s, 8));
+        } else {
+            snprintf(eid, sizeof eid, "%s", "");
+            snprintf(arm, sizeof arm, "%s %s", col_text(s, 1), col_text(s, 2));
+        }
+        finding f;
+        finding_init(&f, eid, arm, "audit", 1);
+        if (tonight) f.run_id = atoll(col_text(s, 2));
+        snprintf(f.message, sizeof f.message, "new confound %s on %s %s: %s", col_text(s, 3), col_text(s, 1), col_text(s, 2),
+                 col_text(s, 5));
+        snprintf(f.evidence, sizeof f.evidence, "{\"audit_flag\":%lld}", sqlite3_column_int64(s, 0));
+        rc = put_finding(st, nightly, &f, n_reg, err, errlen);
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int lab_nightly_compare(lab_store *st, int64_t cur, const lab_nightly_opts *o, int64_t *n_regressions, char *err,
+                        size_t errlen) {
+    *n_regressions = 0;
+    int rc = exec_sql(st, "BEGIN IMMEDIATE", err, errlen);
+    if (rc) return rc;
+    sqlite3_stmt *s = NULL;
+    char **exps = NULL;
+    int ne = 0;
+    nset cs = {0}, ps = {0};
+    if ((rc = prep(st, "DELETE FROM nightly_findings WHERE nightly_id = ?1", &s, err, errlen))) goto out;
+    sqlite3_bind_int64(s, 1, cur);
+    sqlite3_step(s);
+    sqlite3_finalize(s);
+    if ((rc = prep(st, "SELECT DISTINCT r.experiment FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id"
+                       " WHERE nr.nightly_id = ?1 ORDER BY 1", &s, err, errlen))) goto out;
+    sqlite3_bind_int64(s, 1, cur);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        char **q = realloc(exps, (size_t)(ne + 1) * sizeof *q);
+        if (!q) break;
+        exps = q;
+        exps[ne++] = lab_strdup(col_text(s, 0));
+    }
+    sqlite3_finalize(s);
+    for (int e = 0; e < ne && !rc; e++) {
+        const char *eid = exps[e];
+        int64_t prev = previous_nightly(st, cur, eid);
+        if ((rc = load_runs(st, cur, eid, &cs, err, errlen))) break;
+        if (prev && (rc = load_runs(st, prev, eid, &ps, err, errlen))) break;
+        if (!prev) {
+            finding f;
+            finding_init(&f, eid, "", "check", 0);
+            snprintf(f.message, sizeof f.message, "first nightly of this experiment: a baseline, nothing to compare with");
+            rc = put_finding(st, cur, &f, n_regressions, err, errlen);
+        }
+        for (int i = 0; i < cs.n && !rc; i++) {
+            const nrun *r = &cs.r[i];
+            rc = compare_checks(st, cur, eid, r, n_regressions, err, errlen);
+            if (rc || (i > 0 && !strcmp(cs.r[i - 1].arm, r->arm))) continue;
+            /* Once per arm: */
+            if ((rc = compare_repeats(st, cur, eid, &cs, r->arm, n_regressions, err, errlen))) break;
+            if (!prev) continue;
+            const nrun *c0 = find_run(&cs, r->arm, 0), *p0 = find_run(&ps, r->arm, 0);
+            if (!p0) {
+                finding f;
+                finding_init(&f, eid, r->arm, "check", 0);
+                snprintf(f.message, sizeof f.message, "no finished run of this arm in nightly %lld: nothing to compare with",
+                         (long long)prev);
+                rc = put_finding(st, cur, &f, n_regressions, err, errlen);
+                continue;
+            }
+            if (c0 && !c0->is_ref && (rc = compare_accuracy(st, cur, eid, c0, p0, o, n_regressions, err, errlen))) break;
+            if (c0 && (rc = compare_numerics(st, cur, eid, c0, p0, n_regressions, err, errlen))) break;
+            if ((rc = compare_perf(st, cur, eid, r->arm, &cs, &ps, o, n_regressions, err, errlen))) break;
+        }
+        nset_free(&cs);
+        nset_free(&ps);
+    }
+    if (!rc) {
+        int64_t prev_overall = 0;
+        if (!prep(st, "SELECT max(id) FROM nightlies WHERE id < ?1 AND status IN ('PASSED','REGRESSED')", &s, err, errlen)) {
+            sqlite3_bind_int64(s, 1, cur);
+            if (sqlite3_step(s) == SQLITE_ROW) prev_overall = sqlite3_column_int64(s, 0);
+            sqlite3_finalize(s);
+        }
+        rc = compare_audit(st, cur, prev_overall, n_regressions, err, errlen);
+    }
+out:
+    nset_free(&cs);
+    nset_free(&ps);
+    for (int e = 0; e < ne; e++) free(exps[e]);
+    free(exps);
+    if (rc) {
+        sqlite3_exec(lab_store_db(st), "ROLLBACK", NULL, NULL, NULL);
+        *n_regressions = 0;
+        return rc;
+    }
+    return exec_sql(st, "COMMIT", err, errlen);
+}
+
+/* ------------------------------------------------------------ outputs */
+
+typedef struct nightly_row {
+    int64_t id;
+    char    started[32], finished[32], commit[64], code_version[200], status[16], host[128], audit[256];
+    int64_t n_runs, n_reg;
+} nightly_row;
+
+static int load_nightly(lab_store *st, int64_t id, nightly_row *n, char *err, size_t errlen) {
+    memset(n, 0, sizeof *n);
+    sqlite3_stmt *s;
+    int rc = prep(st, "SELECT id, started_at, coalesce(finished_at, ''), git_commit, code_version, status, host, audit,"
+                      " n_runs, n_regressions FROM nightlies WHERE id = ?1", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    if (sqlite3_step(s) != SQLITE_ROW) {
+        sqlite3_finalize(s);
+        return lab_errf(err, errlen, LAB_EINPUT, "nightly %lld: no such nightly", (long long)id);
+    }
+    n->id = sqlite3_column_int64(s, 0);
+    snprintf(n->started, sizeof n->started, "%s", col_text(s, 1));
+    snprintf(n->finished, sizeof n->finished, "%s", col_text(s, 2));
+    snprintf(n->commit, sizeof n->commit, "%s", col_text(s, 3));
+    snprintf(n->code_version, sizeof n->code_version, "%s", col_text(s, 4));
+    snprintf(n->status, sizeof n->status, "%s", col_text(s, 5));
+    snprintf(n->host, sizeof n->host, "%s", col_text(s, 6));
+    snprintf(n->audit, sizeof n->audit, "%s", col_text(s, 7));
+    n->n_runs = sqlite3_column_int64(s, 8);
+    n->n_reg = sqlite3_column_int64(s, 9);
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
+/* The test cases of a nightly: (experiment, arm) pairs of its runs, with the
+ * summed wall time. */
+typedef struct tcase {
+    char    eid[128], arm[128];
+    double  time;
+    int     runs;
+} tcase;
+
+static int load_cases(lab_store *st, int64_t id, tcase **out, int *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *s;
+    int rc = prep(st, "SELECT r.experiment, r.arm, coalesce(sum(r.wall_s), 0), count(*) FROM nightly_runs nr"
+                      " JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1 GROUP BY r.experiment, r.arm"
+                      " ORDER BY r.experiment, min(r.id)", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        tcase *q = realloc(*out, (size_t)(*n + 1) * sizeof *q);
+        if (!q) { sqlite3_finalize(s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+        *out = q;
+        tcase *c = &q[(*n)++];
+        snprintf(c->eid, sizeof c->eid, "%s", col_text(s, 0));
+        snprintf(c->arm, sizeof c->arm, "%s", col_text(s, 1));
+        c->time = sqlite3_column_double(s, 2);
+        c->runs = sqlite3_column_int(s, 3);
+    }
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
+/* Findings of (experiment, arm) of a nightly appended to b as lines
+ * "kind: message"; regression selects regressions (1) or notes (0). */
+static int case_findings(lab_store *st, int64_t id, const char *eid, const char *arm, int regression, lab_buf *b) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(lab_store_db(st),
+                           "SELECT kind, message FROM nightly_findings WHERE nightly_id = ?1 AND experiment = ?2"
+                           " AND (arm = ?3 OR (?4 AND arm = '')) AND regression = ?5 ORDER BY id", -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_int64(s, 1, id);
+    sqlite3_bind_text(s, 2, eid, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, arm, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(s, 4, arm[0] != 0 && !regression);
+    sqlite3_bind_int(s, 5, regression);
+    int n = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        lab_buf_printf(b, "%s%s: %s", b->len ? "\n" : "", col_text(s, 0), col_text(s, 1));
+        n++;
+    }
+    sqlite3_finalize(s);
+    return n;
+}
+
+static void x(lab_buf *b, const char *s) { lab_esc_html(b, s); }
+
+int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *err, size_t errlen) {
+    nightly_row nr;
+    int rc = load_nightly(st, id, &nr, err, errlen);
+    if (rc) return rc;
+    tcase *cs = NULL;
+    int nc = 0;
+    if ((rc = load_cases(st, id, &cs, &nc, err, errlen))) return rc;
+    /* Audit findings that belong to no arm of the nightly get a test case of their own. */
+    lab_buf ledger = {0};
+    sqlite3_stmt *s;
+    if (!prep(st, "SELECT message FROM nightly_findings f WHERE nightly_id = ?1 AND regression = 1 AND kind = 'audit'"
+                  " AND NOT EXISTS (SELECT 1 FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1"
+                  " AND r.experiment = f.experiment AND r.arm = f.arm)", &s, err, errlen)) {
+        sqlite3_bind_int64(s, 1, id);
+        while (sqlite3_step(s) == SQLITE_ROW) lab_buf_printf(&ledger, "%s%s", ledger.len ? "\n" : "", col_text(s, 0));
+        sqlite3_finalize(s);
+    }
+    int total = nc + 1, failures = ledger.len ? 1 : 0;
+    int *fail = calloc((size_t)(nc ? nc : 1), sizeof *fail);
+    lab_buf *reg = calloc((size_t)(nc ? nc : 1), sizeof *reg), *notes = calloc((size_t)(nc ? nc : 1), sizeof *notes);
+    if (!fail || !reg || !notes) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); goto out; }
+    double ttime = 0;
+    for (int i = 0; i < nc; i++) {
+        fail[i] = case_findings(st, id, cs[i].eid, cs[i].arm, 1, &reg[i]) > 0;
+        case_findings(st, id, cs[i].eid, cs[i].arm, 0, &notes[i]);
+        failures += fail[i];
+        ttime += cs[i].time;
+    }
+    lab_buf b = {0};
+    lab_buf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"vtlab nightly %lld\" tests=\"%d\" "
+                       "failures=\"%d\" errors=\"0\" time=\"%.3f\">\n", (long long)id, total, failures, ttime);
+    for (int i = 0; i < nc;) {
+        int j = i, tf = 0;
+        double t = 0;
+        while (j < nc && !strcmp(cs[j].eid, cs[i].eid)) { tf += fail[j]; t += cs[j].time; j++; }
+        lab_buf_printf(&b, "  <testsuite name=\"");
+        x(&b, cs[i].eid);
+        lab_buf_printf(&b, "\" tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"0\" time=\"%.3f\" timestamp=\"", j - i, tf, t);
+        x(&b, nr.started);
+        lab_buf_printf(&b, "\" hostname=\"");
+        x(&b, nr.host);
+        lab_buf_printf(&b, "\">\n    <properties><property name=\"nightly\" value=\"%lld\"/><property name=\"commit\" value=\"",
+                       (long long)id);
+        x(&b, nr.commit);
+        lab_buf_printf(&b, "\"/><property name=\"code_version\" value=\"");
+        x(&b, nr.code_version);
+        lab_buf_printf(&b, "\"/></properties>\n");
+        for (int k = i; k < j; k++) {
+            lab_buf_printf(&b, "    <testcase classname=\"");
+            x(&b, cs[k].eid);
+            lab_buf_printf(&b, "\" name=\"");
+            x(&b, cs[k].arm);
+            lab_buf_printf(&b, "\" time=\"%.3f\">\n", cs[k].time);
+            if (fail[k]) {
+                char first[300];
+                snprintf(first, sizeof first, "%s", reg[k].data);
+                first[strcspn(first, "\n")] = 0;
+                lab_buf_printf(&b, "      <failure type=\"regression\" message=\"");
+                x(&b, first);
+                lab_buf_printf(&b, "\">");
+                x(&b, reg[k].data);
+                lab_buf_printf(&b, "</failure>\n");
+            }
+            lab_buf_printf(&b, "      <system-out>%d run(s) in this nightly", cs[k].runs);
+            if (notes[k].len) { lab_buf_printf(&b, "\n"); x(&b, notes[k].data); }
+            lab_buf_printf(&b, "</system-out>\n    </testcase>\n");
+        }
+        lab_buf_printf(&b, "  </testsuite>\n");
+        i = j;
+    }
+    lab_buf_printf(&b, "  <testsuite name=\"audit\" tests=\"1\" failures=\"%d\" errors=\"0\" skipped=\"0\" time=\"0\">\n"
+                       "    <testcase classname=\"audit\" name=\"no new confounds outside the nightly's arms\" time=\"0\">\n",
+                   failures && ledger.len ? 1 : 0);
+    if (ledger.len) {
+        lab_buf_printf(&b, "      <failure type=\"audit\" message=\"new confound flags\">");
+        x(&b, ledger.data);
+        lab_buf_printf(&b, "</failure>\n");
+    }
+    lab_buf_printf(&b, "      <system-out>audit: ");
+    x(&b, nr.audit);
+    lab_buf_printf(&b, "</system-out>\n    </testcase>\n  </testsuite>\n</testsuites>\n");
+    rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    lab_buf_free(&b);
+out:
+    for (int i = 0; reg && i < nc; i++) lab_buf_free(&reg[i]);
+    for (int i = 0; notes && i < nc; i++) lab_buf_free(&notes[i]);
+    free(reg);
+    free(notes);
+    free(fail);
+    free(cs);
+    lab_buf_free(&ledger);
+    return rc;
+}
+
+int lab_nightly_write_md(lab_store *st, int64_t id, const char *path, char *err, size_t errlen) {
+    nightly_row nr;
+    int rc = load_nightly(st, id, &nr, err, errlen);
+    if (rc) return rc;
+    tcase *cs = NULL;
+    int nc = 0;
+    if ((rc = load_cases(st, id, &cs, &nc, err, errlen))) return rc;
+    lab_buf b = {0};
+    lab_buf_printf(&b, "# vtlab nightly %lld: %s\n\n", (long long)id,
+                   !strcmp(nr.status, "PASSED") ? "passed" : !strcmp(nr.status, "REGRESSED") ? "**REGRESSED**" : nr.status);
+    lab_buf_printf(&b, "- started ");
+    lab_esc_md(&b, nr.started);
+    lab_buf_printf(&b, ", finished ");
+    lab_esc_md(&b, nr.finished);
+    lab_buf_printf(&b, " on ");
+    lab_esc_md(&b, nr.host);
+    lab_buf_printf(&b, "\n- code `");
+    lab_esc_md_code(&b, nr.code_version);
+    lab_buf_printf(&b, "`\n- %lld run(s), %lld regression(s)\n- audit: ", (long long)nr.n_runs, (long long)nr.n_reg);
+    lab_esc_md(&b, nr.audit);
+    lab_buf_printf(&b, "\n- full report: `index.html`; JUnit: `junit.xml`; feed: `regressions.atom`\n\n");
+    lab_buf_printf(&b, "| experiment | arm | result | findings |\n|---|---|---|---|\n");
+    for (int i = 0; i < nc; i++) {
+        lab_buf r = {0}, n = {0};
+        int bad = case_findings(st, id, cs[i].eid, cs[i].arm, 1, &r);
+        case_findings(st, id, cs[i].eid, cs[i].arm, 0, &n);
+        lab_buf_printf(&b, "| ");
+        lab_esc_md(&b, cs[i].eid);
+        lab_buf_printf(&b, " | ");
+        lab_esc_md(&b, cs[i].arm);
+        lab_buf_printf(&b, " | %s | ", bad ? "**REGRESSION**" : "ok");
+        if (r.len) lab_esc_md(&b, r.data);
+        if (r.len && n.len) lab_buf_printf(&b, "<br>");
+        if (n.len) lab_esc_md(&b, n.data);
+        lab_buf_printf(&b, " |\n");
+        lab_buf_free(&r);
+        lab_buf_free(&n);
+    }
+    sqlite3_stmt *s;
+    int head = 0;
+    if (!prep(st, "SELECT arm, message FROM nightly_findings WHERE nightly_id = ?1 AND kind = 'audit' AND experiment = ''",
+              &s, err, errlen)) {
+        sqlite3_bind_int64(s, 1, id);
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            if (!head++) lab_buf_printf(&b, "\n## New confounds in the ledger\n\n");
+            lab_buf_printf(&b, "- ");
+            lab_esc_md(&b, col_text(s, 1));
+            lab_buf_printf(&b, "\n");
+        }
+        sqlite3_finalize(s);
+    }
+    rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    lab_buf_free(&b);
+    free(cs);
+    return rc;
+}
+
+int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t errlen) {
+    char now[32], host[128] = "localhost";
+    lab_now_iso(now);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    lab_buf b = {0};
+    lab_buf_printf(&b, "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<feed xmlns=\"http://www.w3.org/2005/Atom\">\n"
+                       "  <title>vtlab nightly regressions</title>\n  <id>urn:vtlab:nightly-regressions:");
+    x(&b, host);
+    lab_buf_printf(&b, "</id>\n  <updated>%s</updated>\n  <author><name>vtlab nightly</name></author>\n"
+                       "  <link rel=\"alternate\" href=\"index.html\"/>\n", now);
+    sqlite3_stmt *s;
+    int rc = prep(st,
+                  "SELECT f.id, f.nightly_id, f.experiment, f.arm, f.kind, f.message, coalesce(n.finished_at, n.started_at),"
+                  " n.git_commit FROM nightly_findings f JOIN nightlies n ON n.id = f.nightly_id WHERE f.regression = 1"
+                  " AND f.nightly_id IN (SELECT id FROM nightlies ORDER BY id DESC LIMIT 20) ORDER BY f.nightly_id DESC, f.id",
+                  &s, err, errlen);
+    if (rc) { lab_buf_free(&b); return rc; }
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        lab_buf_printf(&b, "  <entry>\n    <title>nightly %lld: ", sqlite3_column_int64(s, 1));
+        x(&b, col_text(s, 2));
+        lab_buf_printf(&b, "%s", col_text(s, 2)[0] && col_text(s, 3)[0] ? "/" : "");
+        x(&b, col_text(s, 3));
+        lab_buf_printf(&b, ": ");
+        x(&b, col_text(s, 4));
+        lab_buf_printf(&b, " regression</title>\n    <id>urn:vtlab:nightly-regressions:");
+        x(&b, host);
+        lab_buf_printf(&b, ":finding:%lld</id>\n    <updated>", sqlite3_column_int64(s, 0));
+        x(&b, col_text(s, 6));
+        lab_buf_printf(&b, "</updated>\n    <link rel=\"alternate\" href=\"index.html#nightly\"/>\n"
+                           "    <content type=\"text\">commit ");
+        x(&b, col_text(s, 7));
+        lab_buf_printf(&b, ": ");
+        x(&b, col_text(s, 5));
+        lab_buf_printf(&b, "</content>\n  </entry>\n");
+    }
+    sqlite3_finalize(s);
+    lab_buf_printf(&b, "</feed>\n");
+    rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    lab_buf_free(&b);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the nightly */
+
+static void on_signal(int sig) {
+    (void)sig;
+    lab_interrupted = 1;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The experiment files of dir, sorted, each parsed (bad input stops here). */
+static int list_experiments(const char *dir, char ***files, int *n, char *err, size_t errlen) {
+    *files = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot open directory: %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = LAB_OK;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 6 || strcmp(de->d_name + l - 5, ".json") || de->d_name[0] == '.') continue;
+        char **q = realloc(*files, (size_t)(*n + 1) * sizeof *q);
+        if (!q) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
+        *files = q;
+        size_t len = strlen(dir) + l + 2;
+        if (!((*files)[*n] = malloc(len))) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
+        snprintf((*files)[(*n)++], len, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    if (rc) return rc;
+    if (!*n) return lab_errf(err, errlen, LAB_EINPUT, "%s: no *.json experiment files", dir);
+    qsort(*files, (size_t)*n, sizeof **files, cmp_name);
+    for (int i = 0; i < *n; i++) {
+        lab_experiment *e = NULL;
+        rc = lab_experiment_load(&e, (*files)[i], err, errlen);
+        lab_experiment_free(e);
+        if (rc) return rc;
+    }
+    return LAB_OK;
+}
+
+static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_reg, char *err, size_t errlen) {
+    char **files = NULL;
+    int nf = 0;
+    int rc = list_experiments(o->exp_dir, &files, &nf, err, errlen);
+    lab_store *st = NULL;
+    int64_t id = 0, before = 0, pid = getpid();
+    char host[256] = "unknown", now[32];
+    if (rc) goto out;
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = 0;
+    if ((rc = lab_store_open(&st, o->db_path, err, errlen))) goto out;
+
+    /* A nightly left RUNNING by a dead process on this host failed. */
+    sqlite3_stmt *s;
+    if ((rc = prep(st, "SELECT id, pid FROM nightlies WHERE status = 'RUNNING' AND host = ?1", &s, err, errlen))) goto out;
+    sqlite3_bind_text(s, 1, host, -1, SQLITE_TRANSIENT);
+    int64_t dead[64];
+    int nd = 0;
+    while (nd < 64 && sqlite3_step(s) == SQLITE_ROW)
+        if (kill((pid_t)sqlite3_column_int64(s, 1), 0) != 0 && errno == ESRCH) dead[nd++] = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    for (int i = 0; i < nd; i++) {
+        char idt[32];
+        snprintf(idt, sizeof idt, "%lld", (long long)dead[i]);
+        const char *p[1] = {idt};
+        lab_store_exec(st, "UPDATE nightlies SET status = 'FAILED', error = 'the process died (found by a later nightly)'"
+                           " WHERE id = ?1", 1, p, err, errlen);
+    }
+
+    lab_now_iso(now);
+    if ((rc = exec_sql(st, "BEGIN IMMEDIATE", err, errlen))) goto out;
+    if ((rc = prep(st, "INSERT INTO nightlies (started_at, status, git_commit, code_version, host, pid, experiments_dir,"
+                       " previous_id) VALUES (?1, 'RUNNING', ?2, ?3, ?4, ?5, ?6,"
+                       " (SELECT max(id) FROM nightlies WHERE status IN ('PASSED','REGRESSED')))", &s, err, errlen))) {
+        sqlite3_exec(lab_store_db(st), "ROLLBACK", NULL, NULL, NULL);
+        goto out;
+    }
+    sqlite3_bind_text(s, 1, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, vt_build_commit(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, vt_build_info(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 4, host, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 5, pid);
+    sqlite3_bind_text(s, 6, o->exp_dir, -1, SQLITE_TRANSIENT);
+    int ok = sqlite3_step(s) == SQLITE_DONE;
+    sqlite3_finalize(s);
+    id = sqlite3_last_insert_rowid(lab_store_db(st));
+    if (ok && !prep(st, "SELECT coalesce(max(id), 0) FROM runs", &s, err, errlen)) {
+        if (sqlite3_step(s) == SQLITE_ROW) before = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    }
+    if (!ok || (rc = exec_sql(st, "COMMIT", err, errlen))) {
+        if (!rc) rc = lab_errf(err, errlen, LAB_EIO, "record the nightly: %s", sqlite3_errmsg(lab_store_db(st)));
+        sqlite3_exec(lab_store_db(st), "ROLLBACK", NULL, NULL, NULL);
+        goto out;
+    }
+    *id_out = id;
+    printf("nightly %lld: %d experiment file(s) in %s, code %s\n", (long long)id, nf, o->exp_dir, vt_build_info());
+    fflush(stdout);
+
+    /* The sweep: the same runner as `vtlab sweep`, every run redone. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    lab_run_summary sum = {0};
+    char sweep_err[2048] = "";
+    int sweep_rc = 0;
+    for (int i = 0; i < nf && !lab_interrupted; i++) {
+        lab_run_opts ro = {o->db_path, NULL, 1, isatty(2)};
+        printf("== %s\n", files[i]);
+        fflush(stdout);
+        int r = lab_run_experiment(files[i], &ro, &sum, sweep_err, sizeof sweep_err);
+        if (r) {
+            fprintf(stderr, "vtlab nightly: %s\n", sweep_err);
+            if (!sweep_rc) sweep_rc = r;
+        }
+    }
+    /* The runs this process made belong to this nightly. */
+    char b[32], ps[32], idt[32];
+    snprintf(b, sizeof b, "%lld", (long long)before);
+    snprintf(ps, sizeof ps, "%lld", (long long)pid);
+    snprintf(idt, sizeof idt, "%lld", (long long)id);
+    const char *p4[4] = {idt, b, host, ps};
+    if ((rc = lab_store_exec(st, "INSERT OR IGNORE INTO nightly_runs (nightly_id, run_id) SELECT ?1, id FROM runs"
+                                 " WHERE id > ?2 AND host = ?3 AND pid = ?4", 4, p4, err, errlen))) goto out;
+
+    /* The audit: flags for every run, ours included. */
+    char audit[256] = "not run (--no-audit)";
+    if (o->audit && !lab_interrupted) {
+        if (!lab_path_exists(o->specs_dir)) {
+            snprintf(audit, sizeof audit, "skipped: %s does not exist", o->specs_dir);
+        } else {
+            lab_audit_opts ao = {o->db_path, o->specs_dir};
+            lab_audit_result ar;
+            memset(&ar, 0, sizeof ar);
+            char aerr[1024] = "";
+            int arc = lab_audit_run(&ao, &ar, NULL, aerr, sizeof aerr);
+            if (arc) snprintf(audit, sizeof audit, "failed: %.200s", aerr);
+            else
+                snprintf(audit, sizeof audit, "%lld open confound(s), %lld expected (replays), %lld new, %lld resolved",
+                         (long long)ar.n_open, (long long)ar.n_expected, (long long)ar.n_new, (long long)ar.n_resolved);
+        }
+        printf("audit: %s\n", audit);
+    }
+
+    int64_t nreg = 0;
+    if ((rc = lab_nightly_compare(st, id, o, &nreg, err, errlen))) goto out;
+    *n_reg = nreg;
+    lab_now_iso(now);
+    char nr_s[32];
+    snprintf(nr_s, sizeof nr_s, "%lld", (long long)nreg);
+    /* A sweep error that produced no failed run (e.g. a model that cannot be
+     * built) fails the night, and it is then never used as a baseline. */
+    const char *status = lab_interrupted || (sweep_rc && !nreg) ? "FAILED" : nreg ? "REGRESSED" : "PASSED";
+    char error[2100] = "";
+    if (sweep_rc) snprintf(error, sizeof error, "%s", sweep_err);
+    if (lab_interrupted) snprintf(error, sizeof error, "interrupted by a signal");
+    const char *p6[6] = {idt, now, status, nr_s, audit, error[0] ? error : NULL};
+    if ((rc = lab_store_exec(st, "UPDATE nightlies SET finished_at = ?2, status = ?3, n_regressions = ?4, audit = ?5,"
+                                 " error = ?6, n_runs = (SELECT count(*) FROM nightly_runs WHERE nightly_id = ?1)"
+                                 " WHERE id = ?1", 6, p6, err, errlen))) goto out;
+
+    /* The outputs. */
+    if ((rc = lab_mkdirs(o->out_dir, err, errlen))) goto out;
+    char path[4200];
+    lab_report_opts ro = {o->out_dir, o->db_path, o->plots};
+    lab_report_result rr;
+    if ((rc = lab_report_write(st, &ro, &rr, err, errlen))) goto out;
+    snprintf(path, sizeof path, "%s/junit.xml", o->out_dir);
+    if ((rc = lab_nightly_write_junit(st, id, path, err, errlen))) goto out;
+    snprintf(path, sizeof path, "%s/nightly.md", o->out_dir);
+    if ((rc = lab_nightly_write_md(st, id, path, err, errlen))) goto out;
+    snprintf(path, sizeof path, "%s/regressions.atom", o->out_dir);
+    if ((rc = lab_nightly_write_atom(st, path, err, errlen))) goto out;
+    if (sweep_rc && !nreg) { rc = sweep_rc; snprintf(err, errlen, "%s", sweep_err); }
+out:
+    if (rc && st && id) {
+        char idt2[32];
+        snprintf(idt2, sizeof idt2, "%lld", (long long)id);
+        char e2[256];
+        const char *p2[2] = {idt2, err};
+        lab_store_exec(st, "UPDATE nightlies SET status = 'FAILED', error = ?2 WHERE id = ?1 AND status = 'RUNNING'", 2, p2,
+                       e2, sizeof e2);
+    }
+    lab_store_close(st);
+    for (int i = 0; i < nf; i++) free(files[i]);
+    free(files);
+    return rc;
+}
+
+static int parse_fraction(const char *opt, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v > lo && v < hi)) {
+        fprintf(stderr, "vtlab nightly: %s must be a number in (%g, %g), got \"%s\"\n", opt, lo, hi, s);
+        return 2;
+    }
+    *out = v;
+    return 0;
+}
+
+int lab_nightly_main(int argc, char **argv) {
+    lab_nightly_opts o;
+    lab_nightly_defaults(&o);
+    int have_dir = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int takes = !strcmp(a, "--db") || !strcmp(a, "--out") || !strcmp(a, "--specs") || !strcmp(a, "--alpha") ||
+                    !strcmp(a, "--perf-min-drop");
+        if (takes) {
+            if (i + 1 >= argc || !argv[i + 1][0]) {
+                fprintf(stderr, "vtlab nightly: %s needs a value (see `vtlab --help`)\n", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            if (!strcmp(a, "--db")) o.db_path = v;
+            else if (!strcmp(a, "--out")) o.out_dir = v;
+            else if (!strcmp(a, "--specs")) o.specs_dir = v;
+            else if (!strcmp(a, "--alpha")) { if (parse_fraction(a, v, 0, 1, &o.alpha)) return 2; }
+            else if (parse_fraction(a, v, 0, 1, &o.perf_min_drop)) return 2;
+        } else if (!strcmp(a, "--no-audit")) o.audit = 0;
+        else if (!strcmp(a, "--no-plots")) o.plots = 0;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "vtlab nightly: unknown option %s (see `vtlab --help`)\n", a);
+            return 2;
+        } else if (!have_dir) { o.exp_dir = a; have_dir = 1; }
+        else {
+            fprintf(stderr, "vtlab nightly: unexpected argument %s (one experiments DIR at most)\n", a);
+            return 2;
+        }
+    }
+    int64_t id = 0, nreg = 0;
+    char err[2048] = "";
+    int rc = run_nightly(&o, &id, &nreg, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab nightly: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    printf("nightly %lld: %s; %s/junit.xml, %s/nightly.md, %s/regressions.atom, %s/index.html\n", (long long)id,
+           nreg ? "REGRESSED" : "passed", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
+    if (nreg) {
+        fprintf(stderr, "vtlab nightly: %lld regression(s) against the previous nightly (see %s/nightly.md)\n",
+                (long long)nreg, o.out_dir);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,74 @@
+/*
+ * nightly.h — `vtlab nightly`: the CI job. Run every experiment afresh,
+ * compare with the previous nightly on the same experiments, and say what
+ * regressed, in forms CI systems read (JUnit XML, markdown, an Atom feed).
+ *
+ * A nightly is a row of the `nightlies` table (schema v4): id, start and end,
+ * git commit and code version, host, status (RUNNING, PASSED, REGRESSED,
+ * FAILED). Its runs are listed in `nightly_runs`: every run this process
+ * claimed during the sweep. The sweep reruns FINISHED identities (--force):
+ * the run identity stays what it is (so `vtlab run` still skips them), and
+ * each night gets fresh logits, timings and repeats of its own.
+ *
+ * What counts as a regression of an experiment's arm against the previous
+ * nightly that ran the same experiment (docs/nightly.md has the reasoning):
+ *   check       a run FAILED or KILLED, or its runtime assertions did not
+ *               come out as the arm declares (expect_assertions);
+ *   accuracy    a significant drop of top-1 agreement with the reference:
+ *               exact McNemar on the same positions (same dataset) with
+ *               p < alpha and more lost than gained positions; on different
+ *               datasets, Wilson intervals that no longer overlap;
+ *   numerics    a changed logits hash on a deterministic arm (cpu backend,
+ *               same model, dataset and knob hashes), reported with
+ *               KL(previous || current) per position; or repeats of one
+ *               identity in the same night with different logits;
+ *   performance tokens/s dropped by more than the noise: the larger of a
+ *               floor (5%) and 3 standard errors, the noise measured from the
+ *               spread of repeats within nights and of the arm's throughput
+ *               over recent nights; with neither, it is noted, not judged;
+ *   audit       an open, unexpected confound flag that the previous nightly
+ *               did not have.
+ * Anything else worth knowing (a changed arm definition, a speedup, a first
+ * nightly) is a note. Findings are stored in `nightly_findings`.
+ */
+#ifndef LAB_NIGHTLY_H
+#define LAB_NIGHTLY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+typedef struct lab_nightly_opts {
+    const char *db_path;        /* results.db */
+    const char *exp_dir;        /* experiments/ */
+    const char *out_dir;        /* report/ */
+    const char *specs_dir;      /* specs/ (the audit's ledger) */
+    double      alpha;          /* accuracy: McNemar significance level (0.05) */
+    double      perf_min_drop;  /* performance: smallest relative drop ever flagged (0.05) */
+    double      perf_sigmas;    /* performance: standard errors of noise a drop must exceed (3) */
+    int         audit;          /* 1: run the audit after the sweep */
+    int         plots;          /* 1: charts in the report */
+} lab_nightly_opts;
+
+/* Sensible defaults for every field. */
+void lab_nightly_defaults(lab_nightly_opts *o);
+
+/* Compares nightly `cur` with the previous nightlies and stores its findings
+ * (replacing any it had). *n_regressions: findings that fail the night. */
+int lab_nightly_compare(lab_store *st, int64_t cur, const lab_nightly_opts *o, int64_t *n_regressions, char *err,
+                        size_t errlen);
+
+/* The nightly's outputs: JUnit XML (one test case per experiment x arm of the
+ * nightly, plus one for audit findings that belong to no arm), a markdown
+ * summary for a CI job page, and an Atom feed of the regressions of the last
+ * nightlies. Each file is written whole (.tmp + rename). */
+int lab_nightly_write_junit(lab_store *st, int64_t nightly, const char *path, char *err, size_t errlen);
+int lab_nightly_write_md(lab_store *st, int64_t nightly, const char *path, char *err, size_t errlen);
+int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t errlen);
+
+/* `vtlab nightly [--db PATH] [--out DIR] [DIR]`, argv[0] = "nightly". Exit
+ * status: 0 nothing regressed, 1 a regression (or a failed run), 2 bad input. */
+int lab_nightly_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * plot.h — charts for `vtlab report` and `vtlab nightly`, drawn by gnuplot.
+ *
+ * gnuplot runs as a subprocess on a script and data files this module
+ * writes; nothing is linked. A chart is one script body (everything but the
+ * terminal and output lines) rendered twice: PNG (pngcairo, or libgd's png
+ * when cairo is missing) for quick viewing and SVG for the page, which
+ * scales. Scripts and data stay in DIR/src/ so a chart can be redrawn or
+ * inspected by hand; gnuplot's output and errors go to DIR/src/NAME.log.
+ *
+ * Images appear whole or not at all: gnuplot writes NAME.png.tmp and
+ * NAME.svg.tmp, renamed only when it exits 0 and both are non-empty.
+ *
+ * Every string that reaches a script (titles, arm names, commits) passes
+ * through lab_gp_label, which keeps a safe character set: text from the
+ * database never becomes gnuplot syntax. Terminals run with `noenhanced`, so
+ * '_' and '^' in names print as themselves.
+ */
+#ifndef LAB_PLOT_H
+#define LAB_PLOT_H
+
+#include <stddef.h>
+
+#include "util.h"
+
+/* 1 when a usable gnuplot is on PATH (checked once per process); else 0
+ * and why says what is missing. */
+int lab_plot_available(char *why, size_t whylen);
+
+/* Writes DIR/src/NAME.dat (may be NULL: no data file), DIR/src/NAME.gp and
+ * renders DIR/NAME.png and DIR/NAME.svg at width x height pixels. The body
+ * refers to its data as 'src/NAME.dat' (gnuplot runs with DIR as its current
+ * directory). NAME must be [A-Za-z0-9._-]+. Returns LAB_OK, or LAB_EIO with
+ * err naming the script and the first line of gnuplot's complaint. */
+int lab_plot_render(const char *dir, const char *name, const char *data, const char *body, int width,
+                    int height, char *err, size_t errlen);
+
+/* Copies s into out (size n) keeping [A-Za-z0-9 ._:/+#=,()-], every other
+ * byte becomes '_'; truncated to fit. Returns out. */
+char *lab_gp_label(const char *s, char *out, size_t n);
+
+/* A file-name part from s: [A-Za-z0-9._-] kept, others '_', at most 40. */
+char *lab_file_part(const char *s, char *out, size_t n);
+
+#endif

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# test_report.sh — `vtlab nightly` and `vtlab report` end to end on a tiny
+# experiment (8 sequences x 16 tokens, three arms, two repeats) in a
+# temporary directory: three nightlies (a baseline, an unchanged rerun, and
+# one with a planted accuracy drop), then the report from that database.
+#
+# Usage (from the repository root): bash tests/cli/test_report.sh ./vtlab
+# Prints "ok - ..." / "not ok - ..." per case and "N passed, M failed".
+# The audit step reads the repository's ledger (specs/), as `make nightly` does.
+# XML well-formedness is checked with python3's xml.dom.minidom; the
+# database with its sqlite3 module.
+set -u
+VTLAB=${1:-./vtlab}
+case "$VTLAB" in /*) ;; *) VTLAB="$PWD/$VTLAB" ;; esac
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/vtlab-report-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+OUT_FILE="$T/stdout"; ERR="$T/stderr"
+. tests/cli/lib.sh
+check() { if eval "$2"; then ok "$1"; else not_ok "$1" "${3:-}"; fi; }
+q() { "$PY" - "$1" "$2" <<'PYEOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+for row in c.execute(sys.argv[2]):
+    print("|".join("" if v is None else str(v) for v in row))
+PYEOF
+}
+# junit FILE -> "tests failures cases failing-case-names" (exit 1 if not well-formed)
+junit() { "$PY" - "$1" <<'PYEOF'
+import sys, xml.dom.minidom as m
+d = m.parse(sys.argv[1])
+top = d.documentElement
+cases = d.getElementsByTagName("testcase")
+failing = [c.getAttribute("classname") + "/" + c.getAttribute("name") for c in cases if c.getElementsByTagName("failure")]
+suites = d.getElementsByTagName("testsuite")
+assert sum(int(s.getAttribute("tests")) for s in suites) == len(cases) == int(top.getAttribute("tests"))
+assert sum(int(s.getAttribute("failures")) for s in suites) == len(failing) == int(top.getAttribute("failures"))
+print(top.getAttribute("tests"), top.getAttribute("failures"), len(cases), ",".join(failing))
+PYEOF
+}
+wellformed() { "$PY" -c "import sys, xml.dom.minidom as m; m.parse(sys.argv[1])" "$1" 2>/dev/null; }
+
+mkdir -p "$T/exp"
+mk_exp() { # cand-knobs
+    cat > "$T/exp/tiny.json" <<JSON
+{
+  "id": "tiny",
+  "description": "A tiny <script>alert('x')</script> & \"quoted\" experiment",
+  "hypothesis": "bf16 stream <b>keeps</b> top-1 & more",
+  "model": {"synth": "model/configs/kimi-linear-tiny.json", "seed": 1},
+  "dataset": {"generate": {"n_sequences": 8, "length": 16, "seed": 5}},
+  "score": "all",
+  "top_k": 8,
+  "reference": "f32",
+  "arms": [
+    {"name": "f32", "expect": {"residual.stream": "f32"}},
+    {"name": "cand", "description": "<img src=x onerror=alert(1)>", "knobs": {$1}, "expect": {"residual.stream": "bf16"}},
+    {"name": "replay", "knobs": {"VT_KIMI_BF16_STREAM": 1, "VT_FAULT": "moe_scatter_row_bytes_from_stream"},
+     "expect_assertions": "fail"}
+  ],
+  "decision": {"metric": "top1_agreement", "threshold": 0.9, "direction": ">="},
+  "divergence": {"sequences": 2, "tolerance": 0.02},
+  "repeats": 2
+}
+JSON
+}
+mk_exp '"VT_KIMI_BF16_STREAM": 1'
+DB="$T/r.db"
+# The e2e nightlies do not judge throughput (a shared CI machine is too
+# noisy for 1-second runs); tests/unit/test_report.c covers it on fixtures.
+NIGHTLY=("$VTLAB" nightly "$T/exp" --db "$DB" --out "$T/report" --specs specs --perf-min-drop 0.95)
+
+# ------------------------------------------------------------ bad input
+expect_exit "nightly: a missing experiments dir is exit 2" 2 "$VTLAB" nightly "$T/nope" --db "$T/bad.db" --out "$T/badrep"
+check "nightly: ... and nothing is written" "[ ! -e $T/bad.db ] && [ ! -e $T/badrep ]"
+stderr_has "nightly: the message names the directory" "$T/nope"
+expect_exit "nightly: an unknown option is exit 2" 2 "$VTLAB" nightly --frobnicate
+expect_exit "nightly: --alpha out of range is exit 2" 2 "$VTLAB" nightly --alpha 2
+expect_exit "report: a missing database is exit 2" 2 "$VTLAB" report --db "$T/none.db" --out "$T/none"
+check "report: ... and nothing is written" "[ ! -e $T/none.db ] && [ ! -e $T/none ]"
+
+# ------------------------------------------------------------ nightly 1: the baseline
+expect_exit "nightly 1 (baseline) exits 0" 0 "${NIGHTLY[@]}"
+for f in junit.xml nightly.md regressions.atom index.html summary.md; do
+  check "nightly 1 wrote $f" "[ -s $T/report/$f ]"
+done
+j=$(junit "$T/report/junit.xml"); rc=$?
+check "nightly 1: junit.xml is well-formed, 3 arms + the audit case, no failure" "[ $rc -eq 0 ] && [ \"$j\" = '4 0 4 ' ]" "$j"
+check "nightly 1: regressions.atom is well-formed" "wellformed $T/report/regressions.atom"
+check "nightly 1: recorded PASSED with its 6 runs" \
+  "[ \"$(q $DB "select status, n_runs from nightlies where id = 1")\" = 'PASSED|6' ] && [ \"$(q $DB "select count(*) from nightly_runs where nightly_id = 1")\" = 6 ]"
+
+# ------------------------------------------------------------ nightly 2: unchanged, fresh runs
+expect_exit "nightly 2 (unchanged code and experiments) exits 0" 0 "${NIGHTLY[@]}"
+check "nightly 2 ran fresh runs (--force), not the ones of nightly 1" \
+  "[ \"$(q $DB "select count(*) from nightly_runs a join nightly_runs b on a.run_id = b.run_id where a.nightly_id = 1 and b.nightly_id = 2")\" = 0 ] && [ \"$(q $DB "select count(*) from nightly_runs where nightly_id = 2")\" = 6 ]"
+check "nightly 2: no regression, identical logits" \
+  "[ \"$(q $DB "select count(*) from nightly_findings where nightly_id = 2 and regression = 1")\" = 0 ] && [ \"$(q $DB "select count(*) from nightly_findings where nightly_id = 2 and kind in ('accuracy','numerics')")\" = 0 ]" \
+  "$(q $DB "select kind, message from nightly_findings where nightly_id = 2")"
+check "nightly 2: the run identity is kept (same identity as nightly 1, a new row)" \
+  "[ \"$(q $DB "select count(distinct knob_hash || model_sha256 || dataset_sha256 || code_version) from runs where arm = 'cand' and repeat_idx = 0")\" = 1 ]"
+
+# ------------------------------------------------------------ nightly 3: a planted accuracy drop
+mk_exp '"VT_KIMI_BF16_STREAM": 1, "VT_KIMI_ROUTER_WEIGHTS": "biased"'
+expect_exit "nightly 3 (planted regression) exits 1" 1 "${NIGHTLY[@]}"
+j=$(junit "$T/report/junit.xml"); rc=$?
+check "nightly 3: junit.xml well-formed, 4 cases, the failing one is tiny/cand" "[ $rc -eq 0 ] && [ \"$j\" = '4 1 4 tiny/cand' ]" "$j"
+check "nightly 3: an accuracy regression with a McNemar p below 0.05" \
+  "[ \"$(q $DB "select count(*) from nightly_findings where nightly_id = 3 and kind = 'accuracy' and regression = 1 and arm = 'cand' and p < 0.05")\" = 1 ]" \
+  "$(q $DB "select kind, regression, message from nightly_findings where nightly_id = 3")"
+check "nightly 3: recorded REGRESSED" "[ \"$(q $DB "select status from nightlies where id = 3")\" = REGRESSED ]"
+check "nightly 3: the Atom feed is well-formed and names the regression" \
+  "wellformed $T/report/regressions.atom && grep -q 'tiny/cand: accuracy regression' $T/report/regressions.atom"
+check "nightly 3: the CI summary says REGRESSED" "grep -q 'REGRESSED' $T/report/nightly.md && grep -q 'McNemar' $T/report/nightly.md"
+
+# ------------------------------------------------------------ the report
+expect_exit "report exits 0" 0 "$VTLAB" report --db "$DB" --out "$T/rep"
+H="$T/rep/index.html"
+check "report: index.html and summary.md exist" "[ -s $H ] && [ -s $T/rep/summary.md ]"
+check "report: no markup from the spec reaches the page" \
+  "! grep -q '<script>' $H && ! grep -q '<img src=x' $H && ! grep -q '<b>keeps' $H"
+check "report: the spec's text is there, escaped" \
+  "grep -qF '&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;quoted&quot;' $H && grep -qF '&lt;img src=x' $H"
+check "report: the markdown has no raw markup either" "! grep -q '<script>' $T/rep/summary.md"
+check "report: verdicts with intervals" "grep -qE 'SUPPORTED|INCONCLUSIVE' $H && grep -q 'REFUTED' $H && grep -qE '\[0\.[0-9]+, [01]\.[0-9]+\]' $H"
+check "report: the replay's expected confound flag is shown" "grep -q 'expected: the arm replays the defect' $H"
+check "report: the probe summary names the violated site" "grep -q 'moe.scatter' $H && grep -q 'copied 384 bytes per row' $H"
+if gnuplot -e "set terminal svg" >/dev/null 2>&1; then
+  for c in top1 divergence kl-cdf history throughput; do
+    check "report: chart $c drawn as PNG and SVG" "[ -s $T/rep/plots/e0-tiny-$c.png ] && [ -s $T/rep/plots/e0-tiny-$c.svg ] && [ \$(stat -c %s $T/rep/plots/e0-tiny-$c.png) -gt 5000 ]"
+  done
+  check "report: no half-written images" "[ -z \"\$(ls $T/rep/plots | grep '\.tmp$')\" ]"
+  check "report: every image the page shows exists" \
+    "$PY -c \"import re,os,sys; h=open('$H').read(); s=re.findall(r'src=\\\"([^\\\"]+)\\\"', h); sys.exit(0 if s and all(os.path.getsize(os.path.join('$T/rep', x)) > 0 for x in s) else 1)\""
+  check "report: the divergence chart marks MoE and MLA layers" \
+    "grep -q 'MoE FFN (shaded)' $T/rep/plots/src/e0-tiny-divergence.gp && grep -q 'MLA' $T/rep/plots/src/e0-tiny-divergence.gp"
+  check "report: the history chart marks the regressed nightly" "grep -q ' top1' $T/rep/plots/src/e0-tiny-history.dat"
+  check "report: the HTML is well-formed enough for an XML parser" "$PY -c \"import html.parser,sys; p=html.parser.HTMLParser(); p.feed(open('$H').read())\""
+else
+  echo "# gnuplot is not installed: charts not checked"
+fi
+check "report: read only (no nightly or run rows added)" "[ \"$(q $DB "select count(*) from nightlies")\" = 3 ]"
+
+finish
