@@ -12,8 +12,9 @@
  *       FAILED / KILLED, claims by pid+host), experiment specs, probes,
  *       expectations, top-k and full logits, comparisons, per-layer
  *       divergence, pair tests and verdicts.
- * A later issue adds v3 (audit flags, claims ledger) by appending to
- * migrations[]; nothing else here changes.
+ *   v3  the audit: audit_flags (durable confound flags), audits, reopens.
+ *   v4  nightly runs: nightlies, nightly_runs, nightly_findings.
+ * A schema change appends a migration to migrations[]; old ones never change.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction survives
  * the process being killed (kill -9); only an OS crash or power loss can lose
