@@ -116,15 +116,20 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/vt_test.h $(LIBHARNESS) $(LIBMODEL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) -lcmocka $(LDLIBS) -o $@
 
+# Each suite also leaves its output in $(BUILD)/logs/ for tests/summarize.sh.
 unit: deps $(UNIT_BIN)
-	@fail=0; for t in $(UNIT_BIN); do \
-	  echo "== $$t"; $$t || fail=1; done; exit $$fail
+	@mkdir -p $(BUILD)/logs; : > $(BUILD)/logs/unit.log; fail=0; for t in $(UNIT_BIN); do \
+	  echo "== $$t" | tee -a $(BUILD)/logs/unit.log; \
+	  $$t > $(BUILD)/logs/unit.tmp 2>&1 || fail=1; cat $(BUILD)/logs/unit.tmp | tee -a $(BUILD)/logs/unit.log; done; \
+	rm -f $(BUILD)/logs/unit.tmp; exit $$fail
 
 cli-test: deps vtlab
-	bash tests/cli/run.sh ./vtlab
+	@mkdir -p $(BUILD)/logs
+	set -o pipefail; bash tests/cli/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/cli.log
 
 reference-test: deps vtlab
-	bash tests/reference/run.sh ./vtlab
+	@mkdir -p $(BUILD)/logs
+	set -o pipefail; bash tests/reference/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/reference.log
 
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(wildcard tests/fuzz/fuzz_*.c))
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(MODEL_SRC) $(wildcard model/*.h) $(BUILD)/gen/build_info.h
@@ -141,7 +146,7 @@ fuzz: deps $(FUZZ_TARGETS)
 	done
 
 test: deps vtlab unit cli-test reference-test fuzz
-	@echo "make test: all suites passed"
+	@bash tests/summarize.sh $(BUILD)/logs
 
 # Unit tests under AddressSanitizer and UBSan, in their own build dir.
 sanitize: deps
@@ -160,9 +165,9 @@ mutation: deps
 	    >build/mut-$$m/build.log 2>&1 || { tail -20 build/mut-$$m/build.log; exit 1; }; \
 	  if build/mut-$$m/tests/test_scatter >build/mut-$$m/out.log 2>&1; then \
 	    echo "mutation $$m SURVIVED: test_scatter passed with the defect built in"; exit 1; \
-	  else echo "mutation $$m killed: test_scatter failed as it must"; \
-	    grep -E "FAILED|\[  FAILED  \]" build/mut-$$m/out.log | head -3; fi; \
-	done
+	  else echo "mutation $$m killed: test_scatter went red, as it must, in:" \
+	    $$(grep -oE "^\[  FAILED  \] test_[a-z0-9_]+" build/mut-$$m/out.log | sort -u | sed 's/.* //'); fi; \
+	done; echo "mutation: $(words $(MUTATIONS)) killed, 0 survived"
 
 # --------------------------------------------------------------------- run
 TINY := model/configs/kimi-linear-tiny.json
