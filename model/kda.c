@@ -91,15 +91,18 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
             for (int64_t i = 0; i < d; i++) { qh[i] *= iq; kh[i] *= ik; }
         }
 
+    /* the decay exp(g) is the same for every value column: compute it once */
+    for (int64_t i = 0; i < T * P; i++) f[i] = expf(f[i]);
+
     /* recurrence: state ST[h][j][i] = S[i][j] */
     #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t h = 0; h < H; h++)
         for (int64_t j = 0; j < d; j++) {
             float *col = c->state + (h * d + j) * d;
             for (int64_t t = 0; t < T; t++) {
-                const float *qh = q + t * P + h * d, *kh = k + t * P + h * d, *g = f + t * P + h * d;
+                const float *qh = q + t * P + h * d, *kh = k + t * P + h * d, *decay = f + t * P + h * d;
                 float u = 0.0f;
-                for (int64_t i = 0; i < d; i++) { col[i] *= expf(g[i]); u += kh[i] * col[i]; }
+                for (int64_t i = 0; i < d; i++) { col[i] *= decay[i]; u += kh[i] * col[i]; }
                 float delta = beta[t * H + h] * (v[t * P + h * d + j] - u);
                 float acc = 0.0f;
                 for (int64_t i = 0; i < d; i++) { col[i] += kh[i] * delta; acc += qh[i] * col[i]; }
