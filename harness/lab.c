@@ -80,20 +80,6 @@ static int parse_run_id(const char *cmd, const char *s, int64_t *id) {
     return 0;
 }
 
-static void on_signal(int sig) {
-    (void)sig;
-    lab_interrupted = 1;
-}
-
-static void install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 static void print_summary(const lab_run_summary *s) {
     double over = s->wall_s > 0 ? 100.0 * (s->wall_s - s->forward_s) / s->wall_s : 0.0;
     printf("summary: %lld run(s) done, %lld skipped (already finished), %lld failed/killed, %lld stale redone",
@@ -124,12 +110,10 @@ static int cmd_run(int argc, char **argv) {
     lab_run_opts o = {a.db, a.arm, a.force, isatty(2)};
     lab_run_summary sum = {0};
     char err[2048] = "";
-    install_signals();
+    lab_install_signals();
     int rc = lab_run_experiment(a.pos[0], &o, &sum, err, sizeof err);
     return finish_runs(rc, err, &sum);
 }
-
-static int cmp_name(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
 
 static int cmd_sweep(int argc, char **argv) {
     lab_args a;
@@ -137,30 +121,13 @@ static int cmd_sweep(int argc, char **argv) {
     if (u) return u;
     if (a.npos > 1) return usage_error("sweep", "expected at most one DIR, got %s", a.pos[1]);
     const char *dir = a.npos ? a.pos[0] : "experiments";
-    DIR *d = opendir(dir);
-    if (!d) {
-        fprintf(stderr, "vtlab sweep: %s: cannot open directory: %s\n", dir, strerror(errno));
+    char **files = NULL;
+    int64_t n = 0;
+    char lerr[1024] = "";
+    if (lab_list_json(dir, 0, &files, &n, lerr, sizeof lerr)) {
+        fprintf(stderr, "vtlab sweep: %s\n", lerr);
         return 2;
     }
-    char **files = NULL;
-    int64_t n = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (l < 6 || strcmp(de->d_name + l - 5, ".json") || de->d_name[0] == '.') continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **f = realloc(files, (size_t)cap * sizeof *f);
-            if (!f) { closedir(d); return 1; }
-            files = f;
-        }
-        size_t len = strlen(dir) + l + 2;
-        files[n] = malloc(len);
-        if (!files[n]) { closedir(d); return 1; }
-        snprintf(files[n++], len, "%s/%s", dir, de->d_name);
-    }
-    closedir(d);
-    qsort(files, (size_t)n, sizeof *files, cmp_name);
     int status = 0;
     char err[2048] = "";
     /* Parse every file first: a malformed one stops the sweep before any
@@ -179,7 +146,7 @@ static int cmd_sweep(int argc, char **argv) {
         status = 2;
     }
     lab_run_summary sum = {0};
-    install_signals();
+    lab_install_signals();
     for (int64_t i = 0; i < n && !status; i++) {
         lab_run_opts o = {a.db, NULL, a.force, isatty(2)};
         printf("== %s\n", files[i]);
@@ -192,8 +159,7 @@ static int cmd_sweep(int argc, char **argv) {
             if (lab_interrupted) break;
         }
     }
-    for (int64_t i = 0; i < n; i++) free(files[i]);
-    free(files);
+    lab_free_list(files, n);
     if (status) return status;
     return finish_runs(0, "", &sum);
 }
@@ -312,7 +278,7 @@ static int cmd_reopen(int argc, char **argv) {
     if (a.npos != 1) return usage_error("reopen", "expected one CLAIM_ID%s", "");
     lab_reopen_opts o = {a.pos[0], a.db, a.specs ? a.specs : "specs", a.defect, "build/reopen"};
     char err[2048] = "", id[128] = "";
-    install_signals();
+    lab_install_signals();
     int rc = lab_reopen(&o, stdout, id, err, sizeof err);
     if (rc) {
         fprintf(stderr, "vtlab reopen: %s\n", err);

@@ -4,7 +4,6 @@
 #include "ledger.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,42 +281,6 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* Sorted list of the .json files in DIR/SUB; a missing directory is an empty list. */
-static int list_json(const char *dir, const char *sub, char ***out, int64_t *n, char *err, size_t errlen) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, sub);
-    *out = NULL;
-    *n = 0;
-    DIR *d = opendir(path);
-    if (!d) return errno == ENOENT ? 0 : lab_errf(err, errlen, LAB_EINPUT, "%s: cannot open: %s", path, strerror(errno));
-    struct dirent *de;
-    int64_t cap = 0;
-    while ((de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nf = realloc(*out, (size_t)cap * sizeof *nf);
-            if (!nf) { closedir(d); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
-            *out = nf;
-        }
-        size_t len = strlen(path) + l + 2;
-        (*out)[*n] = malloc(len);
-        if (!(*out)[*n]) { closedir(d); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
-        snprintf((*out)[(*n)++], len, "%s/%s", path, de->d_name);
-    }
-    closedir(d);
-    if (*n > 1) qsort(*out, (size_t)*n, sizeof **out, cmp_str);   /* qsort(NULL, 0) is undefined */
-    return 0;
-}
-
-static void free_list(char **l, int64_t n) {
-    for (int64_t i = 0; i < n; i++) free(l[i]);
-    free(l);
-}
-
 static int parse_file(const char *file, int is_claim, void *rec, char *err, size_t errlen) {
     char *text = NULL;
     int rc = lab_read_file(file, &text, NULL, err, errlen);
@@ -338,8 +301,11 @@ int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {
     l->dir = lab_strdup(dir);
     char **cf = NULL, **df = NULL;
     int64_t nc = 0, nd = 0;
-    int rc = list_json(dir, "claims", &cf, &nc, err, errlen);
-    if (!rc) rc = list_json(dir, "defects", &df, &nd, err, errlen);
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/claims", dir);
+    int rc = lab_list_json(sub, 1, &cf, &nc, err, errlen);
+    snprintf(sub, sizeof sub, "%s/defects", dir);
+    if (!rc) rc = lab_list_json(sub, 1, &df, &nd, err, errlen);
     if (!rc) {
         l->claims = calloc((size_t)nc + 1, sizeof *l->claims);
         l->defects = calloc((size_t)nd + 1, sizeof *l->defects);
@@ -360,8 +326,8 @@ int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {
         else if (b && (!b->supersedes || strcmp(b->supersedes, x->id)))
             rc = bad(&c, "history.superseded_by", "claim \"%s\" does not say it supersedes this one", x->superseded_by);
     }
-    free_list(cf, nc);
-    free_list(df, nd);
+    lab_free_list(cf, nc);
+    lab_free_list(df, nd);
     if (rc) lab_ledger_free(l);
     return rc;
 }

@@ -901,35 +901,13 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
 
 /* ------------------------------------------------------------ the nightly */
 
-static void on_signal(int sig) {
-    (void)sig;
-    lab_interrupted = 1;
-}
-
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* The experiment files of dir, sorted, each parsed (bad input stops here). */
 static int list_experiments(const char *dir, char ***files, int *n, char *err, size_t errlen) {
-    *files = NULL;
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot open directory: %s", dir, strerror(errno));
-    struct dirent *de;
-    int rc = LAB_OK;
-    while ((de = readdir(d))) {
-        size_t l = strlen(de->d_name);
-        if (l < 6 || strcmp(de->d_name + l - 5, ".json") || de->d_name[0] == '.') continue;
-        char **q = realloc(*files, (size_t)(*n + 1) * sizeof *q);
-        if (!q) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
-        *files = q;
-        size_t len = strlen(dir) + l + 2;
-        if (!((*files)[*n] = malloc(len))) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
-        snprintf((*files)[(*n)++], len, "%s/%s", dir, de->d_name);
-    }
-    closedir(d);
+    int64_t n64 = 0;
+    int rc = lab_list_json(dir, 0, files, &n64, err, errlen);
+    *n = (int)n64;
     if (rc) return rc;
     if (!*n) return lab_errf(err, errlen, LAB_EINPUT, "%s: no *.json experiment files", dir);
-    qsort(*files, (size_t)*n, sizeof **files, cmp_name);
     for (int i = 0; i < *n; i++) {
         lab_experiment *e = NULL;
         rc = lab_experiment_load(&e, (*files)[i], err, errlen);
@@ -999,12 +977,7 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     fflush(stdout);
 
     /* The sweep: the same runner as `vtlab sweep`, every run redone. */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    lab_install_signals();
     lab_run_summary sum = {0};
     char sweep_err[2048] = "";
     int sweep_rc = 0;

@@ -44,6 +44,8 @@ typedef struct lab_run_summary {
 /* Set by the SIGINT/SIGTERM handler (lab.c); the runner checks it between
  * sequences and records the run as KILLED. */
 extern volatile sig_atomic_t lab_interrupted;
+/* Installs the SIGINT/SIGTERM handler that sets lab_interrupted. */
+void lab_install_signals(void);
 
 /* Runs one experiment file. Returns LAB_OK, LAB_EINPUT (bad input, nothing
  * written) or another status with err filled. The summary is accumulated

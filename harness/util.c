@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,4 +140,41 @@ int lab_mkdirs(const char *path, char *err, size_t errlen) {
     if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
         return lab_errf(err, errlen, LAB_EIO, "%s: mkdir: %s", tmp, strerror(errno));
     return LAB_OK;
+}
+
+static int cmp_path(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int lab_list_json(const char *dir, int missing_ok, char ***files, int64_t *n, char *err, size_t errlen) {
+    *files = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (missing_ok && errno == ENOENT) return LAB_OK;
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot open directory: %s", dir, strerror(errno));
+    }
+    struct dirent *de;
+    int64_t cap = 0;
+    int rc = LAB_OK;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (de->d_name[0] == '.' || l < 6 || strcmp(de->d_name + l - 5, ".json")) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **f = realloc(*files, (size_t)cap * sizeof *f);
+            if (!f) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
+            *files = f;
+        }
+        size_t len = strlen(dir) + l + 2;
+        if (!((*files)[*n] = malloc(len))) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
+        snprintf((*files)[(*n)++], len, "%s/%s", dir, de->d_name);
+    }
+    closedir(d);
+    if (rc) { lab_free_list(*files, *n); *files = NULL; *n = 0; return rc; }
+    if (*n > 1) qsort(*files, (size_t)*n, sizeof **files, cmp_path);
+    return LAB_OK;
+}
+
+void lab_free_list(char **files, int64_t n) {
+    for (int64_t i = 0; i < n; i++) free(files[i]);
+    free(files);
 }

@@ -52,6 +52,12 @@ void lab_now_iso(char out[32]);
 /* Monotonic seconds. */
 double lab_mono(void);
 
+/* The *.json files of dir (not starting with '.'), sorted by name, as
+ * "dir/name" strings. A missing directory is LAB_EINPUT, or an empty list
+ * when missing_ok. Free with lab_free_list. */
+int  lab_list_json(const char *dir, int missing_ok, char ***files, int64_t *n, char *err, size_t errlen);
+void lab_free_list(char **files, int64_t n);
+
 /* 1 when the path exists (any kind). */
 int lab_path_exists(const char *path);
 /* mkdir -p. */
