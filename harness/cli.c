@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "model/vt.h"
 
@@ -55,7 +56,7 @@ int vt_cli_parse_tokens(const char *s, int32_t **out, int64_t *n, char *err, siz
 
 int vt_cli_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());   /* per process: concurrent writers never share it */
     FILE *f = fopen(tmp, "wb");
     if (!f) { snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno)); return VT_STATUS_IO; }
     size_t w = fwrite(data, 1, n, f);

@@ -11,7 +11,7 @@ int vt_cli_usage_error(const char *cmd, const char *what);
 int vt_cli_parse_u64(const char *s, uint64_t *out);
 /* "5,17,3" (commas and/or spaces) -> malloc'd int32 array; 0 on success. */
 int vt_cli_parse_tokens(const char *s, int32_t **out, int64_t *n, char *err, size_t errlen);
-/* Writes path via path.tmp + rename: the file appears whole or not at all.
+/* Writes path via path.<pid>.tmp + rename: the file appears whole or not at all.
  * Returns a VT_STATUS_* value. */
 int vt_cli_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
 
