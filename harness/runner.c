@@ -69,14 +69,17 @@ int lab_model_dir(const lab_experiment *e, char **dir, char *err, size_t errlen)
     size_t n = 0;
     int rc = lab_read_file(e->synth_config, &cfg, &n, err, errlen);
     if (rc) return lab_err_prefix(err, errlen, LAB_EINPUT, "%s: model.synth", e->path);
-    /* Cache key: the config's bytes, the seed and the dtype — everything
-     * vt_synth's output is a function of (given the code version). */
+    /* Cache key: the config's bytes, the seed, the dtype and the synth
+     * algorithm's version — everything vt_synth's output is a function of.
+     * Without the version a cache made by an older synth would be reused,
+     * and an old checkout would measure another model than a fresh clone. */
     vt_sha256_ctx c;
     uint8_t d[32];
     char tail[96], hex[65];
     vt_sha256_init(&c);
     vt_sha256_update(&c, cfg, n);
-    snprintf(tail, sizeof tail, "\nseed=%llu\ndtype=%s\n", (unsigned long long)e->synth_seed, e->synth_dtype);
+    snprintf(tail, sizeof tail, "\nseed=%llu\ndtype=%s\nsynth=%d\n", (unsigned long long)e->synth_seed,
+             e->synth_dtype, vt_synth_version());
     vt_sha256_update(&c, tail, strlen(tail));
     vt_sha256_final(&c, d);
     free(cfg);

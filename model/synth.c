@@ -39,6 +39,12 @@
  * top-1 probability mostly in 0.1-0.6 on random token inputs (see the test). */
 #define VT_SYNTH_LM_HEAD_GAIN 3.5
 
+/* Bump when anything below changes the bytes synth writes (see vt.h).
+ * 1: first scales; 2: residual-branch scaling and lm_head gain 3.5. */
+#define VT_SYNTH_VERSION 2
+
+int vt_synth_version(void) { return VT_SYNTH_VERSION; }
+
 typedef struct { uint64_t s; } rng_t;
 
 static uint64_t splitmix64(rng_t *r) {

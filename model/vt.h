@@ -163,6 +163,10 @@ int vt_device_name(const char *backend, char *out, size_t outlen);
  * or "f16". The directory is created if needed; files appear whole or not at all. */
 int vt_synth(const char *config_path, uint64_t seed, const char *dtype, const char *out_dir,
              char *err, size_t errlen);
+/* The synth algorithm's version: bumped whenever vt_synth's output for the
+ * same (config, seed, dtype) changes, so that caches of synthetic models can
+ * tell an old model from a new one. */
+int vt_synth_version(void);
 
 /* ------------------------------------------------------------------ sha256 */
 

@@ -14,6 +14,13 @@ expect_exit "synth b (same seed)" 0 "$VTLAB" synth --config $CFG --seed 1 --out 
 expect_exit "synth c (seed 2)" 0 "$VTLAB" synth --config $CFG --seed 2 --out "$W/c"
 if cmp -s "$W/a/model.safetensors" "$W/b/model.safetensors" && cmp -s "$W/a/config.json" "$W/b/config.json"; then
   ok "same config and seed give byte-identical files"; else not_ok "synth determinism" "files differ"; fi
+# Golden hashes: the same bytes on any machine. If synth changed on purpose,
+# bump VT_SYNTH_VERSION in model/synth.c (cached models are keyed by it) and
+# update these.
+GOLD_F32=978977fed14375f99b2ebecfaa3cbb8ec7bab1de74d8d8fea0be2a0039c01be8
+GOLD_BF16=9af20dbff4e39880d6882940fd308d7b13b076ab1784b727f3ecdef73f04485f
+got=$(sha256sum "$W/a/model.safetensors" | cut -c1-64)
+[ "$got" = "$GOLD_F32" ] && ok "synth tiny seed 1 f32 matches its golden sha256" || not_ok "synth golden f32" "$got (synth changed? bump VT_SYNTH_VERSION)"
 if cmp -s "$W/a/model.safetensors" "$W/c/model.safetensors"; then not_ok "seed matters" "seed 1 == seed 2"; else ok "another seed gives another model"; fi
 # two processes building one model at once (two sweeps on a cold cache): both succeed, same bytes
 "$VTLAB" synth --config $CFG --seed 1 --out "$W/race" >/dev/null 2>"$W/race1.err" & p1=$!
@@ -23,6 +30,8 @@ if [ $r1 -eq 0 ] && [ $r2 -eq 0 ] && cmp -s "$W/race/model.safetensors" "$W/a/mo
   ok "concurrent synth into one dir: both exit 0, one whole file, no temp left"
 else not_ok "concurrent synth" "exit $r1/$r2: $(cat "$W/race1.err" "$W/race2.err")"; fi
 expect_exit "synth bf16" 0 "$VTLAB" synth --config $CFG --seed 1 --out "$W/h" --dtype bf16
+got=$(sha256sum "$W/h/model.safetensors" | cut -c1-64)
+[ "$got" = "$GOLD_BF16" ] && ok "synth tiny seed 1 bf16 matches its golden sha256" || not_ok "synth golden bf16" "$got"
 expect_exit "validate" 0 "$VTLAB" validate --model "$W/a"
 grep -q "KKKMKKKM" "$OUT_FILE" && ok "validate prints layer kinds" || not_ok "validate summary" "$(cat "$OUT_FILE")"
 expect_exit "validate bf16" 0 "$VTLAB" validate --model "$W/h"
