@@ -179,6 +179,9 @@ typedef struct vt_sha256_ctx { uint32_t h[8]; uint64_t len; uint8_t buf[64]; siz
 void vt_sha256_init(vt_sha256_ctx *c);
 void vt_sha256_update(vt_sha256_ctx *c, const void *data, size_t n);
 void vt_sha256_final(vt_sha256_ctx *c, uint8_t out[32]);
+/* Tests: 1 pins the portable implementation; 0 lets the CPU's SHA
+ * instructions be used where present (the default). */
+void vt_sha256_force_portable(int on);
 
 /* The code version baked in at build time: "commit|dirty=0|compiler|flags",
  * and its parts. The commit is the one checked out when the library was built. */
