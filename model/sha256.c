@@ -15,6 +15,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define VT_SHA_NI 1
 #endif
@@ -101,8 +102,11 @@ void vt_sha256_force_portable(int on) { use_ni = on ? 0 : -1; }
 static void block(vt_sha256_ctx *c, const uint8_t *p) {
 #ifdef VT_SHA_NI
     if (use_ni < 0) {
-        __builtin_cpu_init();
-        use_ni = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+        /* cpuid: leaf 7 EBX bit 29 = SHA; leaf 1 ECX bits 9, 19 = SSSE3, SSE4.1 */
+        unsigned a, b, c1, d;
+        int sha = __get_cpuid_count(7, 0, &a, &b, &c1, &d) && (b >> 29 & 1);
+        int sse = __get_cpuid(1, &a, &b, &c1, &d) && (c1 >> 9 & 1) && (c1 >> 19 & 1);
+        use_ni = sha && sse;
     }
     if (use_ni) { block_ni(c, p); return; }
 #endif
