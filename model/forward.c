@@ -228,7 +228,6 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
     }
     /* one thread pool (see vt_gemm_xwT): OpenMP's, sized by VT_THREADS */
     openblas_set_num_threads(1);
-    if (s->k.threads > 0) omp_set_num_threads(s->k.threads);
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
     const vt_config *cfg = &m->cfg;
@@ -282,6 +281,9 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
 }
 
 static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, vt_err *err) {
+    /* The OpenMP thread count is process-wide: set it for this session's call,
+     * so that two sessions with different VT_THREADS never see each other's. */
+    omp_set_num_threads(s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
     const vt_model *m = s->m;
     const vt_config *cfg = &m->cfg;
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size, L = cfg->num_hidden_layers;

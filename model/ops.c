@@ -11,21 +11,24 @@
 
 /* One thread pool: OpenBLAS runs single-threaded (set in vt_session_new) and
  * a large GEMM is split over OpenMP threads by blocks of output columns (rows
- * of W). Each output element is still one OpenBLAS dot product over all of K,
- * so the split does not change a bit of the result, and OpenBLAS's own
- * threads never spin against ours for the same cores. */
+ * of W). OpenBLAS's results depend on the shape it is given (its kernels
+ * treat edges and small sizes differently: measured, a 33x1024x192 sgemm
+ * split in two column halves differs from the whole in 10% of its outputs),
+ * so the blocks are a fixed size, never "N / threads": the same GEMM is cut
+ * the same way at any VT_THREADS, and the numbers do not depend on it. */
+#define VT_GEMM_COL_BLOCK 128
+
 void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_tensor *W, float *y) {
     int64_t N = W->shape[0];
     double t0 = omp_get_wtime();
-    int nt = omp_get_max_threads();
-    if (nt < 2 || M * N * K < (int64_t)1 << 18 || N < 64) {
+    if (N < 2 * VT_GEMM_COL_BLOCK || M * N * K < (int64_t)1 << 18) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
                     1.0f, x, (int)K, (const float *)W->data, (int)K, 0.0f, y, (int)N);
     } else {
-        int64_t blk = ((N + nt - 1) / nt + 15) / 16 * 16;
+        const int64_t nblk = (N + VT_GEMM_COL_BLOCK - 1) / VT_GEMM_COL_BLOCK;
         #pragma omp parallel for schedule(static)
-        for (int64_t j0 = 0; j0 < N; j0 += blk) {
-            int64_t nb = N - j0 < blk ? N - j0 : blk;
+        for (int64_t b = 0; b < nblk; b++) {
+            int64_t j0 = b * VT_GEMM_COL_BLOCK, nb = N - j0 < VT_GEMM_COL_BLOCK ? N - j0 : VT_GEMM_COL_BLOCK;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)nb, (int)K, 1.0f, x, (int)K,
                         (const float *)W->data + j0 * K, (int)K, 0.0f, y + j0, (int)N);
         }
