@@ -292,6 +292,7 @@ typedef struct pass_acc {
     double   forward_s;
     vt_probe *probes;        /* [n_probes] copied at the end */
     int64_t  n_probes;
+    int64_t  probes_lost;    /* observations the model could not record */
 } pass_acc;
 
 static void pass_acc_free(pass_acc *a) {
@@ -521,6 +522,7 @@ static int forward_pass(const lab_experiment *e, vt_model *m, const vt_model_inf
         ref->ready = 1;
     }
     acc->n_probes = vt_session_probe_count(s);
+    acc->probes_lost = vt_session_probes_lost(s);
     if (acc->n_probes > 0) {
         if (!(acc->probes = malloc((size_t)acc->n_probes * sizeof *acc->probes))) goto oom;
         for (int64_t i = 0; i < acc->n_probes; i++) acc->probes[i] = *vt_session_probe_at(s, i);
@@ -696,6 +698,11 @@ static int build_record(exp_ctx *x, int64_t arm, const pass_acc *acc, int compar
                                       *p->detail ? p->detail : "invariant violated");
             r->ok = 0;
         }
+    }
+    if (acc->probes_lost) {
+        lab_buf_printf(&r->reason, "%s%lld probe record(s) lost (out of memory): the probes cannot vouch for this run",
+                       r->reason.len ? "; " : "", (long long)acc->probes_lost);
+        r->ok = 0;
     }
     check_expect(a, acc, r->ex);
     for (int64_t i = 0; i < a->n_expect; i++)

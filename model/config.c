@@ -688,7 +688,8 @@ int vt_ckpt_validate(const vt_config *cfg, const vt_ckpt *ck, vt_err *err) {
         if (n_extra == 0) extra_file = file_of(ck, e);
         if (n_extra < 4) {
             size_t o = strlen(extras);
-            snprintf(extras + o, sizeof extras - o, "%s%s", n_extra ? ", " : "", e->name);
+            char shown[192];
+            snprintf(extras + o, sizeof extras - o, "%s%s", n_extra ? ", " : "", vt_st_show_name(e->name, shown, sizeof shown));
         }
         n_extra++;
     }

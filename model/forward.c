@@ -280,7 +280,7 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
     vt_convert(hf, VT_F32, h->data, h->dtype, (size_t)n);
 }
 
-static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, vt_err *err) {
+static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
     /* The OpenMP thread count is process-wide: set it for this session's call,
      * so that two sessions with different VT_THREADS never see each other's. */
     omp_set_num_threads(s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
@@ -298,7 +298,8 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
     float *hf = malloc(vt_row_size(VT_F32, T * D)), *x = malloc(vt_row_size(VT_F32, T * D));
     float *o = malloc(vt_row_size(VT_F32, T * D));
     if (!hf || !x || !o) { rc = vt_errf(err, VT_ENOMEM, "forward: out of memory"); goto done; }
-    if (s->capture) {
+    capture = capture && s->capture;   /* prefill only: a decode keeps the prefill's capture valid */
+    if (capture) {
         float *cap = realloc(s->captured, vt_row_size(VT_F32, L * 2 * T * D));
         if (!cap) { rc = vt_errf(err, VT_ENOMEM, "forward: out of memory for capture"); goto done; }
         s->captured = cap;
@@ -316,14 +317,14 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
         rc = Lw->kind == VT_LAYER_KDA ? vt_kda_forward(s, (int)l, x, T, o, err) : vt_mla_forward(s, (int)l, x, T, o, err);
         if (rc) goto done;
         residual_add(s, &h, hf, o, T * D);
-        if (s->capture) memcpy(s->captured + (l * 2 + 0) * T * D, hf, vt_row_size(VT_F32, T * D));
+        if (capture) memcpy(s->captured + (l * 2 + 0) * T * D, hf, vt_row_size(VT_F32, T * D));
 
         vt_rmsnorm(s, hf, T, D, Lw->post_norm.data, cfg->rms_norm_eps, x);
         rc = Lw->ffn.moe ? vt_moe_forward(s, (int)l, &Lw->ffn, x, T, o, NULL, err)
                          : vt_mlp_forward(s, (int)l, &Lw->ffn.dense, x, T, o, err);
         if (rc) goto done;
         residual_add(s, &h, hf, o, T * D);
-        if (s->capture) memcpy(s->captured + (l * 2 + 1) * T * D, hf, vt_row_size(VT_F32, T * D));
+        if (capture) memcpy(s->captured + (l * 2 + 1) * T * D, hf, vt_row_size(VT_F32, T * D));
         vt_probe_buffer(s, "residual.stream", (int)l, h.dtype, T, D);
     }
     s->pos += T;
@@ -353,16 +354,22 @@ int vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *l
     if (s->cuda) return cuda_forward(s, tokens, T, 1, logits, err, errlen);   /* CUDA backend (issue 7) */
     reset_caches(s);
     double t0 = omp_get_wtime();
-    int rc = forward(s, tokens, T, logits, &e);
+    int rc = forward(s, tokens, T, logits, 1, &e);
     s->fwd_sec += omp_get_wtime() - t0;
+    s->stale = rc != VT_OK;
     return rc ? ret_err(&e, err, errlen) : VT_OK;
 }
 
 int vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, size_t errlen) {
     vt_err e = {0};
     if (s->cuda) return cuda_forward(s, &token, 1, 0, logits, err, errlen);   /* CUDA backend (issue 7) */
+    if (s->stale) {
+        snprintf(err, errlen, "decode: an earlier forward of this session failed midway; prefill again first");
+        return VT_STATUS_INPUT;
+    }
     double t0 = omp_get_wtime();
-    int rc = forward(s, &token, 1, logits, &e);
+    int rc = forward(s, &token, 1, logits, 0, &e);
     s->fwd_sec += omp_get_wtime() - t0;
+    s->stale = rc != VT_OK;
     return rc ? ret_err(&e, err, errlen) : VT_OK;
 }

@@ -176,7 +176,11 @@ int vt_knobset_from_env(vt_knobset *ks, char *const *envp, char *err, size_t err
         const char *kv = *envp;
         if (strncmp(kv, "VT_", 3) != 0) continue;
         const char *eq = strchr(kv, '=');
-        if (!eq || eq - kv >= 64) continue;
+        if (!eq) continue;
+        if (eq - kv >= 64) {   /* longer than any knob: unknown, not ignored */
+            snprintf(err, errlen, "unknown knob %.60s... (no knob has so long a name); `vtlab knobs` lists them", kv);
+            return VT_STATUS_INPUT;
+        }
         char name[64];
         memcpy(name, kv, (size_t)(eq - kv));
         name[eq - kv] = '\0';

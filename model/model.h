@@ -92,7 +92,9 @@ struct vt_session {
     vt_layer_cache *cache;      /* [n_layers] */
     vt_probe   *probes;
     int64_t     nprobes, capprobes;
+    int64_t     probes_lost;    /* records dropped for lack of memory: the probes cannot vouch for the run */
     int         capture;
+    int         stale;          /* a forward failed midway: caches inconsistent until the next prefill */
     float      *captured;       /* [n_layers][2][T][D] when capture is on */
     int64_t     captured_T;
     double      fwd_sec, gemm_sec;

@@ -103,7 +103,8 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         }
         for (int64_t k = 0; k < K; k++) {
             float v = wts[t * K + k];
-            if (cfg->moe_renormalize) v = (float)(v / (sum + 1e-20));
+            /* as Moonshot's and transformers' gate: renormalise only with top-k > 1 */
+            if (cfg->moe_renormalize && K > 1) v = (float)(v / (sum + 1e-20));
             wts[t * K + k] = v * (float)cfg->routed_scaling_factor;
         }
     }

@@ -30,7 +30,7 @@ static vt_probe *find_or_add(vt_session *s, const char *site, int layer, vt_dtyp
     if (s->nprobes == s->capprobes) {
         int64_t cap = s->capprobes ? s->capprobes * 2 : 64;
         vt_probe *np = realloc(s->probes, (size_t)cap * sizeof *np);
-        if (!np) return NULL;   /* out of memory: the record is lost, the run goes on */
+        if (!np) { s->probes_lost++; return NULL; }   /* counted: the run cannot pass its assertions */
         s->probes = np;
         s->capprobes = cap;
     }
@@ -91,4 +91,6 @@ const vt_probe *vt_session_probe_at(const vt_session *s, int64_t i) {
     return i >= 0 && i < s->nprobes ? &s->probes[i] : NULL;
 }
 
-void vt_session_probes_clear(vt_session *s) { s->nprobes = 0; }
+void vt_session_probes_clear(vt_session *s) { s->nprobes = 0; s->probes_lost = 0; }
+
+int64_t vt_session_probes_lost(const vt_session *s) { return s->probes_lost; }

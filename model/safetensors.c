@@ -72,7 +72,7 @@
 /* Renders a name from a file for a one-line message: printable ASCII as is,
  * every other byte as \xNN, cut with "..." past ~160 characters. Names come
  * from untrusted JSON and may hold newlines or be megabytes long. */
-static const char *show(const char *s, char *buf, size_t cap) {
+const char *vt_st_show_name(const char *s, char *buf, size_t cap) {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0;
     if (!s) s = "(null)";
@@ -202,7 +202,7 @@ static int parse_metadata(const cJSON *meta, const char *fname, size_t *n, vt_er
     for (const cJSON *c = meta->child; c; c = c->next, k++) {
         if (!cJSON_IsString(c) || !c->valuestring)
             return vt_errf(err, VT_EINPUT, "%s: \"" ST_META_KEY "\" key '%s' must have a string "
-                           "value", fname, show(c->string, nb, sizeof nb));
+                           "value", fname, vt_st_show_name(c->string, nb, sizeof nb));
     }
     *n = k;
     return VT_OK;
@@ -213,7 +213,7 @@ static int parse_metadata(const cJSON *meta, const char *fname, size_t *n, vt_er
 static int parse_entry(const cJSON *item, const char *name, uint64_t data_len, const char *fname,
                        vt_st_entry *e, vt_err *err) {
     char nb[200], db[200], sb[200];
-    const char *tn = show(name, nb, sizeof nb);
+    const char *tn = vt_st_show_name(name, nb, sizeof nb);
     if (name[0] == '\0')
         return vt_errf(err, VT_EINPUT, "%s: a tensor has an empty name (expected a non-empty key)",
                        fname);
@@ -228,7 +228,7 @@ static int parse_entry(const cJSON *item, const char *name, uint64_t data_len, c
     if (vt_dtype_from_st_name(dt->valuestring, &e->dtype) != 0)
         return vt_errf(err, VT_EINPUT, "%s: tensor '%s': unknown dtype \"%s\" (expected one of "
                        "F32, BF16, F16, I32, I64, U8)", fname, tn,
-                       show(dt->valuestring, db, sizeof db));
+                       vt_st_show_name(dt->valuestring, db, sizeof db));
 
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(item, "shape");
     if (!cJSON_IsArray(shape))
@@ -290,7 +290,7 @@ static int check_entries(vt_st_header *h, const char *fname, vt_err *err) {
     for (size_t i = 1; i < h->n; i++)
         if (strcmp(h->entries[i - 1].name, h->entries[i].name) == 0)
             return vt_errf(err, VT_EINPUT, "%s: tensor '%s' appears more than once in the header",
-                           fname, show(h->entries[i].name, na, sizeof na));
+                           fname, vt_st_show_name(h->entries[i].name, na, sizeof na));
     qsort(h->entries, h->n, sizeof *h->entries, cmp_entry_offset);
     const vt_st_entry *prev = NULL;   /* the non-empty range reaching furthest so far */
     for (size_t i = 0; i < h->n; i++) {
@@ -299,8 +299,8 @@ static int check_entries(vt_st_header *h, const char *fname, vt_err *err) {
         if (prev && e->begin < prev->end)
             return vt_errf(err, VT_EINPUT, "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' "
                            "[%" PRIu64 ", %" PRIu64 "] overlap (expected disjoint byte ranges)",
-                           fname, show(prev->name, na, sizeof na), prev->begin, prev->end,
-                           show(e->name, nb, sizeof nb), e->begin, e->end);
+                           fname, vt_st_show_name(prev->name, na, sizeof na), prev->begin, prev->end,
+                           vt_st_show_name(e->name, nb, sizeof nb), e->begin, e->end);
         if (!prev || e->end > prev->end) prev = e;
     }
     return VT_OK;
@@ -513,7 +513,7 @@ static int build_index(vt_ckpt *c, vt_err *err) {
         if (strcmp(a->name, b->name) == 0) {
             if (a->file > b->file) { const vt_st_entry *t = a; a = b; b = t; }
             return vt_errf(err, VT_EINPUT, "tensor '%s' is in both %s and %s (expected each "
-                           "tensor in exactly one shard)", show(a->name, nb, sizeof nb),
+                           "tensor in exactly one shard)", vt_st_show_name(a->name, nb, sizeof nb),
                            c->files[a->file].path, c->files[b->file].path);
         }
     }
@@ -622,7 +622,7 @@ static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_
         const char *name = r->string ? r->string : "";
         if (!cJSON_IsString(r) || !r->valuestring || !shard_name_ok(r->valuestring)) {
             rc = vt_errf(err, VT_EINPUT, "%s: weight_map entry for tensor '%s' must be a shard "
-                         "file name in the same directory", index_path, show(name, nb, sizeof nb));
+                         "file name in the same directory", index_path, vt_st_show_name(name, nb, sizeof nb));
             goto done;
         }
         rows[k].name = name;
@@ -633,7 +633,7 @@ static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_
     for (size_t i = 1; i < nrows; i++)
         if (strcmp(rows[i - 1].name, rows[i].name) == 0) {
             rc = vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' more than once",
-                         index_path, show(rows[i].name, nb, sizeof nb));
+                         index_path, vt_st_show_name(rows[i].name, nb, sizeof nb));
             goto done;
         }
 
@@ -666,7 +666,7 @@ static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_
             for (size_t i = 0; i < nrows; i++)
                 if (rows[i].file == (int)s) { example = rows[i].name; break; }
             vt_err_prefix(err, "%s: shard '%s' (holding tensor '%s')", index_path,
-                          show(shards[s], sb, sizeof sb), show(example, nb, sizeof nb));
+                          vt_st_show_name(shards[s], sb, sizeof sb), vt_st_show_name(example, nb, sizeof nb));
             goto done;
         }
     }
@@ -678,12 +678,12 @@ static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_
         const wm_row *r = bsearch(e->name, rows, nrows, sizeof *rows, cmp_key_row);
         if (!r) {
             rc = vt_errf(err, VT_EINPUT, "%s: tensor '%s' is not listed in %s's weight_map",
-                         c->files[e->file].path, show(e->name, nb, sizeof nb), index_path);
+                         c->files[e->file].path, vt_st_show_name(e->name, nb, sizeof nb), index_path);
             goto done;
         }
         if (r->file != e->file) {
             rc = vt_errf(err, VT_EINPUT, "%s: weight_map puts tensor '%s' in %s, but it is in %s",
-                         index_path, show(e->name, nb, sizeof nb), c->files[r->file].path,
+                         index_path, vt_st_show_name(e->name, nb, sizeof nb), c->files[r->file].path,
                          c->files[e->file].path);
             goto done;
         }
@@ -691,7 +691,7 @@ static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_
     for (size_t i = 0; i < nrows; i++) {
         if (!bsearch(rows[i].name, c->by_name, c->n, sizeof *c->by_name, cmp_key_entry_ptr)) {
             rc = vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' in %s, but that file "
-                         "has no tensor '%s'", index_path, show(rows[i].name, nb, sizeof nb),
+                         "has no tensor '%s'", index_path, vt_st_show_name(rows[i].name, nb, sizeof nb),
                          c->files[rows[i].file].path, nb);
             goto done;
         }
@@ -874,11 +874,11 @@ int vt_st_writer_meta(vt_st_writer *w, const char *key, const char *value, vt_er
         return vt_errf(err, VT_EINTERNAL, "safetensors writer: meta with a NULL argument");
     if (w->state != W_DECLARING)
         return vt_errf(err, VT_EINTERNAL, "safetensors writer: metadata '%s' added after begin",
-                       show(key, nb, sizeof nb));
+                       vt_st_show_name(key, nb, sizeof nb));
     for (size_t i = 0; i < w->nm; i++)
         if (strcmp(w->m[i].key, key) == 0)
             return vt_errf(err, VT_EINPUT, "safetensors writer: metadata key '%s' set twice",
-                           show(key, nb, sizeof nb));
+                           vt_st_show_name(key, nb, sizeof nb));
     if (w->nm == w->capm) {
         size_t cap = w->capm ? w->capm * 2 : 8;
         wr_meta *q = realloc(w->m, cap * sizeof *q);
@@ -903,7 +903,7 @@ int vt_st_writer_declare(vt_st_writer *w, const char *name, vt_dtype dtype, int 
     char nb[200];
     if (!w || !name)
         return vt_errf(err, VT_EINTERNAL, "safetensors writer: declare with a NULL argument");
-    const char *tn = show(name, nb, sizeof nb);
+    const char *tn = vt_st_show_name(name, nb, sizeof nb);
     if (w->state != W_DECLARING)
         return vt_errf(err, VT_EINTERNAL, "safetensors writer: tensor '%s' declared after begin",
                        tn);
@@ -1001,7 +1001,7 @@ int vt_st_writer_begin(vt_st_writer *w, const char *path, vt_err *err) {
         for (size_t i = 1; i < w->n; i++)
             if (strcmp(p[i - 1]->name, p[i]->name) == 0) {
                 int rc = vt_errf(err, VT_EINPUT, "%s: tensor '%s' declared twice", path,
-                                 show(p[i]->name, nb, sizeof nb));
+                                 vt_st_show_name(p[i]->name, nb, sizeof nb));
                 free(p);
                 return rc;
             }
@@ -1062,17 +1062,17 @@ int vt_st_writer_put(vt_st_writer *w, const void *data, size_t nbytes, vt_err *e
     uint64_t want = t->end - t->begin;
     if ((uint64_t)nbytes != want)
         return vt_errf(err, VT_EINTERNAL, "%s: tensor '%s' (%s %s): put of %zu bytes, expected %"
-                       PRIu64, w->path, show(t->name, nb, sizeof nb),
+                       PRIu64, w->path, vt_st_show_name(t->name, nb, sizeof nb),
                        vt_dtype_traits_of(t->dtype)->st_name,
                        show_shape(t->ndim, t->shape, sb, sizeof sb), nbytes, want);
     if (nbytes && !data)
         return vt_errf(err, VT_EINTERNAL, "%s: tensor '%s': put with NULL data", w->path,
-                       show(t->name, nb, sizeof nb));
+                       vt_st_show_name(t->name, nb, sizeof nb));
     if (nbytes && fwrite(data, 1, nbytes, w->fp) != nbytes) {
         int e = errno;
         w->state = W_FAILED;
         return vt_errf(err, VT_EIO, "%s: writing tensor '%s' failed: %s", w->tmp,
-                       show(t->name, nb, sizeof nb), strerror(e));
+                       vt_st_show_name(t->name, nb, sizeof nb), strerror(e));
     }
     w->next++;
     return VT_OK;

@@ -42,6 +42,11 @@ typedef struct vt_st_header {
     size_t       n_metadata;             /* entries in __metadata__ */
 } vt_st_header;
 
+/* Renders a name read from a file for a one-line message: printable ASCII as
+ * is, other bytes as \xNN, cut with "..." past ~160 characters (names are
+ * untrusted: they may hold newlines or escape sequences). buf: >= 176 bytes. */
+const char *vt_st_show_name(const char *s, char *buf, size_t cap);
+
 /* Parses and validates a header. json need not be NUL-terminated. data_len is
  * the size of the data section (file size - 8 - header length); fname is used
  * in messages only. On success fills *out (free with vt_st_header_free). This

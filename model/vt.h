@@ -138,6 +138,9 @@ int  vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, s
 int64_t         vt_session_probe_count(const vt_session *s);
 const vt_probe *vt_session_probe_at(const vt_session *s, int64_t i);
 void            vt_session_probes_clear(vt_session *s);
+/* Observations the session could not record (out of memory). Non-zero means
+ * the probes cannot vouch for the run: treat it as a failed assertion. */
+int64_t         vt_session_probes_lost(const vt_session *s);
 
 /* Residual capture for "where did it go wrong": when on, every prefill keeps
  * the residual stream (as f32) after each sublayer. site 0: after the

@@ -122,6 +122,10 @@ elif mode == "reshape":             # same byte count, wrong shape for the model
     v["shape"] = [2, v["shape"][0] // 2]
     write_header(hdr)
     print(arg)
+elif mode == "extra_evil":          # an extra zero-byte tensor whose name holds a newline and an escape
+    end = max(v["data_offsets"][1] for k, v in hdr.items() if k != "__metadata__")
+    hdr["evil\nline2\x1b[31m"] = {"dtype": "F32", "shape": [0], "data_offsets": [end, end]}
+    write_header(hdr)
 else:
     sys.exit("unknown mode " + mode)
 EOF
@@ -169,6 +173,10 @@ run_case shape_byte_mismatch   shape_bytes   model.embed_tokens.weight          
 run_case unknown_dtype         dtype         model.layers.0.input_layernorm.weight         "F64"
 run_case missing_tensor        drop          model.layers.1.block_sparse_moe.gate.weight
 run_case wrong_shape           reshape       model.norm.weight
+run_case extra_tensor_escaped  extra_evil    ""                                            'evil\x0aline2\x1b[31m'
+# an untrusted name must not break the one-line message
+if [ "$(wc -l <"$TMP/extra_tensor_escaped.stderr")" -eq 1 ]; then ok "extra tensor: the message stays one line"
+else not_ok "extra tensor: one line" "$(cat -A "$TMP/extra_tensor_escaped.stderr" | head -3)"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

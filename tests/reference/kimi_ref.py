@@ -25,7 +25,7 @@ Semantics (see README.md for the sources behind each choice):
   * MLA without rotary, kv_a_layernorm eps 1e-6 ("transformers") or rms_norm_eps ("config");
   * MoE: sigmoid router, top-k on s + e_score_correction_bias (exact ties -> lower expert index),
     weights s[idx] ("unbiased", default) or (s + bias)[idx] ("biased"), renormalise
-    w / (sum w + 1e-20) when moe_renormalize, times routed_scaling_factor; shared experts always on.
+    w / (sum w + 1e-20) when moe_renormalize and top-k > 1, times routed_scaling_factor; shared experts always on.
   * layer i has a MoE block when i >= first_k_dense_replace and i % moe_layer_freq == 0.
 """
 import argparse
@@ -370,7 +370,7 @@ def route(c, s, bias, opts):
         sc = np.where(np.repeat(m, c.E // c.n_group), sc, -np.inf)
     idx = topk_lower_index(sc, c.topk)
     w = (s + bias)[idx] if opts.router_weights == "biased" else s[idx]
-    if c.renorm:
+    if c.renorm and c.topk > 1:   # transformers' KimiMoEGate: only with top_k > 1
         w = w / (w.sum() + 1e-20)
     return idx, w * c.scale
 

@@ -52,7 +52,8 @@ fi
 
 CONFIGS=("$ROOT/model/configs/kimi-linear-tiny.json:1:tiny"
          "$HERE/configs/shape-b.json:2:shape-b"
-         "$HERE/configs/shape-c.json:3:shape-c")
+         "$HERE/configs/shape-c.json:3:shape-c"
+         "$HERE/configs/shape-d-top1.json:4:shape-d-top1")
 for entry in "${CONFIGS[@]}"; do
     IFS=: read -r cfg seed name <<<"$entry"
     dir=$TMP/$name
@@ -69,7 +70,9 @@ for entry in "${CONFIGS[@]}"; do
             echo "$out" | sed 's/^/#   /'
         fi
     fi
-    for T in 1 7 64 130; do
+    lengths="1 7 64 130"
+    [ "$name" = shape-d-top1 ] && lengths=64   # top-1 routing: no renormalisation (transformers' gate)
+    for T in $lengths; do
         case_compare "$name T=$T default knobs" "$dir" "$(tokens "$dir" "$T" "$seed")" --label "$name"
     done
 done

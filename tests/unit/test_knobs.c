@@ -33,6 +33,10 @@ static void test_unknown_env_did_you_mean(void **state) {
     char *env2[] = {"VT_COMPLETELY_DIFFERENT_THING=1", NULL};
     assert_int_equal(vt_knobset_from_env(ks, env2, err, sizeof err), VT_STATUS_INPUT);
     assert_null(strstr(err, "did you mean"));
+    /* a name longer than any knob is unknown too, never skipped */
+    char *env4[] = {"VT_KIMI_BF16_STREAM_WITH_A_VERY_LONG_SUFFIX_THAT_NO_KNOB_HAS_AT_ALL_X=1", NULL};
+    assert_int_equal(vt_knobset_from_env(ks, env4, err, sizeof err), VT_STATUS_INPUT);
+    VT_ASSERT_CONTAINS(err, "unknown knob");
     char *env3[] = {"PATH=/bin", "VT_PROBE=audit", "XVT_FOO=1", NULL};
     assert_int_equal(vt_knobset_from_env(ks, env3, err, sizeof err), 0);
     assert_string_equal(vt_knobset_get(ks, "VT_PROBE"), "audit");
