@@ -103,6 +103,7 @@ static int in_range(const char *commit, const char *date, const lab_code_point *
         if (after_intro < 0 && in->date) after_intro = strncmp(in->date, date, 10) <= 0;
         if (before_fix < 0 && fx->date) before_fix = strncmp(date, fx->date, 10) < 0;
     }
+    if (after_intro == 0 || before_fix == 0) return 0;   /* one end decides: outside */
     if (after_intro < 0 || before_fix < 0) { *how = "unplaceable: treated as inside"; return 1; }
     return after_intro && before_fix;
 }
@@ -137,7 +138,11 @@ static void audit_claims(const lab_ledger *l, findings *f) {
             const lab_defect *x = &l->defects[d];
             const char *how;
             if (strcmp(c->codebase, x->codebase) || !lab_knobs_trigger(&x->trigger, &c->arm_knobs)) continue;
-            if (!in_range(c->code.commit, c->code.date ? c->code.date : c->measured_at, &x->introduced, &x->fixed, &how))
+            char commit[64] = "";   /* "abc123+dirty.<hash>" (a dirty build) is placed by its base commit */
+            if (c->code.commit) snprintf(commit, sizeof commit, "%s", c->code.commit);
+            commit[strcspn(commit, "+")] = '\0';
+            if (!in_range(c->code.commit ? commit : NULL, c->code.date ? c->code.date : c->measured_at, &x->introduced,
+                          &x->fixed, &how))
                 continue;
             char trig[256], reason[1024];
             trigger_text(&x->trigger, trig, sizeof trig);
@@ -301,7 +306,7 @@ static void audit_one_run(sqlite3 *db, const lab_ledger *l, const run_row *r, fi
             cJSON_AddStringToObject(ev, "site", site);
             cJSON_AddStringToObject(ev, "expected", exp);
             cJSON_AddStringToObject(ev, "seen", seen);
-            add(f, 0, subj, "R3", site, reason, ev, 0);
+            add(f, 0, subj, "R3", site, reason, ev, r->expected_fail);   /* a replay's expectations may fail */
         }
         sqlite3_finalize(s);
     }
@@ -377,7 +382,8 @@ static int load_runs(sqlite3 *db, run_row **out, int64_t *n, char *err, size_t e
                            " is_reference FROM runs WHERE status = 'FINISHED' ORDER BY id", -1, &s, NULL) != SQLITE_OK)
         return lab_errf(err, errlen, LAB_EIO, "audit: %s", sqlite3_errmsg(db));
     int64_t cap = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    int st_step;
+    while ((st_step = sqlite3_step(s)) == SQLITE_ROW) {
         if (*n == cap) {
             cap = cap ? cap * 2 : 64;
             run_row *nv = realloc(*out, (size_t)cap * sizeof *nv);
@@ -398,6 +404,8 @@ static int load_runs(sqlite3 *db, run_row **out, int64_t *n, char *err, size_t e
         r->is_reference = sqlite3_column_int(s, 14);
     }
     sqlite3_finalize(s);
+    /* a read that stopped early would make findings vanish and be "resolved" */
+    if (st_step != SQLITE_DONE) return lab_errf(err, errlen, LAB_EIO, "audit: reading runs: %s", sqlite3_errmsg(db));
     return 0;
 }
 
@@ -492,9 +500,15 @@ static int store_findings(sqlite3 *db, const lab_ledger *l, findings *f, int64_t
         sqlite3_bind_text(sel, 4, x->key, -1, SQLITE_STATIC);
         int64_t id = 0;
         int was_resolved = 0;
-        if (sqlite3_step(sel) == SQLITE_ROW) {
+        char resolved_at[32] = "";
+        int st_sel = sqlite3_step(sel);
+        if (st_sel == SQLITE_ROW) {
             id = sqlite3_column_int64(sel, 0);
             was_resolved = sqlite3_column_type(sel, 1) != SQLITE_NULL;
+            if (was_resolved) snprintf(resolved_at, sizeof resolved_at, "%s", (const char *)sqlite3_column_text(sel, 1));
+        } else if (st_sel != SQLITE_DONE) {
+            rc = lab_errf(err, errlen, LAB_EIO, "audit: %s", sqlite3_errmsg(db));
+            break;
         }
         sqlite3_stmt *w = id ? upd : ins;
         sqlite3_reset(w);
@@ -510,8 +524,8 @@ static int store_findings(sqlite3 *db, const lab_ledger *l, findings *f, int64_t
         sqlite3_bind_int(w, p++, x->expected);
         if (!id) sqlite3_bind_text(w, p++, now, -1, SQLITE_STATIC);
         sqlite3_bind_text(w, p++, now, -1, SQLITE_STATIC);
-        if (x->resolved_by[0]) {
-            sqlite3_bind_text(w, p++, now, -1, SQLITE_STATIC);
+        if (x->resolved_by[0]) {   /* keep the first resolution's time */
+            sqlite3_bind_text(w, p++, was_resolved ? resolved_at : now, -1, SQLITE_STATIC);
             sqlite3_bind_text(w, p++, x->resolved_by, -1, SQLITE_STATIC);
         } else {
             sqlite3_bind_null(w, p++);
@@ -563,7 +577,9 @@ out:
     sqlite3_finalize(sel);
     sqlite3_finalize(ins);
     sqlite3_finalize(upd);
-    sqlite3_exec(db, rc ? "ROLLBACK" : "COMMIT", NULL, NULL, NULL);
+    if (rc) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    else if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        rc = lab_errf(err, errlen, LAB_EIO, "audit: commit: %s", sqlite3_errmsg(db));
     return rc;
 }
 

@@ -14,6 +14,8 @@
  */
 #include "experiment.h"
 
+#include "model/vt.h"
+
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
@@ -259,6 +261,11 @@ static int ds_file(pctx *c, lab_dataset *ds, const char *shown) {
                 pos++;
             }
             if (rc) break;
+            if (pos == 0) {   /* a line of separators only: an empty sequence */
+                rc = lab_errf(c->err, c->errlen, LAB_EINPUT, "%s: dataset.file: %s line %lld: no token ids",
+                              c->path, shown, (long long)line);
+                break;
+            }
             ds_end_seq(ds);
         }
         if (!eol) break;
@@ -400,8 +407,9 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx) {
         const cJSON *it;
         cJSON_ArrayForEach(it, x) {
             snprintf(field, sizeof field, "%s.expect.%s", where, it->string);
-            if (!*it->string || strlen(it->string) >= 32)
-                return BAD(c, field, "expected a probe site name (1..31 characters)");
+            if (!vt_probe_site_known(it->string))
+                return BAD(c, field, "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
+                                     "moe.expert.y, moe.scatter, moe.combine, logits)", it->string);
             if (!cJSON_IsString(it) || !is_dtype_name(it->valuestring))
                 return BAD(c, field, "expected a dtype name (f32, bf16, f16, i32, i64, u8), got %s%s%s",
                            cJSON_IsString(it) ? "\"" : "", cJSON_IsString(it) ? it->valuestring : json_type(it),

@@ -14,10 +14,6 @@
 #include "model/vt.h"
 #include "util.h"
 
-/* Probe sites the model records (model/probes.c and its callers). */
-static const char *const SITES[] = {"residual.stream", "kda.state", "moe.gather", "moe.expert.y",
-                                    "moe.scatter", "moe.combine", "logits"};
-
 typedef struct pctx { const char *file; char *err; size_t errlen; } pctx;
 
 static int bad(pctx *c, const char *field, const char *fmt, const char *arg) {
@@ -256,12 +252,9 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     if (!rc) rc = check_file_name(c, x->id);
     if (!rc) rc = get_str(c, j, "title", "title", 1, &x->title);
     if (!rc) rc = get_str(c, j, "site", "site", 1, &x->site);
-    if (!rc) {
-        int ok = 0;
-        for (size_t i = 0; i < sizeof SITES / sizeof SITES[0]; i++) ok |= !strcmp(SITES[i], x->site);
-        if (!ok) rc = bad(c, "site", "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
-                                     "moe.expert.y, moe.scatter, moe.combine, logits)", x->site);
-    }
+    if (!rc && !vt_probe_site_known(x->site))
+        rc = bad(c, "site", "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
+                            "moe.expert.y, moe.scatter, moe.combine, logits)", x->site);
     if (!rc) rc = get_knobs(c, j, "trigger", "trigger", &x->trigger);
     if (!rc) rc = get_str(c, j, "effect", "effect", 1, &x->effect);
     const cJSON *cr = cJSON_GetObjectItemCaseSensitive(j, "code_range");

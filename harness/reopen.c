@@ -23,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "experiment.h"
 #include "ledger.h"
 #include "metrics.h"
 #include "model/vt.h"
@@ -106,18 +107,40 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
     return rc;
 }
 
-/* Latest finished run of (experiment id, arm) with its top-1 comparison. */
-static int arm_outcome(sqlite3 *db, const char *exp_id, const char *arm, const lab_claim *c, arm_result *r,
+/* The knob hash arm `arm` of the derived experiment resolves to, as the
+ * runner computes it (environment, then the arm's knobs). */
+static int arm_knob_hash(const lab_experiment *e, const char *arm, char out[65], char *err, size_t errlen) {
+    extern char **environ;
+    int64_t i = lab_experiment_arm(e, arm);
+    if (i < 0) return lab_errf(err, errlen, LAB_EINTERNAL, "reopen: derived experiment has no arm %s", arm);
+    vt_knobset *ks = NULL;
+    int rc = lab_resolve_knobs(e, i, environ, &ks, err, errlen);
+    if (rc) return rc;
+    vt_knobset_hash(ks, out);
+    vt_knobset_free(ks);
+    return LAB_OK;
+}
+
+/* The latest finished run of this arm's identity — same experiment, arm, knob
+ * hash and code version as the runs just executed (or reused) — with its
+ * top-1 comparison. Not merely the latest run of the arm's name: another
+ * environment or build may have added runs of that name. */
+static int arm_outcome(sqlite3 *db, const lab_experiment *e, const char *arm, const lab_claim *c, arm_result *r,
                        char *err, size_t errlen) {
     sqlite3_stmt *s = NULL;
     memset(r, 0, sizeof *r);
+    char kh[65];
+    int rc = arm_knob_hash(e, arm, kh, err, errlen);
+    if (rc) return rc;
     if (sqlite3_prepare_v2(db, "SELECT r.id, c.top1_k, c.top1_n FROM runs r JOIN comparisons c ON c.run_id = r.id"
-                           " WHERE r.experiment = ? AND r.arm = ? AND r.status = 'FINISHED' ORDER BY r.id DESC LIMIT 1",
-                           -1, &s, NULL) != SQLITE_OK)
+                           " WHERE r.experiment = ? AND r.arm = ? AND r.knob_hash = ? AND r.code_version = ?"
+                           " AND r.status = 'FINISHED' ORDER BY r.id DESC LIMIT 1", -1, &s, NULL) != SQLITE_OK)
         return lab_errf(err, errlen, LAB_EIO, "reopen: %s", sqlite3_errmsg(db));
+    const char *exp_id = e->id;
     sqlite3_bind_text(s, 1, exp_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(s, 2, arm, -1, SQLITE_STATIC);
-    int rc = 0;
+    sqlite3_bind_text(s, 3, kh, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, vt_build_info(), -1, SQLITE_STATIC);
     if (sqlite3_step(s) == SQLITE_ROW) {
         r->run = sqlite3_column_int64(s, 0);
         r->k = sqlite3_column_int64(s, 1);
@@ -162,24 +185,12 @@ static int mcnemar(lab_store *st, int64_t ref, int64_t a, int64_t b, double *p, 
     return rc;
 }
 
-static char *experiment_id(const char *path, char *err, size_t errlen) {
-    char *text = NULL;
-    if (lab_read_file(path, &text, NULL, err, errlen)) return NULL;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    const cJSON *id = j ? cJSON_GetObjectItemCaseSensitive(j, "id") : NULL;
-    char *out = cJSON_IsString(id) ? lab_strdup(id->valuestring) : NULL;
-    cJSON_Delete(j);
-    if (!out) lab_errf(err, errlen, LAB_EINPUT, "reopen: %s: no \"id\"", path);
-    return out;
-}
-
 int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *err, size_t errlen) {
     lab_ledger l;
     int rc = lab_ledger_load(o->specs_dir, &l, err, errlen);
     if (rc) return rc;
     lab_store *st = NULL;
-    char *exp_id = NULL;
+    lab_experiment *dx = NULL;
     lab_claim *c = (lab_claim *)lab_ledger_claim(&l, o->claim_id);
     if (!c) { rc = lab_errf(err, errlen, LAB_EINPUT, "reopen: no claim \"%s\" in %s/claims", o->claim_id, o->specs_dir); goto done; }
     if (c->superseded_by) {
@@ -191,17 +202,24 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
     if (!d) { rc = LAB_EINPUT; goto done; }
     char path[4200], replay_arm[256];
     if ((rc = write_derived(c, d, o->work_dir, path, sizeof path, replay_arm, sizeof replay_arm, err, errlen))) goto done;
-    if (!(exp_id = experiment_id(path, err, errlen))) { rc = LAB_EINPUT; goto done; }
+    if ((rc = lab_experiment_load(&dx, path, err, errlen))) goto done;
     if (out) fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: replay (VT_FAULT=%s) and rerun, "
                      "experiment %s\n", c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, d->replay_fault, path);
     lab_run_opts ro = {o->db_path, NULL, 0, 0};
     lab_run_summary sum = {0};
     if ((rc = lab_run_experiment(path, &ro, &sum, err, errlen))) goto done;
+    if (sum.runs_failed || sum.check_failures || sum.runs_busy) {
+        rc = lab_errf(err, errlen, LAB_EINTERNAL, "reopen: claim %s: %lld run(s) failed, %lld arm(s) with unexpected "
+                      "assertion outcomes (a replay whose fault did not show), %lld held by another process; nothing "
+                      "recorded", c->id, (long long)sum.runs_failed, (long long)sum.check_failures,
+                      (long long)sum.runs_busy);
+        goto done;
+    }
     if ((rc = lab_store_open(&st, o->db_path, err, errlen))) goto done;
     sqlite3 *db = lab_store_db(st);
     arm_result replay, rerun;
-    if ((rc = arm_outcome(db, exp_id, replay_arm, c, &replay, err, errlen))) goto done;
-    if ((rc = arm_outcome(db, exp_id, c->arm_name, c, &rerun, err, errlen))) goto done;
+    if ((rc = arm_outcome(db, dx, replay_arm, c, &replay, err, errlen))) goto done;
+    if ((rc = arm_outcome(db, dx, c->arm_name, c, &rerun, err, errlen))) goto done;
     int64_t ref = 0, nb = 0, nc = 0;
     double p = 1.0;
     reference_run(db, rerun.run, &ref);
@@ -297,7 +315,7 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
         fprintf(out, "written: %s (new), %s (superseded_by set)\n", file, c->file);
     }
 done:
-    free(exp_id);
+    lab_experiment_free(dx);
     lab_store_close(st);
     lab_ledger_free(&l);
     return rc;

@@ -615,7 +615,11 @@ static void check_expect(const lab_arm *a, const pass_acc *acc, lab_expect_resul
             const vt_probe *pr = &acc->probes[p];
             if (strcmp(pr->site, x->site)) continue;
             x->records++;
-            if (!strstr(x->seen, pr->dtype) && strlen(x->seen) + strlen(pr->dtype) + 2 < sizeof x->seen) {
+            char tok[16];   /* ",bf16," style match: "f16" must not be found inside "bf16" */
+            snprintf(tok, sizeof tok, ",%s,", pr->dtype);
+            char seen[sizeof x->seen + 2];
+            snprintf(seen, sizeof seen, ",%s,", x->seen);
+            if (!strstr(seen, tok) && strlen(x->seen) + strlen(pr->dtype) + 2 < sizeof x->seen) {
                 if (*x->seen) strcat(x->seen, ",");
                 strcat(x->seen, pr->dtype);
             }
@@ -866,7 +870,8 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
     res.vocab = x->mi.vocab_size;
     res.full_f16 = acc.full;
     res.cmp = compare ? &rec.cmp : NULL;
-    res.verdict = compare && e->has_decision ? &rec.vr : NULL;
+    /* a reference repeat is compared with repeat 0 (repeatability) but gets no verdict */
+    res.verdict = compare && arm != e->ref_index && e->has_decision ? &rec.vr : NULL;
     res.wall_s = lab_mono() - t0;
     rc = lab_store_finish(x->st, run_id, &res, err, errlen);
     if (!rc) {

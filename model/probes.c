@@ -85,6 +85,20 @@ void vt_probe_buffer(vt_session *s, const char *site, int layer, vt_dtype dtype,
     p->rows += rows;
 }
 
+/* Every site the model records; the ledger's defect records and the
+ * experiments' `expect` entries are checked against this list. */
+static const char *const SITES[] = {"residual.stream", "kda.state", "moe.gather", "moe.expert.y",
+                                    "moe.scatter", "moe.combine", "logits"};
+
+int vt_probe_site_count(void) { return (int)(sizeof SITES / sizeof SITES[0]); }
+const char *vt_probe_site_at(int i) { return i >= 0 && i < vt_probe_site_count() ? SITES[i] : NULL; }
+
+int vt_probe_site_known(const char *site) {
+    for (int i = 0; i < vt_probe_site_count(); i++)
+        if (!strcmp(SITES[i], site)) return 1;
+    return 0;
+}
+
 int64_t vt_session_probe_count(const vt_session *s) { return s->nprobes; }
 
 const vt_probe *vt_session_probe_at(const vt_session *s, int64_t i) {

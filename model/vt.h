@@ -135,6 +135,11 @@ int  vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *
 /* Appends one token to the cached state. logits: [vocab] f32, or NULL. */
 int  vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, size_t errlen);
 
+/* The probe sites the model records, and whether a name is one of them. */
+int         vt_probe_site_count(void);
+const char *vt_probe_site_at(int i);
+int         vt_probe_site_known(const char *site);
+
 int64_t         vt_session_probe_count(const vt_session *s);
 const vt_probe *vt_session_probe_at(const vt_session *s, int64_t i);
 void            vt_session_probes_clear(vt_session *s);

@@ -41,6 +41,14 @@ claim() {  # id verdict k n date knobs-json [codebase]
 J
 }
 claim in-range REFUTED 10 128 2026-05-01 '{"VT_KIMI_BF16_ACT": "1"}'
+# a range with one end git cannot place (unknown commit) and the other end deciding "outside"
+cat > "$S/defects/half-known.json" <<'J'
+{"id": "half-known", "title": "fixture: introduced at an unknown commit, fixed on a date", "site": "moe.scatter",
+ "trigger": {"VT_KIMI_BF16_STREAM": "1"}, "effect": "none",
+ "code_range": {"codebase": "tree-3", "introduced": {"commit": "deadbeef", "date": null}, "fixed": {"commit": null, "date": "2026-06-01"}},
+ "replay_fault": "moe_scatter_row_bytes_from_stream", "guard_test": "none (fixture)"}
+J
+claim half-known-after REFUTED 10 128 2026-07-01 '{"VT_KIMI_BF16_STREAM": "1"}' tree-3
 claim after-fix REFUTED 10 128 2026-07-01 '{"VT_KIMI_BF16_ACT": "1"}'
 claim other-knobs REFUTED 10 128 2026-05-01 '{"VT_KIMI_BF16_STREAM": "1"}'
 claim underpowered SUPPORTED 9 10 2026-05-01 '{}'
@@ -49,6 +57,7 @@ expect_exit "audit on the fixture ledger (exit 1)" 1 "$VTLAB" audit --db "$W/f.d
 has_flag "$W/f.db" claim in-range R1 open && ok "R1: a new defect record flags the claim in its range" || not_ok "R1 fixture" "$(cat "$OUT_FILE")"
 has_flag "$W/f.db" claim after-fix R1 open && not_ok "R1 range" "a claim measured after the fix was flagged" || ok "R1: a claim measured after the fix is not flagged"
 has_flag "$W/f.db" claim other-knobs R1 open && not_ok "R1 trigger" "a claim without the trigger was flagged" || ok "R1: a claim without the trigger is not flagged"
+has_flag "$W/f.db" claim half-known-after R1 open && not_ok "R1 half-placed range" "a claim after the fix was flagged as unplaceable" || ok "R1: one bound deciding 'outside' is enough (the other unplaceable)"
 has_flag "$W/f.db" claim underpowered R6 open && ok "R6: SUPPORTED on 9/10 against 0.9 is underpowered" || not_ok "R6" "$(cat "$OUT_FILE")"
 has_flag "$W/f.db" claim well-powered R6 open && not_ok "R6 false positive" "127/128 flagged" || ok "R6: 127/128 is not flagged"
 # durable: removing the made-up defect resolves the flag, it is not deleted
@@ -95,6 +104,11 @@ cat > "$W/exp/claims-bf16-not-set.json" <<'J'
           {"name": "says-bf16", "knobs": {"VT_TEST_IGNORED_KNOB": "1"}, "expect": {"residual.stream": "bf16"}}]}
 J
 E=$W/empty-specs; mkdir -p "$E"
+# an expectation at a site the model does not have is bad input, not a failed run
+sed 's/"expect": {"residual.stream": "bf16"}/"expect": {"residual.stream": "bf16", "moe.scater": "f32"}/' "$W/exp/small.json" > "$W/typo.json"
+expect_exit "expect at an unknown probe site is exit 2" 2 "$VTLAB" run "$W/typo.json" --db "$W/typo.db"
+stderr_has "the error names the field" 'expect.moe.scater'
+[ ! -e "$W/typo.db" ] && ok "nothing written for a bad experiment" || not_ok "typo db" "a database was created"
 "$VTLAB" run "$W/exp/small.json" --db "$W/r.db" >/dev/null 2>&1
 "$VTLAB" run "$W/exp/claims-bf16-not-set.json" --db "$W/r.db" >/dev/null 2>&1
 id_of() { q "$W/r.db" "SELECT max(id) FROM runs WHERE experiment='$1' AND arm='$2' AND status='FINISHED'"; }
