@@ -820,7 +820,10 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
     if (e->repeats > 1) snprintf(label, sizeof label, "%s/%s #%lld", e->id, a->name, (long long)rep);
     else snprintf(label, sizeof label, "%s/%s", e->id, a->name);
     progress pg = {x->o->progress, label, lab_mono(), e->ds.offsets[e->ds.n_seq], 0};
-    if (!fill && (rc = ensure_reference(x, x->o->progress ? &pg : NULL, rerr, sizeof rerr))) goto failed;
+    if (!fill && (rc = ensure_reference(x, x->o->progress ? &pg : NULL, rerr, sizeof rerr))) {
+        if (lab_interrupted) status = "KILLED";   /* Ctrl-C while the reference was recomputed */
+        goto failed;
+    }
     int compare = !fill && x->ref.ready;
     pg.label = label;
     pg.t0 = lab_mono();

@@ -552,9 +552,13 @@ int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance 
         if ((rc = prep(st, "SELECT id FROM runs WHERE " IDENTITY_WHERE " AND status = 'FINISHED' "
                            "ORDER BY id DESC LIMIT 1", &s, err, errlen))) goto fail;
         bind_identity(s, id);
-        if (sqlite3_step(s) == SQLITE_ROW) {
+        int step = sqlite3_step(s);
+        if (step == SQLITE_ROW) {
             *kind = LAB_DONE;
             *run_id = sqlite3_column_int64(s, 0);
+        } else if (step != SQLITE_DONE) {   /* an I/O error must not read as "not finished yet" */
+            rc = lab_errf(err, errlen, LAB_EIO, "claim run: %s", sqlite3_errmsg(st->db));
+            goto fail;
         }
         sqlite3_finalize(s);
         s = NULL;
@@ -563,7 +567,12 @@ int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance 
     if ((rc = prep(st, "SELECT id, pid, pid_start, host FROM runs WHERE " IDENTITY_WHERE
                        " AND status = 'RUNNING'", &s, err, errlen))) goto fail;
     bind_identity(s, id);
-    if (sqlite3_step(s) == SQLITE_ROW) {
+    int step = sqlite3_step(s);
+    if (step != SQLITE_ROW && step != SQLITE_DONE) {
+        rc = lab_errf(err, errlen, LAB_EIO, "claim run: %s", sqlite3_errmsg(st->db));
+        goto fail;
+    }
+    if (step == SQLITE_ROW) {
         int64_t rid = sqlite3_column_int64(s, 0), pid = sqlite3_column_int64(s, 1);
         int64_t ps = sqlite3_column_int64(s, 2);
         const char *host = (const char *)sqlite3_column_text(s, 3);
