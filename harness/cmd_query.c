@@ -20,10 +20,6 @@
 #include "store.h"
 #include "util.h"
 
-static const char *col_text(sqlite3_stmt *s, int i) {
-    const unsigned char *t = sqlite3_column_text(s, i);
-    return t ? (const char *)t : "";
-}
 
 static int query_err(lab_store *st, const char *what, char *err, size_t errlen) {
     return lab_errf(err, errlen, LAB_EIO, "%s: %s", what, sqlite3_errmsg(lab_store_db(st)));
@@ -53,20 +49,20 @@ int lab_cmd_runs(lab_store *st, const char *experiment, char *err, size_t errlen
     int n = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         char arm[64], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-";
-        if (sqlite3_column_int64(s, 3) > 0) snprintf(arm, sizeof arm, "%s#%lld", col_text(s, 2), sqlite3_column_int64(s, 3));
-        else snprintf(arm, sizeof arm, "%s", col_text(s, 2));
+        if (sqlite3_column_int64(s, 3) > 0) snprintf(arm, sizeof arm, "%s#%lld", lab_col_text(s, 2), sqlite3_column_int64(s, 3));
+        else snprintf(arm, sizeof arm, "%s", lab_col_text(s, 2));
         if (sqlite3_column_type(s, 5) != SQLITE_NULL)
             snprintf(asrt, sizeof asrt, "%s%s", sqlite3_column_int(s, 5) ? "ok" : "FAIL",
-                     !strcmp(col_text(s, 6), "fail") ? "*" : "");
+                     !strcmp(lab_col_text(s, 6), "fail") ? "*" : "");
         if (sqlite3_column_type(s, 7) != SQLITE_NULL)
             snprintf(top1, sizeof top1, "%lld/%lld [%.2f,%.2f]", sqlite3_column_int64(s, 7), sqlite3_column_int64(s, 8),
                      sqlite3_column_double(s, 9), sqlite3_column_double(s, 10));
         if (sqlite3_column_type(s, 11) != SQLITE_NULL) snprintf(kl, sizeof kl, "%.3g", sqlite3_column_double(s, 11));
         if (sqlite3_column_type(s, 15) != SQLITE_NULL)
             snprintf(div, sizeof div, "L%lld %s", sqlite3_column_int64(s, 15), sqlite3_column_int(s, 16) ? "ffn" : "attn");
-        printf("%-5lld %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", sqlite3_column_int64(s, 0), col_text(s, 1), arm,
-               col_text(s, 4), asrt, top1, kl, sqlite3_column_type(s, 12) == SQLITE_NULL ? "-" : col_text(s, 12), div,
-               col_text(s, 13));
+        printf("%-5lld %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", sqlite3_column_int64(s, 0), lab_col_text(s, 1), arm,
+               lab_col_text(s, 4), asrt, top1, kl, sqlite3_column_type(s, 12) == SQLITE_NULL ? "-" : lab_col_text(s, 12), div,
+               lab_col_text(s, 13));
         n++;
     }
     sqlite3_finalize(s);
@@ -109,7 +105,7 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
     printf("run %lld\n", (long long)id);
     if (sqlite3_step(s) == SQLITE_ROW)
         for (int i = 0; i < (int)(sizeof fields / sizeof fields[0]); i++)
-            if (sqlite3_column_type(s, i) != SQLITE_NULL) printf("  %-20s %s\n", fields[i], col_text(s, i));
+            if (sqlite3_column_type(s, i) != SQLITE_NULL) printf("  %-20s %s\n", fields[i], lab_col_text(s, i));
     sqlite3_finalize(s);
 
     printf("knobs (resolved; * = changes numerics)\n");
@@ -117,13 +113,13 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
         return rc;
     sqlite3_bind_int64(s, 1, id);
     while (sqlite3_step(s) == SQLITE_ROW)
-        printf("  %s%-28s %s\n", sqlite3_column_int(s, 2) ? "*" : " ", col_text(s, 0), col_text(s, 1));
+        printf("  %s%-28s %s\n", sqlite3_column_int(s, 2) ? "*" : " ", lab_col_text(s, 0), lab_col_text(s, 1));
     sqlite3_finalize(s);
 
     printf("metrics\n");
     if ((rc = prepare(st, "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW) printf("  %-28s %.6g\n", col_text(s, 0), sqlite3_column_double(s, 1));
+    while (sqlite3_step(s) == SQLITE_ROW) printf("  %-28s %.6g\n", lab_col_text(s, 0), sqlite3_column_double(s, 1));
     sqlite3_finalize(s);
 
     if ((rc = prepare(st,
@@ -171,8 +167,8 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
                       &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
     while (sqlite3_step(s) == SQLITE_ROW)
-        printf("verdict: %s  (%s %s %.3g; evidence %lld/%lld, Wilson 95%% [%.4f, %.4f])\n", col_text(s, 7), col_text(s, 0),
-               col_text(s, 2), sqlite3_column_double(s, 1), sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4),
+        printf("verdict: %s  (%s %s %.3g; evidence %lld/%lld, Wilson 95%% [%.4f, %.4f])\n", lab_col_text(s, 7), lab_col_text(s, 0),
+               lab_col_text(s, 2), sqlite3_column_double(s, 1), sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4),
                sqlite3_column_double(s, 5), sqlite3_column_double(s, 6));
     sqlite3_finalize(s);
 
@@ -182,8 +178,8 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
     first = 1;
     while (sqlite3_step(s) == SQLITE_ROW) {
         if (first) printf("expectations\n");
-        printf("  %-18s expects %-5s saw %-10s %s %s\n", col_text(s, 0), col_text(s, 1), col_text(s, 2),
-               sqlite3_column_int(s, 4) ? "ok" : "FAIL", col_text(s, 5));
+        printf("  %-18s expects %-5s saw %-10s %s %s\n", lab_col_text(s, 0), lab_col_text(s, 1), lab_col_text(s, 2),
+               sqlite3_column_int(s, 4) ? "ok" : "FAIL", lab_col_text(s, 5));
         first = 0;
     }
     sqlite3_finalize(s);
@@ -203,12 +199,12 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
             printf("probes (records per site; bytes/row copied vs src/dst row bytes)\n"
                    "  %-16s %-5s %-5s %7s %10s %7s %7s %7s %10s %9s %s\n", "site", "dtype", "src", "records", "rows",
                    "B/row", "srcB", "dstB", "violations", "unwritten", "layers");
-        printf("  %-16s %-5s %-5s %7lld %10lld %7lld %7lld %7lld %10lld %9lld %lld..%lld %s\n", col_text(s, 0),
-               col_text(s, 1), *col_text(s, 2) ? col_text(s, 2) : "-", sqlite3_column_int64(s, 3),
+        printf("  %-16s %-5s %-5s %7lld %10lld %7lld %7lld %7lld %10lld %9lld %lld..%lld %s\n", lab_col_text(s, 0),
+               lab_col_text(s, 1), *lab_col_text(s, 2) ? lab_col_text(s, 2) : "-", sqlite3_column_int64(s, 3),
                sqlite3_column_int64(s, 4), sqlite3_column_int64(s, 5), sqlite3_column_int64(s, 6),
                sqlite3_column_int64(s, 7), sqlite3_column_int64(s, 8), sqlite3_column_int64(s, 9),
                sqlite3_column_int64(s, 11), sqlite3_column_int64(s, 12), sqlite3_column_int(s, 10) ? "VIOLATED" : "");
-        if (sqlite3_column_int(s, 10) && *col_text(s, 13)) printf("      first: %s\n", col_text(s, 13));
+        if (sqlite3_column_int(s, 10) && *lab_col_text(s, 13)) printf("      first: %s\n", lab_col_text(s, 13));
         first = 0;
     }
     sqlite3_finalize(s);
@@ -236,14 +232,14 @@ static int load_brief(lab_store *st, int64_t id, run_brief *b, char *err, size_t
         sqlite3_finalize(s);
         return lab_errf(err, errlen, LAB_EINPUT, "run %lld: no such run in the database", (long long)id);
     }
-    snprintf(b->arm, sizeof b->arm, "%s", col_text(s, 0));
-    snprintf(b->experiment, sizeof b->experiment, "%s", col_text(s, 1));
-    snprintf(b->status, sizeof b->status, "%s", col_text(s, 2));
-    snprintf(b->knob_hash, sizeof b->knob_hash, "%s", col_text(s, 3));
-    snprintf(b->model, sizeof b->model, "%s", col_text(s, 4));
-    snprintf(b->dataset, sizeof b->dataset, "%s", col_text(s, 5));
-    snprintf(b->code, sizeof b->code, "%s", col_text(s, 6));
-    snprintf(b->logits, sizeof b->logits, "%s", col_text(s, 7));
+    snprintf(b->arm, sizeof b->arm, "%s", lab_col_text(s, 0));
+    snprintf(b->experiment, sizeof b->experiment, "%s", lab_col_text(s, 1));
+    snprintf(b->status, sizeof b->status, "%s", lab_col_text(s, 2));
+    snprintf(b->knob_hash, sizeof b->knob_hash, "%s", lab_col_text(s, 3));
+    snprintf(b->model, sizeof b->model, "%s", lab_col_text(s, 4));
+    snprintf(b->dataset, sizeof b->dataset, "%s", lab_col_text(s, 5));
+    snprintf(b->code, sizeof b->code, "%s", lab_col_text(s, 6));
+    snprintf(b->logits, sizeof b->logits, "%s", lab_col_text(s, 7));
     b->reference_run = sqlite3_column_int64(s, 8);
     if (!b->reference_run && sqlite3_column_int(s, 10)) b->reference_run = id;
     b->n_scored = sqlite3_column_int64(s, 9);
@@ -275,7 +271,7 @@ int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errle
                       &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, a);
     sqlite3_bind_int64(s, 2, b);
-    while (sqlite3_step(s) == SQLITE_ROW) printf("knob %-11s %-40s %-40s\n", col_text(s, 0), col_text(s, 1), col_text(s, 2));
+    while (sqlite3_step(s) == SQLITE_ROW) printf("knob %-11s %-40s %-40s\n", lab_col_text(s, 0), lab_col_text(s, 1), lab_col_text(s, 2));
     sqlite3_finalize(s);
     /* Metrics side by side. */
     if ((rc = prepare(st,
@@ -284,7 +280,7 @@ int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errle
     sqlite3_bind_int64(s, 1, a);
     sqlite3_bind_int64(s, 2, b);
     while (sqlite3_step(s) == SQLITE_ROW)
-        printf("%-16s %-40.6g %-40.6g\n", col_text(s, 0), sqlite3_column_double(s, 1), sqlite3_column_double(s, 2));
+        printf("%-16s %-40.6g %-40.6g\n", lab_col_text(s, 0), sqlite3_column_double(s, 1), sqlite3_column_double(s, 2));
     sqlite3_finalize(s);
 
     /* Top-1 agreement between A and B on the same positions, and McNemar on
@@ -336,7 +332,7 @@ static cJSON *row_object(sqlite3_stmt *s) {
         case SQLITE_FLOAT: cJSON_AddNumberToObject(o, name, sqlite3_column_double(s, i)); break;
         case SQLITE_NULL: cJSON_AddNullToObject(o, name); break;
         case SQLITE_BLOB: break; /* blobs are exported by the logits section */
-        default: cJSON_AddStringToObject(o, name, col_text(s, i));
+        default: cJSON_AddStringToObject(o, name, lab_col_text(s, i));
         }
     }
     return o;

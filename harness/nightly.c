@@ -44,10 +44,6 @@ void lab_nightly_defaults(lab_nightly_opts *o) {
     o->plots = 1;
 }
 
-static const char *col_text(sqlite3_stmt *s, int i) {
-    const unsigned char *t = sqlite3_column_text(s, i);
-    return t ? (const char *)t : "";
-}
 
 static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, s, NULL) != SQLITE_OK)
@@ -116,18 +112,18 @@ static int load_runs(lab_store *st, int64_t nightly, const char *eid, nset *out,
         memset(r, 0, sizeof *r);
         r->id = sqlite3_column_int64(s, 0);
         r->rep = sqlite3_column_int64(s, 1);
-        snprintf(r->arm, sizeof r->arm, "%s", col_text(s, 2));
-        snprintf(r->status, sizeof r->status, "%s", col_text(s, 3));
-        snprintf(r->error, sizeof r->error, "%s", col_text(s, 4));
+        snprintf(r->arm, sizeof r->arm, "%s", lab_col_text(s, 2));
+        snprintf(r->status, sizeof r->status, "%s", lab_col_text(s, 3));
+        snprintf(r->error, sizeof r->error, "%s", lab_col_text(s, 4));
         r->is_ref = sqlite3_column_int(s, 5);
         r->expect_fail = sqlite3_column_int(s, 6);
         r->assertions_ok = sqlite3_column_type(s, 7) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 7);
-        snprintf(r->backend, sizeof r->backend, "%s", col_text(s, 8));
-        snprintf(r->model, sizeof r->model, "%s", col_text(s, 9));
-        snprintf(r->dataset, sizeof r->dataset, "%s", col_text(s, 10));
-        snprintf(r->knob_hash, sizeof r->knob_hash, "%s", col_text(s, 11));
-        snprintf(r->logits, sizeof r->logits, "%s", col_text(s, 12));
-        snprintf(r->code_version, sizeof r->code_version, "%s", col_text(s, 13));
+        snprintf(r->backend, sizeof r->backend, "%s", lab_col_text(s, 8));
+        snprintf(r->model, sizeof r->model, "%s", lab_col_text(s, 9));
+        snprintf(r->dataset, sizeof r->dataset, "%s", lab_col_text(s, 10));
+        snprintf(r->knob_hash, sizeof r->knob_hash, "%s", lab_col_text(s, 11));
+        snprintf(r->logits, sizeof r->logits, "%s", lab_col_text(s, 12));
+        snprintf(r->code_version, sizeof r->code_version, "%s", lab_col_text(s, 13));
         r->tps = sqlite3_column_type(s, 14) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 14);
         if (sqlite3_column_type(s, 15) != SQLITE_NULL) {
             r->has_cmp = 1;
@@ -513,24 +509,24 @@ static int compare_audit(lab_store *st, int64_t nightly, int64_t prev_overall, i
     sqlite3_bind_int64(s, 2, prev_overall);
     while (!rc && sqlite3_step(s) == SQLITE_ROW) {
         int tonight = sqlite3_column_int(s, 9), had_before = sqlite3_column_int(s, 10);
-        const char *prev_end = col_text(s, 11), *first_seen = col_text(s, 6);
+        const char *prev_end = lab_col_text(s, 11), *first_seen = lab_col_text(s, 6);
         int is_new;
         if (tonight) is_new = !had_before;
         else is_new = prev_overall && prev_end[0] && strcmp(first_seen, prev_end) > 0;
         if (!is_new) continue;
         char eid[128], arm[128];
-        if (!strcmp(col_text(s, 1), "run") && sqlite3_column_type(s, 7) != SQLITE_NULL) {
-            snprintf(eid, sizeof eid, "%s", col_text(s, 7));
-            snprintf(arm, sizeof arm, "%s", col_text(s, 8));
+        if (!strcmp(lab_col_text(s, 1), "run") && sqlite3_column_type(s, 7) != SQLITE_NULL) {
+            snprintf(eid, sizeof eid, "%s", lab_col_text(s, 7));
+            snprintf(arm, sizeof arm, "%s", lab_col_text(s, 8));
         } else {
             snprintf(eid, sizeof eid, "%s", "");
-            snprintf(arm, sizeof arm, "%s %s", col_text(s, 1), col_text(s, 2));
+            snprintf(arm, sizeof arm, "%s %s", lab_col_text(s, 1), lab_col_text(s, 2));
         }
         finding f;
         finding_init(&f, eid, arm, "audit", 1);
-        if (tonight) f.run_id = atoll(col_text(s, 2));
-        snprintf(f.message, sizeof f.message, "new confound %s on %s %s: %s", col_text(s, 3), col_text(s, 1), col_text(s, 2),
-                 col_text(s, 5));
+        if (tonight) f.run_id = atoll(lab_col_text(s, 2));
+        snprintf(f.message, sizeof f.message, "new confound %s on %s %s: %s", lab_col_text(s, 3), lab_col_text(s, 1), lab_col_text(s, 2),
+                 lab_col_text(s, 5));
         snprintf(f.evidence, sizeof f.evidence, "{\"audit_flag\":%lld}", sqlite3_column_int64(s, 0));
         rc = put_finding(st, nightly, &f, n_reg, err, errlen);
     }
@@ -558,7 +554,7 @@ int lab_nightly_compare(lab_store *st, int64_t cur, const lab_nightly_opts *o, i
         char **q = realloc(exps, (size_t)(ne + 1) * sizeof *q);
         if (!q) break;
         exps = q;
-        exps[ne++] = lab_strdup(col_text(s, 0));
+        exps[ne++] = lab_strdup(lab_col_text(s, 0));
     }
     sqlite3_finalize(s);
     for (int e = 0; e < ne && !rc; e++) {
@@ -637,13 +633,13 @@ static int load_nightly(lab_store *st, int64_t id, nightly_row *n, char *err, si
         return lab_errf(err, errlen, LAB_EINPUT, "nightly %lld: no such nightly", (long long)id);
     }
     n->id = sqlite3_column_int64(s, 0);
-    snprintf(n->started, sizeof n->started, "%s", col_text(s, 1));
-    snprintf(n->finished, sizeof n->finished, "%s", col_text(s, 2));
-    snprintf(n->commit, sizeof n->commit, "%s", col_text(s, 3));
-    snprintf(n->code_version, sizeof n->code_version, "%s", col_text(s, 4));
-    snprintf(n->status, sizeof n->status, "%s", col_text(s, 5));
-    snprintf(n->host, sizeof n->host, "%s", col_text(s, 6));
-    snprintf(n->audit, sizeof n->audit, "%s", col_text(s, 7));
+    snprintf(n->started, sizeof n->started, "%s", lab_col_text(s, 1));
+    snprintf(n->finished, sizeof n->finished, "%s", lab_col_text(s, 2));
+    snprintf(n->commit, sizeof n->commit, "%s", lab_col_text(s, 3));
+    snprintf(n->code_version, sizeof n->code_version, "%s", lab_col_text(s, 4));
+    snprintf(n->status, sizeof n->status, "%s", lab_col_text(s, 5));
+    snprintf(n->host, sizeof n->host, "%s", lab_col_text(s, 6));
+    snprintf(n->audit, sizeof n->audit, "%s", lab_col_text(s, 7));
     n->n_runs = sqlite3_column_int64(s, 8);
     n->n_reg = sqlite3_column_int64(s, 9);
     sqlite3_finalize(s);
@@ -672,8 +668,8 @@ static int load_cases(lab_store *st, int64_t id, tcase **out, int *n, char *err,
         if (!q) { sqlite3_finalize(s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
         *out = q;
         tcase *c = &q[(*n)++];
-        snprintf(c->eid, sizeof c->eid, "%s", col_text(s, 0));
-        snprintf(c->arm, sizeof c->arm, "%s", col_text(s, 1));
+        snprintf(c->eid, sizeof c->eid, "%s", lab_col_text(s, 0));
+        snprintf(c->arm, sizeof c->arm, "%s", lab_col_text(s, 1));
         c->time = sqlite3_column_double(s, 2);
         c->runs = sqlite3_column_int(s, 3);
     }
@@ -696,7 +692,7 @@ static int case_findings(lab_store *st, int64_t id, const char *eid, const char 
     sqlite3_bind_int(s, 5, regression);
     int n = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
-        lab_buf_printf(b, "%s%s: %s", b->len ? "\n" : "", col_text(s, 0), col_text(s, 1));
+        lab_buf_printf(b, "%s%s: %s", b->len ? "\n" : "", lab_col_text(s, 0), lab_col_text(s, 1));
         n++;
     }
     sqlite3_finalize(s);
@@ -719,7 +715,7 @@ int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *e
                   " AND NOT EXISTS (SELECT 1 FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1"
                   " AND r.experiment = f.experiment AND r.arm = f.arm)", &s, err, errlen)) {
         sqlite3_bind_int64(s, 1, id);
-        while (sqlite3_step(s) == SQLITE_ROW) lab_buf_printf(&ledger, "%s%s", ledger.len ? "\n" : "", col_text(s, 0));
+        while (sqlite3_step(s) == SQLITE_ROW) lab_buf_printf(&ledger, "%s%s", ledger.len ? "\n" : "", lab_col_text(s, 0));
         sqlite3_finalize(s);
     }
     int total = nc + 1, failures = ledger.len ? 1 : 0;
@@ -845,7 +841,7 @@ int lab_nightly_write_md(lab_store *st, int64_t id, const char *path, char *err,
         while (sqlite3_step(s) == SQLITE_ROW) {
             if (!head++) lab_buf_printf(&b, "\n## New confounds in the ledger\n\n");
             lab_buf_printf(&b, "- ");
-            lab_esc_md(&b, col_text(s, 1));
+            lab_esc_md(&b, lab_col_text(s, 1));
             lab_buf_printf(&b, "\n");
         }
         sqlite3_finalize(s);
@@ -876,20 +872,20 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
     if (rc) { lab_buf_free(&b); return rc; }
     while (sqlite3_step(s) == SQLITE_ROW) {
         lab_buf_printf(&b, "  <entry>\n    <title>nightly %lld: ", sqlite3_column_int64(s, 1));
-        x(&b, col_text(s, 2));
-        lab_buf_printf(&b, "%s", col_text(s, 2)[0] && col_text(s, 3)[0] ? "/" : "");
-        x(&b, col_text(s, 3));
+        x(&b, lab_col_text(s, 2));
+        lab_buf_printf(&b, "%s", lab_col_text(s, 2)[0] && lab_col_text(s, 3)[0] ? "/" : "");
+        x(&b, lab_col_text(s, 3));
         lab_buf_printf(&b, ": ");
-        x(&b, col_text(s, 4));
+        x(&b, lab_col_text(s, 4));
         lab_buf_printf(&b, " regression</title>\n    <id>urn:vtlab:nightly-regressions:");
         x(&b, host);
         lab_buf_printf(&b, ":finding:%lld</id>\n    <updated>", sqlite3_column_int64(s, 0));
-        x(&b, col_text(s, 6));
+        x(&b, lab_col_text(s, 6));
         lab_buf_printf(&b, "</updated>\n    <link rel=\"alternate\" href=\"index.html#nightly\"/>\n"
                            "    <content type=\"text\">commit ");
-        x(&b, col_text(s, 7));
+        x(&b, lab_col_text(s, 7));
         lab_buf_printf(&b, ": ");
-        x(&b, col_text(s, 5));
+        x(&b, lab_col_text(s, 5));
         lab_buf_printf(&b, "</content>\n  </entry>\n");
     }
     sqlite3_finalize(s);

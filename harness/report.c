@@ -104,10 +104,6 @@ void lab_esc_md(lab_buf *b, const char *s) {
 
 /* ------------------------------------------------------------ small db helpers */
 
-static const char *col_text(sqlite3_stmt *s, int i) {
-    const unsigned char *t = sqlite3_column_text(s, i);
-    return t ? (const char *)t : "";
-}
 
 static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, s, NULL) != SQLITE_OK)
@@ -152,7 +148,7 @@ static int load_topk(lab_store *st, int64_t run, topk_rows *t, char *err, size_t
         int64_t ibytes = sqlite3_column_bytes(s, 2);
         const void *lb = sqlite3_column_blob(s, 3);
         int64_t lbytes = sqlite3_column_bytes(s, 3);
-        int last = !strcmp(col_text(s, 4), "last");
+        int last = !strcmp(lab_col_text(s, 4), "last");
         if (k <= 0 || np <= 0 || (t->k && k != t->k) || ibytes != np * k * 4 || lbytes != np * k * 4) {
             rc = lab_errf(err, errlen, LAB_EINPUT, "run %lld: malformed logits_topk row", (long long)run);
             goto out;
@@ -232,7 +228,7 @@ static int full_kl(lab_store *st, int64_t rp, int64_t rq, double **kl, int64_t *
         }
         any = 1;
         const unsigned char *da = sqlite3_column_blob(a, 2), *db = sqlite3_column_blob(b, 2);
-        int last = !strcmp(col_text(a, 3), "last");
+        int last = !strcmp(lab_col_text(a, 3), "last");
         for (int64_t p = last ? np - 1 : 0; p < np; p++) {
             for (int64_t i = 0; i < v; i++) {
                 uint16_t ha, hb;
@@ -383,9 +379,9 @@ static int load_spec(lab_store *st, exp_view *e, char *err, size_t errlen) {
     if (rc) return rc;
     sqlite3_bind_text(s, 1, e->id, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(s) == SQLITE_ROW) {
-        snprintf(e->spec_sha, sizeof e->spec_sha, "%s", col_text(s, 0));
-        e->spec_json = lab_strdup(col_text(s, 1));
-        e->file = lab_strdup(col_text(s, 2));
+        snprintf(e->spec_sha, sizeof e->spec_sha, "%s", lab_col_text(s, 0));
+        e->spec_json = lab_strdup(lab_col_text(s, 1));
+        e->file = lab_strdup(lab_col_text(s, 2));
     }
     sqlite3_finalize(s);
     cJSON *j = e->spec_json ? cJSON_Parse(e->spec_json) : NULL;
@@ -433,13 +429,13 @@ static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size
     sqlite3_bind_text(s, 2, a->name, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(s) == SQLITE_ROW) {
         a->run_id = sqlite3_column_int64(s, 0);
-        snprintf(a->status, sizeof a->status, "%s", col_text(s, 1));
-        if (sqlite3_column_type(s, 2) != SQLITE_NULL) a->error = lab_strdup(col_text(s, 2));
+        snprintf(a->status, sizeof a->status, "%s", lab_col_text(s, 1));
+        if (sqlite3_column_type(s, 2) != SQLITE_NULL) a->error = lab_strdup(lab_col_text(s, 2));
         a->assertions_ok = sqlite3_column_type(s, 3) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 3);
-        if (sqlite3_column_type(s, 4) != SQLITE_NULL) a->assertion_reason = lab_strdup(col_text(s, 4));
-        snprintf(a->backend, sizeof a->backend, "%s", col_text(s, 5));
-        snprintf(a->started, sizeof a->started, "%s", col_text(s, 6));
-        snprintf(a->code_version, sizeof a->code_version, "%s", col_text(s, 7));
+        if (sqlite3_column_type(s, 4) != SQLITE_NULL) a->assertion_reason = lab_strdup(lab_col_text(s, 4));
+        snprintf(a->backend, sizeof a->backend, "%s", lab_col_text(s, 5));
+        snprintf(a->started, sizeof a->started, "%s", lab_col_text(s, 6));
+        snprintf(a->code_version, sizeof a->code_version, "%s", lab_col_text(s, 7));
         if (sqlite3_column_int(s, 8)) a->is_reference = 1;
     }
     sqlite3_finalize(s);
@@ -471,10 +467,10 @@ static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size
         a->div_tol = col_num(s, 14);
         if (sqlite3_column_type(s, 15) != SQLITE_NULL) {
             a->has_verdict = 1;
-            snprintf(a->verdict, sizeof a->verdict, "%s", col_text(s, 15));
+            snprintf(a->verdict, sizeof a->verdict, "%s", lab_col_text(s, 15));
             a->threshold = col_num(s, 16);
-            snprintf(a->direction, sizeof a->direction, "%s", col_text(s, 17));
-            snprintf(a->metric, sizeof a->metric, "%s", col_text(s, 18));
+            snprintf(a->direction, sizeof a->direction, "%s", lab_col_text(s, 17));
+            snprintf(a->metric, sizeof a->metric, "%s", lab_col_text(s, 18));
         }
     }
     sqlite3_finalize(s);
@@ -483,7 +479,7 @@ static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size
                    err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, a->run_id);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        if (!strcmp(col_text(s, 0), "tokens_per_s")) a->tps = col_num(s, 1);
+        if (!strcmp(lab_col_text(s, 0), "tokens_per_s")) a->tps = col_num(s, 1);
         else a->ppl = col_num(s, 1);
     }
     sqlite3_finalize(s);
@@ -493,9 +489,9 @@ static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size
     sqlite3_bind_int64(s, 1, a->run_id);
     lab_buf b = {0};
     while (sqlite3_step(s) == SQLITE_ROW) {
-        const vt_knob_info *ki = vt_knob_find(col_text(s, 0));
-        if (ki && ki->def && !strcmp(ki->def, col_text(s, 1))) continue;
-        lab_buf_printf(&b, "%s%s=%s", b.len ? ", " : "", col_text(s, 0), col_text(s, 1));
+        const vt_knob_info *ki = vt_knob_find(lab_col_text(s, 0));
+        if (ki && ki->def && !strcmp(ki->def, lab_col_text(s, 1))) continue;
+        lab_buf_printf(&b, "%s%s=%s", b.len ? ", " : "", lab_col_text(s, 0), lab_col_text(s, 1));
     }
     sqlite3_finalize(s);
     if (!b.data) lab_buf_append(&b, "", 0);
@@ -514,7 +510,7 @@ static int load_experiment(lab_store *st, const char *id, exp_view *e, char *err
                    err, errlen))) return rc;
     sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        arm_view *a = add_arm(e, col_text(s, 0));
+        arm_view *a = add_arm(e, lab_col_text(s, 0));
         if (!a) { sqlite3_finalize(s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
         if (!e->reference[0] && sqlite3_column_int(s, 1)) snprintf(e->reference, sizeof e->reference, "%s", a->name);
     }
@@ -571,7 +567,7 @@ static int layer_kinds_of(lab_store *st, const exp_view *e, int64_t run, layer_k
     memset(lk->attn, 'M', sizeof lk->attn);
     memset(lk->ffn, 'D', sizeof lk->ffn);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        const char *site = col_text(s, 0);
+        const char *site = lab_col_text(s, 0);
         int l = sqlite3_column_int(s, 1);
         if (l + 1 > n) n = l + 1;
         if (!strcmp(site, "kda.state")) { lk->attn[l] = 'K'; any_kda = 1; }
@@ -822,7 +818,7 @@ static int regressed(lab_store *st, int64_t nightly, const char *exp, const char
     sqlite3_bind_text(s, 2, exp, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s, 3, arm, -1, SQLITE_TRANSIENT);
     int r = 0;
-    while (!r && sqlite3_step(s) == SQLITE_ROW) r = strstr(kinds, col_text(s, 0)) != NULL;
+    while (!r && sqlite3_step(s) == SQLITE_ROW) r = strstr(kinds, lab_col_text(s, 0)) != NULL;
     sqlite3_finalize(s);
     return r;
 }
@@ -859,13 +855,13 @@ static void chart_history(page *pg, const exp_view *e, const char *stem_hist, co
             last_n = p->nightly;
             nx++;
             char commit[16];
-            snprintf(commit, sizeof commit, "%.9s", col_text(s, 2));
-            const char *when = col_text(s, 1);
+            snprintf(commit, sizeof commit, "%.9s", lab_col_text(s, 2));
+            const char *when = lab_col_text(s, 1);
             lab_buf_printf(&xt, "%s\"#%lld %.5s\\n%s\" %d", xt.len ? ", " : "", (long long)p->nightly,
                            strlen(when) >= 10 ? when + 5 : when, lab_gp_label(commit, lab, sizeof lab), nx);
         }
         p->x = nx;
-        snprintf(p->arm, sizeof p->arm, "%s", col_text(s, 3));
+        snprintf(p->arm, sizeof p->arm, "%s", lab_col_text(s, 3));
         p->is_ref = sqlite3_column_int(s, 4);
         p->rep = sqlite3_column_int(s, 5);
         int64_t k = sqlite3_column_int64(s, 6), n = sqlite3_column_int64(s, 7);
@@ -1122,23 +1118,23 @@ static void section_flags(page *pg, const exp_view *e) {
                               "<th>rule</th><th>reason</th><th>first seen</th></tr>\n");
         int expected = sqlite3_column_int(s, 4);
         lab_buf_printf(o, "<tr class=\"%s\"><td>", expected ? "muted" : "bad");
-        h(pg, col_text(s, 0));
+        h(pg, lab_col_text(s, 0));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 1));
+        h(pg, lab_col_text(s, 1));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 2));
+        h(pg, lab_col_text(s, 2));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 3));
+        h(pg, lab_col_text(s, 3));
         if (expected) lab_buf_printf(o, " <span class=\"tag\">expected: the arm replays the defect</span>");
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 5));
+        h(pg, lab_col_text(s, 5));
         lab_buf_printf(o, "</td></tr>\n");
-        lab_buf_printf(&pg->md, "- %s flag %s on run ", expected ? "expected" : "**confound**", col_text(s, 2));
-        lab_esc_md(&pg->md, col_text(s, 0));
+        lab_buf_printf(&pg->md, "- %s flag %s on run ", expected ? "expected" : "**confound**", lab_col_text(s, 2));
+        lab_esc_md(&pg->md, lab_col_text(s, 0));
         lab_buf_printf(&pg->md, " (");
-        lab_esc_md(&pg->md, col_text(s, 1));
+        lab_esc_md(&pg->md, lab_col_text(s, 1));
         lab_buf_printf(&pg->md, "): ");
-        lab_esc_md(&pg->md, col_text(s, 3));
+        lab_esc_md(&pg->md, lab_col_text(s, 3));
         lab_buf_printf(&pg->md, "\n");
     }
     sqlite3_finalize(s);
@@ -1180,9 +1176,9 @@ static void section_probes(page *pg, const exp_view *e) {
             if (first) h(pg, a->name);
             first = 0;
             lab_buf_printf(o, "</td><td>");
-            h(pg, col_text(s, 0));
+            h(pg, lab_col_text(s, 0));
             lab_buf_printf(o, "</td><td>");
-            h(pg, col_text(s, 1));
+            h(pg, lab_col_text(s, 1));
             int64_t lmin = sqlite3_column_int64(s, 3), lmax = sqlite3_column_int64(s, 4);
             if (lmin < 0) lab_buf_printf(o, "</td><td>model");
             else lab_buf_printf(o, "</td><td>%lld (%lld..%lld)", sqlite3_column_int64(s, 2), (long long)lmin, (long long)lmax);
@@ -1193,7 +1189,7 @@ static void section_probes(page *pg, const exp_view *e) {
                            (long long)viol, audited ? "" : "not audited");
             if (audited) lab_buf_printf(o, "%lld", (long long)unw);
             lab_buf_printf(o, "</td><td>");
-            h(pg, col_text(s, 12));
+            h(pg, lab_col_text(s, 12));
             lab_buf_printf(o, "</td></tr>\n");
         }
         sqlite3_finalize(s);
@@ -1207,13 +1203,13 @@ static void section_probes(page *pg, const exp_view *e) {
                 if (first) h(pg, a->name);
                 first = 0;
                 lab_buf_printf(o, "</td><td>expect ");
-                h(pg, col_text(s, 0));
+                h(pg, lab_col_text(s, 0));
                 lab_buf_printf(o, "</td><td>expected ");
-                h(pg, col_text(s, 1));
+                h(pg, lab_col_text(s, 1));
                 lab_buf_printf(o, ", saw ");
-                h(pg, col_text(s, 2));
+                h(pg, lab_col_text(s, 2));
                 lab_buf_printf(o, "</td><td colspan=\"4\">%s ", sqlite3_column_int(s, 3) ? "ok" : "FAIL");
-                h(pg, col_text(s, 4));
+                h(pg, lab_col_text(s, 4));
                 lab_buf_printf(o, "</td></tr>\n");
             }
             sqlite3_finalize(s);
@@ -1240,26 +1236,26 @@ static void section_claims(page *pg) {
         }
         int open = sqlite3_column_type(s, 4) == SQLITE_NULL;
         lab_buf_printf(o, "<tr class=\"%s\"><td>", open ? "bad" : "muted");
-        h(pg, col_text(s, 0));
+        h(pg, lab_col_text(s, 0));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 1));
+        h(pg, lab_col_text(s, 1));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 2));
+        h(pg, lab_col_text(s, 2));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 3));
+        h(pg, lab_col_text(s, 3));
         lab_buf_printf(o, "</td><td>");
         if (open) lab_buf_printf(o, "open");
         else {
             lab_buf_printf(o, "resolved ");
-            h(pg, col_text(s, 4));
+            h(pg, lab_col_text(s, 4));
             lab_buf_printf(o, ": ");
-            h(pg, col_text(s, 5));
+            h(pg, lab_col_text(s, 5));
         }
         lab_buf_printf(o, "</td></tr>\n");
         lab_buf_printf(&pg->md, "- claim ");
-        lab_esc_md(&pg->md, col_text(s, 0));
-        lab_buf_printf(&pg->md, " %s (%s): ", col_text(s, 1), open ? "open" : "resolved");
-        lab_esc_md(&pg->md, col_text(s, 2));
+        lab_esc_md(&pg->md, lab_col_text(s, 0));
+        lab_buf_printf(&pg->md, " %s (%s): ", lab_col_text(s, 1), open ? "open" : "resolved");
+        lab_esc_md(&pg->md, lab_col_text(s, 2));
         lab_buf_printf(&pg->md, "\n");
     }
     sqlite3_finalize(s);
@@ -1285,23 +1281,23 @@ static void section_nightlies(page *pg) {
             lab_buf_printf(&pg->md, "## Nightly runs\n\n| nightly | started | commit | status | runs | regressions |\n"
                                     "|---|---|---|---|---|---|\n");
         }
-        const char *stt = col_text(s, 3);
+        const char *stt = lab_col_text(s, 3);
         lab_buf_printf(o, "<tr><td>%lld</td><td>", sqlite3_column_int64(s, 0));
-        h(pg, col_text(s, 1));
+        h(pg, lab_col_text(s, 1));
         lab_buf_printf(o, "</td><td><code>");
-        h(pg, col_text(s, 2));
+        h(pg, lab_col_text(s, 2));
         lab_buf_printf(o, "</code></td><td>");
-        h(pg, col_text(s, 7));
+        h(pg, lab_col_text(s, 7));
         lab_buf_printf(o, "</td><td class=\"%s\">", !strcmp(stt, "PASSED") ? "good" : "bad");
         h(pg, stt);
         lab_buf_printf(o, "</td><td>%lld</td><td>%lld</td><td><small>", sqlite3_column_int64(s, 4),
                        sqlite3_column_int64(s, 5));
-        h(pg, col_text(s, 6));
+        h(pg, lab_col_text(s, 6));
         lab_buf_printf(o, "</small></td></tr>\n");
         lab_buf_printf(&pg->md, "| %lld | ", sqlite3_column_int64(s, 0));
-        lab_esc_md(&pg->md, col_text(s, 1));
+        lab_esc_md(&pg->md, lab_col_text(s, 1));
         lab_buf_printf(&pg->md, " | ");
-        lab_esc_md(&pg->md, col_text(s, 2));
+        lab_esc_md(&pg->md, lab_col_text(s, 2));
         lab_buf_printf(&pg->md, " | ");
         lab_esc_md(&pg->md, stt);
         lab_buf_printf(&pg->md, " | %lld | %lld |\n", sqlite3_column_int64(s, 4), sqlite3_column_int64(s, 5));
@@ -1320,13 +1316,13 @@ static void section_nightlies(page *pg) {
                               "<th>arm</th><th>kind</th><th></th><th>finding</th></tr>\n", (long long)latest);
         int reg = sqlite3_column_int(s, 3);
         lab_buf_printf(o, "<tr class=\"%s\"><td>", reg ? "bad" : "");
-        h(pg, col_text(s, 0));
+        h(pg, lab_col_text(s, 0));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 1));
+        h(pg, lab_col_text(s, 1));
         lab_buf_printf(o, "</td><td>");
-        h(pg, col_text(s, 2));
+        h(pg, lab_col_text(s, 2));
         lab_buf_printf(o, "</td><td>%s</td><td>", reg ? "<b>REGRESSION</b>" : "note");
-        h(pg, col_text(s, 4));
+        h(pg, lab_col_text(s, 4));
         lab_buf_printf(o, "</td></tr>\n");
     }
     sqlite3_finalize(s);
@@ -1370,7 +1366,7 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
         char **q = realloc(ids, (size_t)(nid + 1) * sizeof *q);
         if (!q) break;
         ids = q;
-        ids[nid++] = lab_strdup(col_text(s, 0));
+        ids[nid++] = lab_strdup(lab_col_text(s, 0));
     }
     sqlite3_finalize(s);
 

@@ -1025,3 +1025,8 @@ int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *cons
     sqlite3_finalize(s);
     return rc == SQLITE_DONE ? LAB_OK : db_err(st, err, errlen, "exec");
 }
+
+const char *lab_col_text(sqlite3_stmt *s, int i) {
+    const unsigned char *t = sqlite3_column_text(s, i);
+    return t ? (const char *)t : "";
+}

@@ -178,6 +178,9 @@ int lab_store_put_pair_test(lab_store *st, int64_t run_a, int64_t run_b, int64_t
 /* Reads a run's per-position top-1 ids ([n] int32, caller frees). */
 int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, char *err, size_t errlen);
 
+/* Column i of the current row as text; "" for NULL (never a NULL pointer). */
+const char *lab_col_text(sqlite3_stmt *s, int i);
+
 /* Runs one prepared statement to completion with text parameters bound in
  * order (NULL binds NULL). For small maintenance writes and tests. */
 int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *const *params,
