@@ -28,7 +28,7 @@
  *   decode     prefill(1) + decode(T-1) == prefill(T) on the device.
  *   capture    per-sublayer residuals equal to the CPU's within F32_ATOL.
  */
-#include "tests/unit/vt_test.h"
+#include "tests/unit/vt_test_model.h"
 
 #include <math.h>
 
@@ -59,16 +59,9 @@ static int setup(void **state) {
         return 0;
     }
     g_dev = 1;
-    char err[1024];
-    snprintf(g_dir, sizeof g_dir, "/tmp/vt-test-cuda-XXXXXX");
-    snprintf(g_dir16, sizeof g_dir16, "/tmp/vt-test-cuda16-XXXXXX");
-    if (!mkdtemp(g_dir) || !mkdtemp(g_dir16)) return -1;
-    if (vt_synth("model/configs/kimi-linear-tiny.json", 5, "f32", g_dir, err, sizeof err) ||
-        vt_synth("model/configs/kimi-linear-tiny.json", 5, "bf16", g_dir16, err, sizeof err) ||
-        vt_model_open(&g_model, g_dir, err, sizeof err) || vt_model_open(&g_model16, g_dir16, err, sizeof err)) {
-        fprintf(stderr, "setup: %s\n", err);
+    if (vt_test_tiny_model(g_dir, sizeof g_dir, "/tmp/vt-test-cuda-XXXXXX", 5, "f32", &g_model) ||
+        vt_test_tiny_model(g_dir16, sizeof g_dir16, "/tmp/vt-test-cuda16-XXXXXX", 5, "bf16", &g_model16))
         return -1;
-    }
     vt_model_info info;
     vt_model_get_info(g_model, &info);
     V = info.vocab_size;
@@ -81,48 +74,20 @@ static int teardown(void **state) {
     if (!g_dev) return 0;
     vt_model_free(g_model);
     vt_model_free(g_model16);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", g_dir, g_dir16);
-    return system(cmd) == 0 ? 0 : -1;
+    return vt_test_rmdir(g_dir) || vt_test_rmdir(g_dir16) ? -1 : 0;
 }
 
 /* A session on m with backend `be` and the knob pairs kv (NULL-terminated). */
 static vt_session *session_on(vt_model *m, const char *be, const char *const *kv) {
-    vt_knobset *ks;
-    char err[512];
-    assert_int_equal(vt_knobset_new(&ks), 0);
-    assert_int_equal(vt_knobset_set(ks, "VT_BACKEND", be, err, sizeof err), 0);
-    for (; kv && kv[0]; kv += 2) assert_int_equal(vt_knobset_set(ks, kv[0], kv[1], err, sizeof err), 0);
-    vt_session *s = NULL;
-    if (vt_session_new(&s, m, ks, err, sizeof err)) fail_msg("session (%s): %s", be, err);
-    vt_knobset_free(ks);
-    return s;
+    const char *all[66] = {"VT_BACKEND", be};
+    int n = 2;
+    for (; kv && kv[0] && n < 64; kv += 2) { all[n++] = kv[0]; all[n++] = kv[1]; }
+    all[n] = NULL;
+    return vt_test_session(m, all);
 }
 
-static void tokens(int32_t *t, int64_t n, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        t[i] = (int32_t)(3 + (seed >> 8) % (uint32_t)(V - 3));
-    }
-}
-
-static float *logits_of(vt_session *s, const int32_t *t, int64_t T) {
-    float *l = malloc(sizeof(float) * (size_t)(T * V));
-    char err[512];
-    if (vt_session_prefill(s, t, T, l, err, sizeof err)) fail_msg("prefill: %s", err);
-    return l;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int64_t argmax(const float *x, int64_t n) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
+static void tokens(int32_t *t, int64_t n, uint32_t seed) { vt_test_tokens(t, n, seed, V); }
+static float *logits_of(vt_session *s, const int32_t *t, int64_t T) { return vt_test_logits(s, t, T, V); }
 
 /* Compares [T, V] logits: exact arms by max |diff|, bf16 arms by the distributional bounds. */
 static void check_logits(const char *arm, const float *ref, const float *got, int64_t T, int exact) {
@@ -135,9 +100,9 @@ static void check_logits(const char *arm, const float *ref, const float *got, in
             if (!(d <= per[p])) per[p] = d;   /* NaN counts as worst */
         }
         if (!(per[p] <= worst)) worst = per[p];
-        agree += argmax(ref + p * V, V) == argmax(got + p * V, V);
+        agree += vt_test_argmax(ref + p * V, V) == vt_test_argmax(got + p * V, V);
     }
-    qsort(per, (size_t)T, sizeof per[0], cmp_double);
+    qsort(per, (size_t)T, sizeof per[0], vt_test_cmp_double);
     double median = per[T / 2];
     free(per);
     fprintf(stderr, "test_cuda: %-28s max|diff| %.3g, median per-position max|diff| %.3g, top-1 %d/%lld\n", arm, worst,

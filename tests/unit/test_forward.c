@@ -4,7 +4,7 @@
  * not change the numbers, thread count that does not change them either.
  * Agreement with an independent implementation is tests/reference/.
  */
-#include "tests/unit/vt_test.h"
+#include "tests/unit/vt_test_model.h"
 
 #include <math.h>
 
@@ -33,16 +33,9 @@ static int64_t V;
 
 static int setup(void **state) {
     (void)state;
-    char err[1024];
-    snprintf(g_dir, sizeof g_dir, "/tmp/vt-test-forward-XXXXXX");
-    snprintf(g_dir16, sizeof g_dir16, "/tmp/vt-test-forward16-XXXXXX");
-    if (!mkdtemp(g_dir) || !mkdtemp(g_dir16)) return -1;
-    if (vt_synth("model/configs/kimi-linear-tiny.json", 5, "f32", g_dir, err, sizeof err) ||
-        vt_synth("model/configs/kimi-linear-tiny.json", 5, "bf16", g_dir16, err, sizeof err) ||
-        vt_model_open(&g_model, g_dir, err, sizeof err) || vt_model_open(&g_model16, g_dir16, err, sizeof err)) {
-        fprintf(stderr, "setup: %s\n", err);
+    if (vt_test_tiny_model(g_dir, sizeof g_dir, "/tmp/vt-test-forward-XXXXXX", 5, "f32", &g_model) ||
+        vt_test_tiny_model(g_dir16, sizeof g_dir16, "/tmp/vt-test-forward16-XXXXXX", 5, "bf16", &g_model16))
         return -1;
-    }
     vt_model_info info;
     vt_model_get_info(g_model, &info);
     V = info.vocab_size;
@@ -53,52 +46,17 @@ static int teardown(void **state) {
     (void)state;
     vt_model_free(g_model);
     vt_model_free(g_model16);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s %s", g_dir, g_dir16);
-    return system(cmd) == 0 ? 0 : -1;
+    return vt_test_rmdir(g_dir) || vt_test_rmdir(g_dir16) ? -1 : 0;
 }
 
-static vt_session *session_on(vt_model *m, const char *const *kv) {
-    vt_knobset *ks;
-    char err[512];
-    assert_int_equal(vt_knobset_new(&ks), 0);
-    for (; kv && kv[0]; kv += 2) assert_int_equal(vt_knobset_set(ks, kv[0], kv[1], err, sizeof err), 0);
-    vt_session *s = NULL;
-    if (vt_session_new(&s, m, ks, err, sizeof err)) fail_msg("session: %s", err);
-    vt_knobset_free(ks);
-    return s;
-}
-
-static void tokens(int32_t *t, int64_t n, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        t[i] = (int32_t)(3 + (seed >> 8) % (uint32_t)(V - 3));
-    }
-}
-
-static float *logits_of(vt_session *s, const int32_t *t, int64_t T) {
-    float *l = malloc(sizeof(float) * (size_t)(T * V));
-    char err[512];
-    if (vt_session_prefill(s, t, T, l, err, sizeof err)) fail_msg("prefill: %s", err);
-    return l;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static int64_t argmax(const float *x, int64_t n) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
+static void tokens(int32_t *t, int64_t n, uint32_t seed) { vt_test_tokens(t, n, seed, V); }
+static float *logits_of(vt_session *s, const int32_t *t, int64_t T) { return vt_test_logits(s, t, T, V); }
 
 static void check_decode_matches_prefill(const char *const *kv, int exact) {
     enum { T = 40 };
     int32_t t[T];
     tokens(t, T, 7);
-    vt_session *s = session_on(g_model, kv);
+    vt_session *s = vt_test_session(g_model, kv);
     float *full = logits_of(s, t, T);
     /* prefill(1), then decode the rest one token at a time */
     float *step = malloc(sizeof(float) * (size_t)V);
@@ -114,12 +72,12 @@ static void check_decode_matches_prefill(const char *const *kv, int exact) {
             if (d > per_pos[p - 1]) per_pos[p - 1] = d;
         }
         if (per_pos[p - 1] > worst) worst = per_pos[p - 1];
-        agree += argmax(step, V) == argmax(full + p * V, V);
+        agree += vt_test_argmax(step, V) == vt_test_argmax(full + p * V, V);
     }
     if (exact) {
         if (worst > DECODE_ATOL) fail_msg("decode vs prefill: max |diff| %.3g > %.1g", worst, DECODE_ATOL);
     } else {
-        qsort(per_pos, T - 1, sizeof per_pos[0], cmp_double);
+        qsort(per_pos, T - 1, sizeof per_pos[0], vt_test_cmp_double);
         double median = per_pos[(T - 1) / 2];
         if (median > DECODE_BF16_MEDIAN || agree < DECODE_BF16_TOP1 * (T - 1))
             fail_msg("bf16 decode vs prefill: median max|diff| %.3g (bound %.2g), top-1 agreement %d/%d", median,
@@ -152,7 +110,7 @@ static void test_stream_probe_shows_knob(void **state) {
     tokens(t, 9, 3);
     const char *on[] = {"VT_PROBE", "on", "VT_KIMI_BF16_STREAM", "1", NULL};
     const char *off[] = {"VT_PROBE", "on", NULL};
-    vt_session *s16 = session_on(g_model, on), *s32 = session_on(g_model, off);
+    vt_session *s16 = vt_test_session(g_model, on), *s32 = vt_test_session(g_model, off);
     free(logits_of(s16, t, 9));
     free(logits_of(s32, t, 9));
     vt_model_info info;
@@ -177,7 +135,7 @@ static void test_probes_off_records_nothing(void **state) {
     (void)state;
     int32_t t[4];
     tokens(t, 4, 1);
-    vt_session *s = session_on(g_model, NULL);
+    vt_session *s = vt_test_session(g_model, NULL);
     free(logits_of(s, t, 4));
     assert_int_equal(vt_session_probe_count(s), 0);
     vt_session_free(s);
@@ -193,10 +151,10 @@ static void test_audit_and_threads_do_not_change_numbers(void **state) {
     const char *b[] = {"VT_THREADS", "2", "VT_PROBE", "audit", NULL};
     const char *c[] = {"VT_THREADS", "2", "VT_PROBE", "audit", "VT_KIMI_BF16_STREAM", "1", NULL};
     const char *d[] = {"VT_THREADS", "1", "VT_KIMI_BF16_STREAM", "1", NULL};
-    vt_session *sa = session_on(g_model, a), *sb = session_on(g_model, b);
+    vt_session *sa = vt_test_session(g_model, a), *sb = vt_test_session(g_model, b);
     float *la = logits_of(sa, t, T), *lb = logits_of(sb, t, T);
     assert_memory_equal(la, lb, sizeof(float) * (size_t)(T * V));
-    vt_session *sc = session_on(g_model, c), *sd = session_on(g_model, d);
+    vt_session *sc = vt_test_session(g_model, c), *sd = vt_test_session(g_model, d);
     float *lc = logits_of(sc, t, T), *ld = logits_of(sd, t, T);
     assert_memory_equal(lc, ld, sizeof(float) * (size_t)(T * V));
     /* and the bf16 stream does change them (otherwise this test proves nothing) */
@@ -207,7 +165,7 @@ static void test_audit_and_threads_do_not_change_numbers(void **state) {
 
 static void test_bad_token_is_input_error(void **state) {
     (void)state;
-    vt_session *s = session_on(g_model, NULL);
+    vt_session *s = vt_test_session(g_model, NULL);
     int32_t t[3] = {1, (int32_t)V, 2};
     char err[512];
     assert_int_equal(vt_session_prefill(s, t, 3, NULL, err, sizeof err), VT_STATUS_INPUT);
@@ -225,7 +183,7 @@ static void test_bf16_checkpoint_runs(void **state) {
     vt_model_info info;
     vt_model_get_info(g_model16, &info);
     assert_string_equal(info.weight_dtype, "bf16");
-    vt_session *a = session_on(g_model, NULL), *b = session_on(g_model16, NULL);
+    vt_session *a = vt_test_session(g_model, NULL), *b = vt_test_session(g_model16, NULL);
     float *la = logits_of(a, t, T), *lb = logits_of(b, t, T);
     int agree = 0;
     for (int p = 0; p < T; p++) {

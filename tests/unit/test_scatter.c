@@ -11,7 +11,7 @@
  * is caught too. `make mutation` builds both defects in and requires this
  * test to fail.
  */
-#include "tests/unit/vt_test.h"
+#include "tests/unit/vt_test_model.h"
 
 #include <math.h>
 #include <unistd.h>
@@ -23,38 +23,16 @@ static vt_model *g_model;
 
 static int setup(void **state) {
     (void)state;
-    snprintf(g_dir, sizeof g_dir, "/tmp/vt-test-scatter-XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
-    char err[1024];
-    if (vt_synth("model/configs/kimi-linear-tiny.json", 11, "f32", g_dir, err, sizeof err)) {
-        fprintf(stderr, "synth: %s\n", err);
-        return -1;
-    }
-    if (vt_model_open(&g_model, g_dir, err, sizeof err)) {
-        fprintf(stderr, "open: %s\n", err);
-        return -1;
-    }
-    return 0;
+    return vt_test_tiny_model(g_dir, sizeof g_dir, "/tmp/vt-test-scatter-XXXXXX", 11, "f32", &g_model);
 }
 
 static int teardown(void **state) {
     (void)state;
     vt_model_free(g_model);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return vt_test_rmdir(g_dir);
 }
 
-static vt_session *session_with(const char *const *kv) {
-    vt_knobset *ks;
-    assert_int_equal(vt_knobset_new(&ks), 0);
-    char err[512];
-    for (; kv && kv[0]; kv += 2) assert_int_equal(vt_knobset_set(ks, kv[0], kv[1], err, sizeof err), 0);
-    vt_session *s = NULL;
-    assert_int_equal(vt_session_new(&s, g_model, ks, err, sizeof err), 0);
-    vt_knobset_free(ks);
-    return s;
-}
+static vt_session *session_with(const char *const *kv) { return vt_test_session(g_model, kv); }
 
 /* Deterministic normed-looking input x[N, D]. */
 static float *make_x(int64_t N, int64_t D) {
