@@ -112,7 +112,7 @@ vtlab: $(BUILD)/vtlab
 	cp $< $@.tmp && mv -f $@.tmp $@
 
 # ---------------------------------------------------------------------- tests
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/vt_test.h tests/unit/vt_test_model.h $(LIBHARNESS) $(LIBMODEL)
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/vt_test.h tests/unit/vt_test_model.h tests/unit/vt_test_moe.h $(LIBHARNESS) $(LIBMODEL)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) -lcmocka $(LDLIBS) -o $@
 

@@ -33,7 +33,7 @@
 #include <math.h>
 
 #include "model/backend.h"
-#include "model/model.h"
+#include "tests/unit/vt_test_moe.h"
 
 #define F32_ATOL 1e-3          /* CPU vs CUDA, f32 arms (see above) */
 #define BF16_MEDIAN 0.5        /* bf16 arms: median per-position max |diff| */
@@ -260,16 +260,6 @@ static void test_bad_token_is_input_error(void **state) {
 static const int LAYER = 1;   /* the first MoE layer of the tiny config */
 enum { N_TOK = 37 };
 
-static float *make_x(int64_t N) {
-    float *x = malloc(sizeof(float) * (size_t)(N * D));
-    uint64_t r = 42;
-    for (int64_t i = 0; i < N * D; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-    return x;
-}
-
 static void gpu_moe(vt_session *s, const float *x, vt_moe_trace *tr) {
     float *out = malloc(sizeof(float) * (size_t)(N_TOK * D));
     char err[512];
@@ -291,24 +281,9 @@ static const vt_probe *probe_of(const vt_session *s, const char *site) {
     return p;
 }
 
-/* Naive f64 SwiGLU of expert e on row x (test_scatter.c's). */
+/* Naive f64 SwiGLU of expert e (of LAYER) on row x. */
 static void expert_ref(int64_t e, const float *x, double *y) {
-    const vt_swiglu_w *w = &g_model->layers[LAYER].ffn.experts[e];
-    int64_t I = g_model->cfg.moe_intermediate_size;
-    double *h = malloc(sizeof(double) * (size_t)I);
-    for (int64_t i = 0; i < I; i++) {
-        double a = 0, b = 0;
-        const float *g = (const float *)w->gate.data + i * D, *u = (const float *)w->up.data + i * D;
-        for (int64_t k = 0; k < D; k++) { a += (double)g[k] * x[k]; b += (double)u[k] * x[k]; }
-        h[i] = a / (1.0 + exp(-a)) * b;
-    }
-    for (int64_t j = 0; j < D; j++) {
-        const float *dn = (const float *)w->down.data + j * I;
-        double acc = 0;
-        for (int64_t i = 0; i < I; i++) acc += (double)dn[i] * h[i];
-        y[j] = acc;
-    }
-    free(h);
+    vt_test_expert_ref(&g_model->layers[LAYER].ffn.experts[e], D, g_model->cfg.moe_intermediate_size, x, y);
 }
 
 /* The report's RED-first test, on the device: with a bf16 stream the
@@ -319,7 +294,7 @@ static void test_scatter_red_check_on_gpu(void **state) {
     (void)state;
     NEED_DEVICE();
     const int64_t K = g_model->cfg.num_experts_per_token;
-    float *x = make_x(N_TOK);
+    float *x = vt_test_moe_input(N_TOK, D);
     const char *f32_knobs[] = {"VT_PROBE", "audit", NULL};
     const char *bf16_knobs[] = {"VT_PROBE", "audit", "VT_KIMI_BF16_STREAM", "1", NULL};
     vt_session *s32 = session_on(g_model, "cuda", f32_knobs), *s16 = session_on(g_model, "cuda", bf16_knobs);
@@ -366,7 +341,7 @@ static void test_replay_fault_on_gpu(void **state) {
     (void)state;
     NEED_DEVICE();
     const int64_t K = g_model->cfg.num_experts_per_token;
-    float *x = make_x(N_TOK);
+    float *x = vt_test_moe_input(N_TOK, D);
     const char *kn[] = {"VT_PROBE", "audit", "VT_KIMI_BF16_STREAM", "1", "VT_FAULT", "moe_scatter_row_bytes_from_stream",
                         NULL};
     vt_session *g = session_on(g_model, "cuda", kn), *cpu = session_on(g_model, "cpu", kn);

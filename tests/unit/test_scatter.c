@@ -16,7 +16,7 @@
 #include <math.h>
 #include <unistd.h>
 
-#include "model/model.h"
+#include "tests/unit/vt_test_moe.h"
 
 static char g_dir[256];
 static vt_model *g_model;
@@ -34,17 +34,6 @@ static int teardown(void **state) {
 
 static vt_session *session_with(const char *const *kv) { return vt_test_session(g_model, kv); }
 
-/* Deterministic normed-looking input x[N, D]. */
-static float *make_x(int64_t N, int64_t D) {
-    float *x = malloc(sizeof(float) * (size_t)(N * D));
-    uint64_t r = 42;
-    for (int64_t i = 0; i < N * D; i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
-    return x;
-}
-
 static const int LAYER = 1;   /* the first MoE layer of the tiny config */
 enum { N_TOK = 37 };
 
@@ -56,32 +45,17 @@ static void run_moe(vt_session *s, const float *x, vt_moe_trace *tr) {
     free(out);
 }
 
-/* Naive f64 SwiGLU of expert e on row x. */
+/* Naive f64 SwiGLU of expert e (of LAYER) on row x. */
 static void expert_ref(int64_t e, const float *x, double *y) {
-    const vt_config *cfg = &g_model->cfg;
-    const vt_swiglu_w *w = &g_model->layers[LAYER].ffn.experts[e];
-    int64_t D = cfg->hidden_size, I = cfg->moe_intermediate_size;
-    double *h = malloc(sizeof(double) * (size_t)I);
-    for (int64_t i = 0; i < I; i++) {
-        double a = 0, b = 0;
-        const float *g = (const float *)w->gate.data + i * D, *u = (const float *)w->up.data + i * D;
-        for (int64_t k = 0; k < D; k++) { a += (double)g[k] * x[k]; b += (double)u[k] * x[k]; }
-        h[i] = a / (1.0 + exp(-a)) * b;
-    }
-    for (int64_t j = 0; j < D; j++) {
-        const float *dn = (const float *)w->down.data + j * I;
-        double acc = 0;
-        for (int64_t i = 0; i < I; i++) acc += (double)dn[i] * h[i];
-        y[j] = acc;
-    }
-    free(h);
+    vt_test_expert_ref(&g_model->layers[LAYER].ffn.experts[e], g_model->cfg.hidden_size,
+                       g_model->cfg.moe_intermediate_size, x, y);
 }
 
 /* The RED-first test of the report. */
 static void test_bf16_stream_scatter_matches_f32(void **state) {
     (void)state;
     const int64_t D = g_model->cfg.hidden_size, K = g_model->cfg.num_experts_per_token;
-    float *x = make_x(N_TOK, D);
+    float *x = vt_test_moe_input(N_TOK, D);
     const char *f32_knobs[] = {"VT_PROBE", "audit", NULL};
     const char *bf16_knobs[] = {"VT_PROBE", "audit", "VT_KIMI_BF16_STREAM", "1", NULL};
     vt_session *s32 = session_with(f32_knobs), *s16 = session_with(bf16_knobs);
@@ -140,7 +114,7 @@ static void test_bf16_stream_scatter_matches_f32(void **state) {
 static void test_bf16_expert_out_is_rounded_f32(void **state) {
     (void)state;
     const int64_t D = g_model->cfg.hidden_size, K = g_model->cfg.num_experts_per_token;
-    float *x = make_x(N_TOK, D);
+    float *x = vt_test_moe_input(N_TOK, D);
     const char *a[] = {"VT_PROBE", "audit", NULL};
     const char *b[] = {"VT_PROBE", "audit", "VT_KIMI_BF16_STREAM", "1", "VT_KIMI_BF16_EXPERT_OUT", "1", NULL};
     vt_session *s32 = session_with(a), *s16 = session_with(b);
@@ -166,7 +140,7 @@ static void test_bf16_expert_out_is_rounded_f32(void **state) {
 static void test_replay_fault_is_seen_by_probes(void **state) {
     (void)state;
     const int64_t D = g_model->cfg.hidden_size, K = g_model->cfg.num_experts_per_token;
-    float *x = make_x(N_TOK, D);
+    float *x = vt_test_moe_input(N_TOK, D);
     const char *kn[] = {"VT_PROBE", "audit", "VT_KIMI_BF16_STREAM", "1", "VT_FAULT",
                         "moe_scatter_row_bytes_from_stream", NULL};
     vt_session *s = session_with(kn);
@@ -194,7 +168,7 @@ static void test_replay_fault_is_seen_by_probes(void **state) {
 static void test_replay_fault_is_latent_with_f32_stream(void **state) {
     (void)state;
     const int64_t D = g_model->cfg.hidden_size;
-    float *x = make_x(N_TOK, D);
+    float *x = vt_test_moe_input(N_TOK, D);
     const char *a[] = {"VT_PROBE", "audit", NULL};
     const char *b[] = {"VT_PROBE", "audit", "VT_FAULT", "moe_scatter_row_bytes_from_stream", NULL};
     vt_session *s0 = session_with(a), *s1 = session_with(b);
