@@ -193,10 +193,7 @@ typedef struct run_row {
     char    assertion_reason[512];
 } run_row;
 
-static void col_text(sqlite3_stmt *s, int i, char *out, size_t n) {
-    const unsigned char *t = sqlite3_column_text(s, i);
-    snprintf(out, n, "%s", t ? (const char *)t : "");
-}
+static void col_text(sqlite3_stmt *s, int i, char *out, size_t n) { snprintf(out, n, "%s", lab_col_text(s, i)); }
 
 /* The knobs of a run as a kv (for trigger matching). */
 static int run_knobs(sqlite3 *db, int64_t run, lab_knobs_kv *kv) {

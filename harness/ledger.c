@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/vt.h"
+#include "harness/cli.h"
 #include "util.h"
 
 typedef struct pctx { const char *file; char *err; size_t errlen; } pctx;
@@ -434,14 +435,11 @@ int lab_claim_write(const lab_claim *x, const char *path, char *err, size_t errl
     char *text = pretty(j);
     cJSON_Delete(j);
     if (!text) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    int rc = 0;
-    if (!f || fputs(text, f) < 0 || fputc('\n', f) == EOF) rc = lab_errf(err, errlen, LAB_EIO, "%s: cannot write", tmp);
-    if (f && fclose(f) != 0 && !rc) rc = lab_errf(err, errlen, LAB_EIO, "%s: cannot write", tmp);
-    if (!rc && rename(tmp, path) != 0) rc = lab_errf(err, errlen, LAB_EIO, "%s: cannot rename into place", path);
-    if (rc) remove(tmp);
+    lab_buf b = {0};
+    lab_buf_printf(&b, "%s\n", text);
     free(text);
+    int rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory")
+                   : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    lab_buf_free(&b);
     return rc;
 }

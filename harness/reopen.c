@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 
 #include "experiment.h"
+#include "harness/cli.h"
 #include "ledger.h"
 #include "metrics.h"
 #include "model/vt.h"
@@ -101,8 +102,7 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
     if (!out) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     if ((rc = lab_mkdirs(work, err, errlen))) { free(out); return rc; }
     snprintf(path, pathlen, "%s/%s.json", work, c->id);
-    FILE *f = fopen(path, "w");
-    if (!f || fputs(out, f) < 0 || fclose(f) != 0) rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: cannot write", path);
+    rc = vt_cli_write_file_atomic(path, out, strlen(out), err, errlen);
     free(out);
     return rc;
 }
