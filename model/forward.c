@@ -277,7 +277,7 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
     for (int64_t i = 0; i < n; i++) hf[i] += o[i];
     vt_act_round(s, hf, n);
     vt_convert(h->data, h->dtype, hf, VT_F32, (size_t)n);
-    vt_convert(hf, VT_F32, h->data, h->dtype, (size_t)n);
+    if (h->dtype != VT_F32) vt_convert(hf, VT_F32, h->data, h->dtype, (size_t)n);   /* read back the rounding */
 }
 
 static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
