@@ -33,26 +33,42 @@ UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIBMODEL    := $(BUILD)/libvtmodel.a
 
-# CUDA backend: compiled whenever nvcc exists (and NO_CUDA is not set).
+# CUDA backend: compiled whenever nvcc exists and the cuBLAS/cudart libraries
+# can be found next to it (and NO_CUDA is not set). nvcc may be a wrapper script
+# outside the toolkit (CI has /usr/local/bin/nvcc exec'ing the real one), so the
+# toolkit root is asked of nvcc itself (its -dryrun TOP), not derived from the path.
 NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 ifeq ($(NO_CUDA),1)
 NVCC :=
 endif
 ifneq ($(NVCC),)
-CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_HOME := $(shell $(NVCC) -dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^\#\$$ TOP=//p' | head -n1)
+CUDA_HOME := $(abspath $(if $(CUDA_HOME),$(CUDA_HOME),$(patsubst %/bin/nvcc,%,$(NVCC))))
+CUDA_LIBDIR := $(firstword $(foreach d,$(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(wildcard $(CUDA_HOME)/targets/*/lib), \
+                 $(if $(wildcard $(d)/libcublas.so),$(d))))
+ifeq ($(CUDA_LIBDIR),)
+$(info vtlab: nvcc found ($(NVCC)) but no libcublas.so under $(CUDA_HOME); building CPU-only)
+NVCC :=
+endif
+endif
+ifneq ($(NVCC),)
 CUDA_SRC  := $(wildcard model/cuda/*.cu)
 CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 NVFLAGS   := -O2 -std=c++17 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -Xcompiler -fPIC,-Wall
 CFLAGS    += -DVT_HAVE_CUDA
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+LDLIBS    += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart -lstdc++
 else
 CUDA_OBJ  :=
 endif
 
-.PHONY: all deps test unit cli-test reference-test fuzz sanitize mutation run bench clean knobs-doc
+.PHONY: all deps cuda-info test unit cli-test reference-test fuzz sanitize mutation run bench clean knobs-doc
 
 all: deps vtlab
+
+# What the CUDA detection above decided (tests/cli/test_build.sh checks it).
+cuda-info:
+	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "CUDA_LIBDIR=$(CUDA_LIBDIR)"
 
 # ---------------------------------------------------------------- dependencies
 # Quiet and idempotent: dpkg -s decides what is missing; only that is installed.
