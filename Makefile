@@ -139,7 +139,7 @@ unit: deps $(UNIT_BIN)
 	  $$t > $(BUILD)/logs/unit.tmp 2>&1 || fail=1; cat $(BUILD)/logs/unit.tmp | tee -a $(BUILD)/logs/unit.log; done; \
 	rm -f $(BUILD)/logs/unit.tmp; exit $$fail
 
-cli-test: deps vtlab
+cli-test: deps vtlab $(BUILD)/bench
 	@mkdir -p $(BUILD)/logs
 	set -o pipefail; bash tests/cli/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/cli.log
 
@@ -190,8 +190,8 @@ TINY := model/configs/kimi-linear-tiny.json
 run: deps vtlab
 	bash harness/run-demo.sh ./vtlab
 
-$(BUILD)/bench: tests/bench/bench.c $(LIBMODEL)
-	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+$(BUILD)/bench: tests/bench/bench.c $(LIBHARNESS) $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) $(LDLIBS) -o $@
 
 # The full-size CUDA benchmark (weights generated on the device); run by scripts/gpu-check.sh.
 $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)

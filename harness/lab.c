@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "audit.h"
+#include "bench_record.h"
 #include "cmd_query.h"
 #include "ledger.h"
 #include "nightly.h"
@@ -287,6 +288,20 @@ static int cmd_reopen(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_record_bench(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("record-bench", argc, argv, "db", &a);
+    if (u) return u;
+    if (a.npos != 1) return usage_error("record-bench", "expected one REPORT.json (from `make bench` or bench_cuda)%s", "");
+    char err[2048] = "";
+    int rc = lab_record_bench(a.pos[0], a.db, stdout, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab record-bench: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    return 0;
+}
+
 int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
     *handled = 1;
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
@@ -296,6 +311,7 @@ int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "specs")) return cmd_specs(argc, argv);
     if (!strcmp(cmd, "audit")) return cmd_audit(argc, argv);
     if (!strcmp(cmd, "reopen")) return cmd_reopen(argc, argv);
+    if (!strcmp(cmd, "record-bench")) return cmd_record_bench(argc, argv);
     /* issue 6: reports and nightly CI sweeps (report.c, nightly.c parse their own options) */
     if (!strcmp(cmd, "report")) return lab_report_main(argc, argv);
     if (!strcmp(cmd, "nightly")) return lab_nightly_main(argc, argv);
@@ -314,6 +330,7 @@ void vt_lab_usage(void) {
             "  compare  RUN_A RUN_B [--db PATH]     side by side, agreement, McNemar's exact test\n"
             "  export   RUN [--format json|csv] [--out FILE] [--db PATH]\n"
             "                                       the run's records (json) or per-position top-k (csv)\n"
+            "  record-bench REPORT.json [--db PATH] a benchmark report (make bench, bench_cuda) as runs, one per phase\n"
             "the ledger (specs/: recorded claims and known defects):\n"
             "  specs    check [--specs DIR]         validate every claim and defect record\n"
             "  audit    [--db PATH] [--specs DIR]   flag confounded claims and runs (R1-R6); exit 1 if any is open\n"

@@ -919,8 +919,9 @@ int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, cha
     sqlite3_bind_int64(s, 5, r->n_scored);
     sqlite3_bind_double(s, 6, r->wall_s);
     sqlite3_bind_double(s, 7, r->forward_s);
-    bind_text(s, 8, r->logits_sha256);
-    sqlite3_bind_int(s, 9, r->assertions_ok);
+    bind_text(s, 8, r->logits_sha256[0] ? r->logits_sha256 : NULL);   /* NULL: no logits (a benchmark run) */
+    if (r->assertions_ok < 0) sqlite3_bind_null(s, 9);   /* nothing was asserted (a benchmark run) */
+    else sqlite3_bind_int(s, 9, r->assertions_ok);
     bind_text(s, 10, r->assertion_reason);
     if ((rc = step_done(st, s, err, errlen, "finish run"))) goto fail;
     sqlite3_finalize(s);

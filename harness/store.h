@@ -139,7 +139,7 @@ typedef struct lab_run_result {
     int64_t  n_sequences, n_tokens, n_scored;
     double   wall_s, forward_s;
     char     logits_sha256[65];      /* sha256 of every logit row, f32 LE, in dataset order */
-    int      assertions_ok;
+    int      assertions_ok;          /* 1 / 0; -1: nothing asserted (benchmark runs), stored as NULL */
     char    *assertion_reason;       /* NULL when ok; owned by the caller */
     int64_t  n_knobs;
     const char **knob_names, **knob_values;   /* [n_knobs] */

@@ -33,6 +33,7 @@
 
 #include "config.h"
 #include "dtype.h"
+#include "fileio.h"
 #include "safetensors.h"
 
 /* lm_head gain over the fan-in scale: measured on the tiny config to give a
@@ -163,27 +164,6 @@ static int read_file(const char *path, char **out, size_t *len, char *err, size_
     return VT_STATUS_OK;
 }
 
-/* Writes bytes to path via path.<pid>.tmp + rename (see vt_st_writer_begin). */
-static int write_whole(const char *path, const char *data, size_t n, char *err, size_t errlen) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "%s: path too long", path);
-        return VT_STATUS_INPUT;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) {
-        snprintf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
-        remove(tmp);
-        return VT_STATUS_IO;
-    }
-    if (rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
-        remove(tmp);
-        return VT_STATUS_IO;
-    }
-    return VT_STATUS_OK;
-}
-
 int vt_synth(const char *config_path, uint64_t seed, const char *dtype_name, const char *out_dir,
              char *err, size_t errlen) {
     vt_err e = {0};
@@ -247,7 +227,8 @@ int vt_synth(const char *config_path, uint64_t seed, const char *dtype_name, con
     if (rc) { snprintf(err, errlen, "%s", e.msg); goto done; }
 
     snprintf(path, sizeof path, "%s/config.json", out_dir);
-    rc = write_whole(path, json, json_len, err, errlen);
+    rc = vt_file_write_atomic(path, json, json_len, &e);
+    if (rc) snprintf(err, errlen, "%s", e.msg);
 done:
     free(specs);
     free(json);

@@ -16,7 +16,8 @@
 #      (GPU_CHECK_DB=path to use another database, e.g. the lab's results.db)
 #   6. the benchmark on a synthetic full-size Kimi-Linear-48B-A3B with bf16
 #      weights generated on the device: prefill T=2048, decode batch 1 and 32,
-#      TFLOP/s and HBM GB/s vs the device's peak -> OUT_DIR/bench.json
+#      TFLOP/s and HBM GB/s vs the device's peak -> OUT_DIR/bench.json, then
+#      `vtlab record-bench` stores it as runs (backend cuda, the device's name)
 #
 # Everything it writes goes under OUT_DIR (log: OUT_DIR/gpu-check.log). It
 # exits non-zero when any check fails. Tolerances: docs/cuda.md.
@@ -154,22 +155,23 @@ EOF
 
 # ------------------------------------------------------------------ 5. an experiment into results.db
 step "vtlab run experiments/bf16-stream.json with VT_BACKEND=cuda -> $DB"
-if ./vtlab help 2>&1 | grep -q "^  run "; then
-  if VT_BACKEND=cuda timeout 240 ./vtlab run experiments/bf16-stream.json --db "$DB" --force; then
-    ./vtlab runs --db "$DB" | tail -6
-    ok "experiment recorded in $DB"
-  else
-    fail "vtlab run with VT_BACKEND=cuda"
-  fi
+if VT_BACKEND=cuda timeout 240 ./vtlab run experiments/bf16-stream.json --db "$DB" --force; then
+  ./vtlab runs --db "$DB" | tail -6
+  ok "experiment recorded in $DB"
 else
-  echo "vtlab has no 'run' command in this build: skipping (bench numbers go to $OUT/bench.json only)"
+  fail "vtlab run with VT_BACKEND=cuda"
 fi
 
 # ------------------------------------------------------------------ 6. the full-size benchmark
 step "benchmark: model/configs/kimi-linear-48b-a3b.json, bf16 weights generated on the device"
 if timeout 300 "$OUT/bench_cuda" model/configs/kimi-linear-48b-a3b.json "$OUT/bench.json" 2048 32; then
-  $PY -c "import json,sys; json.load(open(sys.argv[1]))" "$OUT/bench.json" && ok "bench: $OUT/bench.json" \
-    || fail "bench.json is not valid JSON"
+  # the report becomes runs like any other (experiment bench-kimi-linear-48b-a3b, backend cuda, the device's name)
+  if ./vtlab record-bench "$OUT/bench.json" --db "$DB"; then
+    ./vtlab runs --db "$DB" --experiment bench-kimi-linear-48b-a3b
+    ok "bench: $OUT/bench.json, recorded in $DB"
+  else
+    fail "vtlab record-bench $OUT/bench.json"
+  fi
 else
   fail "bench_cuda"
 fi

@@ -466,9 +466,19 @@ extern "C" int vt_cuda_session_forward(vt_session *s, const int32_t *tokens, int
         snprintf(errbuf, errlen, "cuda: session has no device state");
         return VT_STATUS_INTERNAL;
     }
+    /* forward.c's rules for a CPU session: a decode after a failed forward is refused */
+    if (!reset && s->stale) {
+        snprintf(errbuf, errlen, "decode: an earlier forward of this session failed midway; prefill again first");
+        return VT_STATUS_INPUT;
+    }
+    /* only a prefill captures; a decode keeps the prefill's capture (cu_forward reads s->capture) */
+    const int capture = s->capture;
+    if (!reset) s->capture = 0;
     int rc = reset ? cu_ctx_reset(c, &e) : VT_OK;
     if (!rc) rc = cu_forward(c, tokens, T, logits != NULL, logits, &e);
+    s->capture = capture;
     s->pos = c->pos;
+    s->stale = rc != VT_OK;   /* caches may be half-updated until the next prefill */
     return rc ? ret_err(&e, rc, errbuf, errlen) : VT_OK;
 }
 

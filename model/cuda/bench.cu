@@ -25,6 +25,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "model/bench_report.h"
 #include "model/cuda/vtcuda.h"
 
 #define BENCH_SEED 20251030ull
@@ -245,16 +246,6 @@ static void device_peaks(const char *name, int dev, double *tflops, double *gbs)
     }
 }
 
-static void json_phase(FILE *f, const phase *p, double peak_tf, double peak_gbs, int last) {
-    double tps = (double)p->tokens / p->seconds, tf = p->flops / p->seconds / 1e12, gbs = p->bytes / p->seconds / 1e9;
-    fprintf(f,
-            "  \"%s\": {\"batch\": %lld, \"context\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.3f, "
-            "\"tflops\": %.3f, \"tflops_frac_of_peak\": %.4f, \"hbm_gbs\": %.2f, \"hbm_frac_of_peak\": %.4f, "
-            "\"flops\": %.6g, \"bytes\": %.6g}%s\n",
-            p->name, (long long)p->batch, (long long)p->context, p->seconds, tps, tf, peak_tf > 0 ? tf / peak_tf : 0.0,
-            gbs, peak_gbs > 0 ? gbs / peak_gbs : 0.0, p->flops, p->bytes, last ? "" : ",");
-}
-
 static void log_phase(FILE *log, const phase *p, double peak_tf, double peak_gbs) {
     if (!log) return;
     double tps = (double)p->tokens / p->seconds, tf = p->flops / p->seconds / 1e12, gbs = p->bytes / p->seconds / 1e9;
@@ -281,7 +272,7 @@ static int bench(const char *config_path, int64_t T, int64_t batch, const char *
     vt_cuda c;
     memset(&c, 0, sizeof c);
     int32_t *tok = NULL;
-    phase ph[4] = {{"prefill"}, {"decode_b1"}, {"prefill_batch"}, {"decode_batch"}};
+    phase ph[4] = {{"prefill"}, {"decode-b1"}, {"prefill-batch"}, {"decode-batch"}};
     double params = 0, t0 = now_s();
     int finite = 1, rc = generate(&cfg, w, &params, err);
     double gen_s = now_s() - t0;
@@ -326,20 +317,30 @@ static int bench(const char *config_path, int64_t T, int64_t batch, const char *
         if ((rc = time_decode(&c, tok, BENCH_WARM, BENCH_STEPS, &ph[3], err))) goto done;
         if (log) log_phase(log, &ph[3], peak_tf, peak_gbs);
     }
-    {
-        FILE *f = fopen(json_path, "w");
-        if (!f) { rc = vt_errf(err, VT_EIO, "%s: cannot write", json_path); goto done; }
-        fprintf(f, "{\n  \"backend\": \"cuda\",\n  \"device\": \"%s\",\n  \"sm_count\": %d,\n  \"config\": \"%s\",\n",
-                prop.name, prop.multiProcessorCount, config_path);
-        fprintf(f, "  \"weights\": \"bf16, generated on the device (no checkpoint)\",\n  \"parameters\": %.0f,\n", params);
-        fprintf(f, "  \"knobs\": {\"VT_KIMI_BF16_ACT\": \"1\", \"VT_KIMI_BF16_STREAM\": \"1\", \"VT_PROBE\": \"off\"},\n");
-        fprintf(f, "  \"peak_tflops_bf16_dense\": %.1f,\n  \"peak_hbm_gbs\": %.1f,\n", peak_tf, peak_gbs);
-        fprintf(f, "  \"flops_counted\": \"2MNK per GEMM, attention GEMMs, 7 d^2 per token and head (KDA recurrence)\",\n");
-        fprintf(f, "  \"bytes_counted\": \"GEMM weights, KV cache, KDA state read+write; activations not counted (lower bound)\",\n");
-        fprintf(f, "  \"logits_finite\": %s,\n", finite ? "true" : "false");
-        for (int i = 0; i < 4; i++) json_phase(f, &ph[i], peak_tf, peak_gbs, i == 3);
-        fprintf(f, "}\n");
-        if (fclose(f) != 0) rc = vt_errf(err, VT_EIO, "%s: write failed", json_path);
+    {   /* the report (model/bench_report.h), which `vtlab record-bench` stores as runs */
+        char csha[65], msha[65], tsha[65], ident[256];
+        if ((rc = vt_sha256_file(config_path, csha, err->msg, sizeof err->msg))) { err->code = rc; goto done; }
+        /* the weights are a function of the config and the seed: that is their identity */
+        snprintf(ident, sizeof ident, "bench.cu device weights: seed %llu, bf16, config sha256 %s",
+                 (unsigned long long)BENCH_SEED, csha);
+        vt_sha256_hex(ident, strlen(ident), msha);
+        vt_bench_tokens_sha256(tok, T > batch * BATCH_CONTEXT ? T : batch * BATCH_CONTEXT, tsha);
+        static const char *const kn[] = {"VT_BACKEND", "VT_KIMI_BF16_ACT", "VT_KIMI_BF16_STREAM", "VT_PROBE"};
+        static const char *const kv[] = {"cuda", "1", "1", "off"};
+        static const char *const names[4] = {"prefill", "decode-b1", "prefill-batch", "decode-batch"};
+        vt_bench_phase bp[4];
+        for (int i = 0; i < 4; i++)
+            bp[i] = (vt_bench_phase){names[i], ph[i].batch, ph[i].context, 0, ph[i].tokens, ph[i].seconds,
+                                     ph[i].flops, ph[i].bytes, peak_tf * 1e12, peak_gbs * 1e9, -1.0};
+        char weights[160];
+        snprintf(weights, sizeof weights, "bf16, %.4g parameters generated on the device (seed %llu; no checkpoint)",
+                 params, (unsigned long long)BENCH_SEED);
+        vt_bench_report r = {"cuda", prop.name, config_path, msha, tsha, weights,
+                             "dense bf16 tensor-core peak and HBM bandwidth of the device (vendor datasheet)",
+                             "2MNK per GEMM, attention GEMMs, 7 d^2 per token and head (KDA recurrence)",
+                             "GEMM weights, KV cache, KDA state read+write; activations not counted (lower bound)",
+                             4, kn, kv, 4, bp};
+        rc = vt_bench_write(json_path, &r, err);
     }
 done:
     cu_ctx_release(&c);

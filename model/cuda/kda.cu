@@ -137,7 +137,9 @@ __global__ void gated_norm_kernel(float *o, const float *gg, const float *onw, i
 
 /* ================================================================ launchers */
 
-static unsigned row_grid(int64_t rows) { return (unsigned)(rows < 65535 * 16 ? rows : 65535 * 16); }
+/* At least one block: a zero-sized grid is an invalid launch (R = 0 rows); the
+ * kernels' row loops then do nothing. */
+static unsigned row_grid(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows < 65535 * 16 ? rows : 65535 * 16); }
 
 static int short_conv(const float *x0, int64_t B, int64_t T, int64_t P, int K, const float *w, float *cache,
                       int64_t cache_bstride, float *y, vt_err *err) {

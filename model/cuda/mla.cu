@@ -137,7 +137,9 @@ int cu_mla_forward(vt_cuda *c, int layer, const float *x, int64_t T, float *out,
                                                 kcb, CUDA_R_32F, (int)kw, (long long)qk, qb, CUDA_R_32F, (int)kw,
                                                 (long long)qk, &zero, sc, CUDA_R_32F, (int)Tall, (long long)(T * Tall),
                                                 (int)Nh, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
-        softmax_causal_kernel<<<(unsigned)(Nh * T < 65535 * 16 ? Nh * T : 65535 * 16), 128>>>(sc, Nh * T, T, Tall, p0);
+        /* at least one block: Nh * T = 0 would be an invalid (zero-sized) launch */
+        softmax_causal_kernel<<<(unsigned)(Nh * T < 1 ? 1 : Nh * T < 65535 * 16 ? Nh * T : 65535 * 16), 128>>>(
+            sc, Nh * T, T, Tall, p0);
         LAUNCH_CHECK();
         /* o[t, h, i] = sum_j p[h][t][j] vc[j, h, i]  (col-major: dv x T per head, ldc = vw) */
         CUBLAS_CHECK(cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)dv, (int)T, (int)Tall, &one,

@@ -120,9 +120,13 @@ int cu_moe_forward(vt_cuda *c, int layer, const float *x, int64_t N, float *out,
 
     /* route */
     TRY(cu_gemm_xwT(c, x, N, D, &w->router, logits, err));
-    router_kernel<<<(unsigned)((N + 3) / 4), 128>>>(logits, w->router_bias, N, (int)E, (int)K, c->k.router_biased,
-                                                    cfg->moe_renormalize, (float)cfg->routed_scaling_factor, sel_d, wts);
-    LAUNCH_CHECK();
+    if (N > 0) {   /* a grid of 0 blocks is an invalid launch configuration */
+        /* moe.c renormalises only with top-k > 1 (Moonshot's and transformers' gate): never for top-1 */
+        router_kernel<<<(unsigned)((N + 3) / 4), 128>>>(logits, w->router_bias, N, (int)E, (int)K, c->k.router_biased,
+                                                        cfg->moe_renormalize && K > 1,
+                                                        (float)cfg->routed_scaling_factor, sel_d, wts);
+        LAUNCH_CHECK();
+    }
 
     /* sort pairs by expert on the host (counting sort, stable in p, as moe.c) */
     std::vector<int> sel((size_t)NK), order((size_t)NK), src((size_t)NK);
@@ -179,6 +183,10 @@ int cu_moe_forward(vt_cuda *c, int layer, const float *x, int64_t N, float *out,
     /* scatter */
     cu_mat eom = {eo, c->expert_dtype, NK, D};
     if (audit) TRY(cu_fill_sentinel(&eom, err));
+    else if (c->k.fault == VT_FAULT_MOE_SCATTER_ROW_BYTES_FROM_STREAM)
+        /* the defect leaves rows unwritten: on the CPU they hold vt_tensor_alloc's zeros, here the
+           scratch slot would hold an earlier layer's (or uninitialised) data that combine reads */
+        CUDA_CHECK(cudaMemset(eo, 0, cu_nbytes(&eom)));
     if (c->k.fault == VT_FAULT_MOE_SCATTER_ROW_BYTES_FROM_STREAM)
         TRY(cu_fault_scatter_rows(&eom, order_d, y, NK, c->stream_dtype, &st, err));
     else

@@ -53,12 +53,17 @@ extern "C" {
 
 /* ------------------------------------------------------------ checked calls */
 
+/* A failed call also leaves its error as the runtime's "last error": clear it,
+ * or a non-sticky one (an allocation failure) would fail the next
+ * LAUNCH_CHECK of a later, healthy call. */
 #define CUDA_CHECK(call)                                                                                  \
     do {                                                                                                  \
         cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess)                                                                            \
+        if (e_ != cudaSuccess) {                                                                          \
+            (void)cudaGetLastError();                                                                     \
             return vt_errf(err, e_ == cudaErrorMemoryAllocation ? VT_ENOMEM : VT_EINTERNAL, "%s:%d: %s: %s", \
                            __FILE__, __LINE__, #call, cudaGetErrorString(e_));                            \
+        }                                                                                                 \
     } while (0)
 
 #define CUBLAS_CHECK(call)                                                                                \

@@ -10,6 +10,10 @@
  *     the sgemm peak, and the share of forward time spent inside GEMM calls;
  *   - prefill time with VT_PROBE=on and =audit relative to off (median of
  *     interleaved repeats, so drift hits every mode alike).
+ *
+ * With --json OUT it also writes the throughput phases as a benchmark report
+ * (model/bench_report.h), which `vtlab record-bench OUT` stores in results.db
+ * as runs (tests/bench/run.sh does both).
  */
 #include <cblas.h>
 #include <math.h>
@@ -18,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness/runner.h"
+#include "model/bench_report.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/vt.h"
@@ -83,9 +89,15 @@ static int cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: bench MODEL_DIR [T]\n"); return 2; }
+    const char *json = NULL;
+    if (argc >= 3 && !strcmp(argv[argc - 2], "--json")) { json = argv[argc - 1]; argc -= 2; }
+    if (argc < 2 || argc > 3) { fprintf(stderr, "usage: bench MODEL_DIR [T] [--json OUT.json]\n"); return 2; }
     const char *dir = argv[1];
     int T = argc > 2 ? atoi(argv[2]) : 128, NDEC = 64;
+    if (T < 1) { fprintf(stderr, "bench: T must be >= 1\n"); return 2; }
+    vt_bench_phase ph[4];
+    char phname[4][32], dev[256];
+    memset(ph, 0, sizeof ph);
     char err[1024], path[4096];
     vt_config cfg;
     vt_err e = {0};
@@ -112,6 +124,13 @@ int main(int argc, char **argv) {
         for (int i = 0; i < NDEC; i++) vt_session_decode(s, tok[T + i], logits, err, sizeof err);
         double df = vt_session_forward_seconds(s) - f1, dg = vt_session_gemm_seconds(s) - g1;
         double dtoks = NDEC / df, dgf = dtoks * flops_per_token(&cfg, T + NDEC / 2.0) / 1e9;
+        vt_bench_phase *pp = &ph[2 * (threads - 1)], *pd = pp + 1;
+        snprintf(phname[2 * (threads - 1)], 32, "prefill-t%d", threads);
+        snprintf(phname[2 * (threads - 1) + 1], 32, "decode-t%d", threads);
+        *pp = (vt_bench_phase){phname[2 * (threads - 1)], 1, 0, threads, T, pf, (double)T * flops_per_token(&cfg, T / 2.0),
+                               0, peak * 1e9, 0, pg};
+        *pd = (vt_bench_phase){phname[2 * (threads - 1) + 1], 1, T, threads, NDEC, df,
+                               NDEC * flops_per_token(&cfg, T + NDEC / 2.0), 0, peak * 1e9, 0, dg};
         printf("threads %d: sgemm peak %.1f GFLOP/s\n", threads, peak);
         printf("  prefill %8.1f tok/s  %6.2f GFLOP/s = %5.1f%% of sgemm peak, GEMM share %4.1f%%\n", ptoks, pgf,
                100 * pgf / peak, 100 * pg / pf);
@@ -151,7 +170,22 @@ int main(int argc, char **argv) {
            "(not measurable against the forward's own spread)\n",
            per_call * 1e9, (long long)calls_per_fwd, per_call * (double)calls_per_fwd / med[0], med[0] * 1e3);
     for (int k = 0; k < 3; k++) vt_session_free(ss[k]);
+    int rc = 0;
+    if (json) {
+        char msha[65], tsha[65];
+        if (lab_model_sha256(dir, msha, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 2; }
+        vt_bench_tokens_sha256(tok, T + NDEC, tsha);
+        vt_device_name("cpu", dev, sizeof dev);
+        const char *kn[] = {"VT_BACKEND", "VT_PROBE"}, *kv[] = {"cpu", "off"};   /* VT_THREADS: per phase */
+        vt_bench_report r = {"cpu", dev, dir, msha, tsha, "the checkpoint in the model directory",
+                             "OpenBLAS sgemm peak (1024^3, best of 5) measured in the same process at the phase's threads",
+                             "2 x multiply-adds of the active linear layers and the KDA recurrence, attention at the mean context",
+                             "not counted", 2, kn, kv, 4, ph};
+        vt_err we = {0};
+        if (vt_bench_write(json, &r, &we)) { fprintf(stderr, "bench: %s\n", we.msg); rc = 1; }
+        else printf("bench: wrote %s\n", json);
+    }
     vt_model_free(m);
     free(tok); free(logits);
-    return 0;
+    return rc;
 }

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # make bench: the forward-pass benchmark on the tiny model (and, with
 # BENCH_SMALL=1, on the 288M-parameter benchmark config, where GEMMs dominate).
+# Each benchmark's throughput phases are recorded as runs in $BENCH_DB
+# (default results.db) through `vtlab record-bench`; BENCH_DB= (empty) skips that.
 set -eu
 VTLAB=${1:-./vtlab}
 BUILD=${BUILD:-build}
+DB=${BENCH_DB-results.db}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-"$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 1 --out "$W/tiny" >/dev/null
-"$BUILD/bench" "$W/tiny" 128
+bench() {   # bench NAME CONFIG T
+  "$VTLAB" synth --config "$2" --seed 1 --out "$W/$1" >/dev/null
+  "$BUILD/bench" "$W/$1" "$3" --json "$W/$1.bench.json"
+  if [ -n "$DB" ]; then "$VTLAB" record-bench "$W/$1.bench.json" --db "$DB"; fi
+}
+bench tiny model/configs/kimi-linear-tiny.json 128
 if [ "${BENCH_SMALL:-0}" = 1 ]; then
-  "$VTLAB" synth --config model/configs/kimi-linear-small.json --seed 1 --out "$W/small" >/dev/null
-  "$BUILD/bench" "$W/small" 256
+  bench small model/configs/kimi-linear-small.json 256
 fi

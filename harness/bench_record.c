@@ -1,0 +1,285 @@
+/*
+ * bench_record.c — `vtlab record-bench REPORT.json`: a benchmark report
+ * (model/bench_report.h, written by `make bench` and by bench_cuda) becomes
+ * runs in results.db, one per phase, like any other run: experiment
+ * "bench-<model>", arm = the phase's name, backend and device as measured,
+ * the knobs resolved through the knob registry, and the phase's numbers as
+ * metrics (docs/schema.md, "Benchmark runs").
+ *
+ * The whole report is validated before the database is opened: a malformed
+ * report, an unknown knob, or a report measured by another build of the code
+ * (its code_version is part of every run's identity and provenance, which
+ * this process can only vouch for when it is the same build) is exit 2 with
+ * nothing written.
+ */
+#include "bench_record.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/bench_report.h"
+#include "model/vt.h"
+#include "store.h"
+#include "util.h"
+
+#define MAX_PHASES 64
+#define MAX_METRICS 12
+
+typedef struct phase {
+    const char *name;
+    int64_t     batch, context, threads, tokens;
+    double      seconds, flops, bytes, peak_flops, peak_bytes, gemm_share;   /* gemm_share NAN: not measured */
+    vt_knobset *ks;
+} phase;
+
+typedef struct report {
+    cJSON      *root;
+    const char *backend, *device, *model, *model_sha, *tokens_sha;
+    char        experiment[96];
+    int64_t     n;
+    phase       ph[MAX_PHASES];
+} report;
+
+static const char *str_field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int hex64(const char *s) {
+    if (!s || strlen(s) != 64) return 0;
+    for (; *s; s++)
+        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) return 0;
+    return 1;
+}
+
+/* A number field: integral when `integral`, and >= min (> min when strict). */
+static int num_field(const cJSON *o, const char *key, double min, int strict, int integral, double *out,
+                     const char *path, const char *where, char *err, size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || (strict ? !(v->valuedouble > min) : !(v->valuedouble >= min)) ||
+        (integral && (v->valuedouble != floor(v->valuedouble) || v->valuedouble > 9e15)))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"%s\" must be a%s number %s %g", path, where, key,
+                        integral ? "n integral" : "", strict ? ">" : ">=", min);
+    *out = v->valuedouble;
+    return LAB_OK;
+}
+
+/* "bench-" + the model's last path component without ".json", in [A-Za-z0-9._-]. */
+static void experiment_id(const char *model, char *out, size_t outlen) {
+    size_t len = strlen(model);
+    while (len > 1 && model[len - 1] == '/') len--;
+    size_t start = len;
+    while (start > 0 && model[start - 1] != '/') start--;
+    size_t n = len - start;
+    if (n > 5 && !strncmp(model + start + n - 5, ".json", 5)) n -= 5;
+    size_t o = (size_t)snprintf(out, outlen, "bench-");
+    for (size_t i = 0; i < n && o + 1 < outlen; i++) {
+        char c = model[start + i];
+        out[o++] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+                           c == '_' ? c : '_';
+    }
+    out[o] = 0;
+}
+
+static void report_free(report *r) {
+    for (int64_t i = 0; i < r->n; i++) vt_knobset_free(r->ph[i].ks);
+    cJSON_Delete(r->root);
+}
+
+static int parse(const char *path, const char *text, report *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    if (!(r->root = cJSON_Parse(text))) return lab_errf(err, errlen, LAB_EINPUT, "%s: not valid JSON", path);
+    const cJSON *o = r->root;
+    const char *fmt = str_field(o, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "version");
+    if (!cJSON_IsObject(o) || !fmt || strcmp(fmt, VT_BENCH_FORMAT))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: not a benchmark report (\"format\" must be \"%s\")", path,
+                        VT_BENCH_FORMAT);
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != VT_BENCH_VERSION)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: \"version\" must be %d", path, VT_BENCH_VERSION);
+    const char *code = str_field(o, "code_version");
+    if (!code) return lab_errf(err, errlen, LAB_EINPUT, "%s: \"code_version\" must be a string", path);
+    if (strcmp(code, vt_build_info()))
+        return lab_errf(err, errlen, LAB_EINPUT,
+                        "%s: measured by code version \"%s\", but this vtlab is \"%s\": record a report with the "
+                        "vtlab built from the same tree (a run's code version is part of its identity)",
+                        path, code, vt_build_info());
+    r->backend = str_field(o, "backend");
+    if (!r->backend || (strcmp(r->backend, "cpu") && strcmp(r->backend, "cuda")))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: \"backend\" must be \"cpu\" or \"cuda\"", path);
+    r->device = str_field(o, "device");
+    r->model = str_field(o, "model");
+    if (!r->device || !*r->device || !r->model || !*r->model)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: \"device\" and \"model\" must be non-empty strings", path);
+    r->model_sha = str_field(o, "model_sha256");
+    r->tokens_sha = str_field(o, "tokens_sha256");
+    if (!hex64(r->model_sha) || !hex64(r->tokens_sha))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: \"model_sha256\" and \"tokens_sha256\" must be 64 lowercase hex digits",
+                        path);
+    experiment_id(r->model, r->experiment, sizeof r->experiment);
+
+    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(o, "knobs");
+    if (!cJSON_IsObject(knobs)) return lab_errf(err, errlen, LAB_EINPUT, "%s: \"knobs\" must be an object", path);
+    const cJSON *phases = cJSON_GetObjectItemCaseSensitive(o, "phases");
+    int64_t n = cJSON_IsArray(phases) ? cJSON_GetArraySize(phases) : 0;
+    if (n < 1 || n > MAX_PHASES)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: \"phases\" must be an array of 1 to %d phases", path, MAX_PHASES);
+    for (int64_t i = 0; i < n; i++) {
+        const cJSON *q = cJSON_GetArrayItem(phases, (int)i);
+        phase *p = &r->ph[i];
+        char where[64];
+        snprintf(where, sizeof where, "phases[%lld]", (long long)i);
+        if (!cJSON_IsObject(q)) return lab_errf(err, errlen, LAB_EINPUT, "%s: %s must be an object", path, where);
+        p->name = str_field(q, "name");
+        int name_ok = p->name && *p->name && strlen(p->name) < 32;
+        for (const char *c = p->name; name_ok && *c; c++)
+            name_ok = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-';
+        if (!name_ok) return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"name\" must be 1-31 of [a-z0-9_-]", path, where);
+        for (int64_t j = 0; j < i; j++)
+            if (!strcmp(p->name, r->ph[j].name))
+                return lab_errf(err, errlen, LAB_EINPUT, "%s: phase name \"%s\" appears twice", path, p->name);
+        double b, c, t, k;
+        int rc;
+        if ((rc = num_field(q, "batch", 1, 0, 1, &b, path, where, err, errlen)) ||
+            (rc = num_field(q, "context", 0, 0, 1, &c, path, where, err, errlen)) ||
+            (rc = num_field(q, "threads", 0, 0, 1, &t, path, where, err, errlen)) ||
+            (rc = num_field(q, "tokens", 1, 0, 1, &k, path, where, err, errlen)) ||
+            (rc = num_field(q, "seconds", 0, 1, 0, &p->seconds, path, where, err, errlen)) ||
+            (rc = num_field(q, "flops", 0, 0, 0, &p->flops, path, where, err, errlen)) ||
+            (rc = num_field(q, "bytes", 0, 0, 0, &p->bytes, path, where, err, errlen)) ||
+            (rc = num_field(q, "peak_flops", 0, 0, 0, &p->peak_flops, path, where, err, errlen)) ||
+            (rc = num_field(q, "peak_bytes", 0, 0, 0, &p->peak_bytes, path, where, err, errlen)))
+            return rc;
+        p->batch = (int64_t)b, p->context = (int64_t)c, p->threads = (int64_t)t, p->tokens = (int64_t)k;
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(q, "gemm_share");
+        p->gemm_share = NAN;
+        if (g && !cJSON_IsNull(g) && (rc = num_field(q, "gemm_share", 0, 0, 0, &p->gemm_share, path, where, err, errlen)))
+            return rc;
+
+        /* the knobs: the report's, then the phase's thread count (CPU) */
+        char kerr[512];
+        if (vt_knobset_new(&p->ks)) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+        r->n = i + 1;
+        const cJSON *kv;
+        cJSON_ArrayForEach(kv, knobs) {
+            if (!cJSON_IsString(kv))
+                return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: \"%s\" must be a string", path, kv->string);
+            if (vt_knobset_set(p->ks, kv->string, kv->valuestring, kerr, sizeof kerr))
+                return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: %s", path, kerr);
+        }
+        if (strcmp(vt_knobset_get(p->ks, "VT_BACKEND"), r->backend))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: VT_BACKEND is \"%s\" but \"backend\" is \"%s\"", path,
+                            vt_knobset_get(p->ks, "VT_BACKEND"), r->backend);
+        if (p->threads > 0) {
+            char th[32];
+            snprintf(th, sizeof th, "%lld", (long long)p->threads);
+            if (vt_knobset_set(p->ks, "VT_THREADS", th, kerr, sizeof kerr))
+                return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: threads: %s", path, where, kerr);
+        }
+    }
+    return LAB_OK;
+}
+
+/* One phase's metrics: what it did per second and against the peaks. A
+ * ratio with nothing to compare against is left out (not measurable). */
+static int64_t metrics(const phase *p, const char **mn, double *mv) {
+    int64_t n = 0;
+    mn[n] = "tokens_per_s", mv[n++] = (double)p->tokens / p->seconds;
+    mn[n] = "seconds", mv[n++] = p->seconds;
+    mn[n] = "batch", mv[n++] = (double)p->batch;
+    mn[n] = "context", mv[n++] = (double)p->context;
+    mn[n] = "flops_per_s", mv[n++] = p->flops / p->seconds;
+    if (p->peak_flops > 0) mn[n] = "flops_frac_of_peak", mv[n++] = p->flops / p->seconds / p->peak_flops;
+    if (p->bytes > 0) mn[n] = "bytes_per_s", mv[n++] = p->bytes / p->seconds;
+    if (p->bytes > 0 && p->peak_bytes > 0) mn[n] = "bytes_frac_of_peak", mv[n++] = p->bytes / p->seconds / p->peak_bytes;
+    if (!isnan(p->gemm_share)) mn[n] = "gemm_share", mv[n++] = p->gemm_share;
+    return n;
+}
+
+int lab_record_bench(const char *path, const char *db, FILE *out, char *err, size_t errlen) {
+    char *text = NULL;
+    int rc = lab_read_file(path, &text, NULL, err, errlen);
+    if (rc) return rc;
+    report r;
+    rc = parse(path, text, &r, err, errlen);
+    free(text);
+    if (rc) { report_free(&r); return rc; }
+
+    /* The report itself is the run's "experiment spec": what was measured, verbatim. */
+    char *canon = cJSON_PrintUnformatted(r.root), spec_sha[65], host[256], knob_hash[65];
+    if (!canon) { report_free(&r); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+    vt_sha256_hex(canon, strlen(canon), spec_sha);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = 0;
+
+    lab_store *st = NULL;
+    int nk = vt_knob_count();
+    const char **kn = calloc((size_t)nk, sizeof *kn), **kv = calloc((size_t)nk, sizeof *kv);
+    int *knum = calloc((size_t)nk, sizeof *knum);
+    if (!kn || !kv || !knum) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); goto done; }
+    if ((rc = lab_store_open(&st, db, err, errlen))) goto done;
+    if ((rc = lab_store_put_spec(st, spec_sha, r.experiment, path, canon, err, errlen))) goto done;
+    for (int64_t i = 0; i < r.n; i++) {
+        const phase *p = &r.ph[i];
+        vt_knobset_hash(p->ks, knob_hash);
+        lab_identity id = {r.experiment, p->name, 0, knob_hash, r.model_sha, r.tokens_sha, vt_build_info()};
+        lab_provenance pv = {0};
+        pv.experiment_sha256 = spec_sha;
+        pv.git_commit = vt_build_commit();
+        pv.git_dirty = vt_build_dirty();
+        pv.build_flags = vt_build_flags();
+        pv.compiler = vt_build_compiler();
+        pv.backend = r.backend;
+        pv.device = r.device;
+        pv.host = host;
+        pv.pid = getpid();
+        pv.pid_start = lab_pid_start(pv.pid);
+        pv.score = "all";
+        pv.expected_assertions = "pass";
+        int kind = 0;
+        int64_t run_id = 0, stale = 0;
+        /* forced: every report is a new measurement, never "already finished" */
+        if ((rc = lab_store_claim(st, &id, &pv, 1, &kind, &run_id, &stale, err, errlen))) goto done;
+        if (kind != LAB_CLAIMED) {
+            rc = lab_errf(err, errlen, LAB_EIO, "run %s/%s is held by another process (run %lld)", r.experiment, p->name,
+                          (long long)run_id);
+            goto done;
+        }
+        for (int k = 0; k < nk; k++) {
+            const vt_knob_info *ki = vt_knob_at(k);
+            kn[k] = ki->name, kv[k] = vt_knobset_get(p->ks, ki->name), knum[k] = ki->numeric;
+        }
+        const char *mn[MAX_METRICS];
+        double mv[MAX_METRICS];
+        lab_run_result res = {0};
+        res.n_tokens = p->tokens;
+        res.wall_s = res.forward_s = p->seconds;
+        res.assertions_ok = -1;   /* a benchmark runs with probes off: nothing is asserted */
+        res.n_knobs = nk, res.knob_names = kn, res.knob_values = kv, res.knob_numeric = knum;
+        res.n_metrics = metrics(p, mn, mv), res.metric_names = mn, res.metric_values = mv;
+        if ((rc = lab_store_finish(st, run_id, &res, err, errlen))) {
+            char e2[256];
+            lab_store_abort(st, run_id, "FAILED", err, e2, sizeof e2);
+            goto done;
+        }
+        if (out) {
+            fprintf(out, "run %lld: %s %s (%s, %s): %.1f tokens/s", (long long)run_id, r.experiment, p->name, r.backend,
+                    r.device, (double)p->tokens / p->seconds);
+            if (p->peak_flops > 0) fprintf(out, ", %.1f%% of peak FLOP/s", 100 * p->flops / p->seconds / p->peak_flops);
+            if (p->bytes > 0 && p->peak_bytes > 0)
+                fprintf(out, ", %.1f%% of peak bytes/s", 100 * p->bytes / p->seconds / p->peak_bytes);
+            fputc('\n', out);
+        }
+    }
+done:
+    lab_store_close(st);
+    free(kn);
+    free(kv);
+    free(knum);
+    cJSON_free(canon);
+    report_free(&r);
+    return rc;
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Benchmark reports as runs: `bench --json` (the same writer bench_cuda uses,
+# model/bench_report.c) then `vtlab record-bench` into results.db. A good report
+# becomes one FINISHED run per phase whose numbers are the report's; every bad
+# report is exit 2 with nothing written (not even a new database file).
+set -u
+VTLAB=${1:-./vtlab}
+BENCH=${BENCH:-build/bench}
+. tests/cli/lib.sh
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+OUT_FILE=$W/out; ERR=$W/err
+PY=/usr/bin/python3
+
+"$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 1 --out "$W/tiny" >/dev/null
+expect_exit "bench --json writes a report" 0 "$BENCH" "$W/tiny" 16 --json "$W/r.json"
+expect_exit "record-bench records it" 0 "$VTLAB" record-bench "$W/r.json" --db "$W/a.db"
+# the runs hold exactly what the report says
+$PY - "$W/r.json" "$W/a.db" >"$W/py" 2>&1 <<'PYEOF'
+import json, sqlite3, sys
+r = json.load(open(sys.argv[1])); db = sqlite3.connect(sys.argv[2])
+runs = db.execute("SELECT id, experiment, arm, status, backend, device, model_sha256, dataset_sha256, code_version,"
+                  " assertions_ok, logits_sha256, n_tokens, forward_s FROM runs ORDER BY id").fetchall()
+assert len(runs) == len(r["phases"]) == 4, (len(runs), len(r["phases"]))
+for row, p in zip(runs, r["phases"]):
+    rid, exp, arm, status, be, dev, msha, dsha, code, aok, lsha, ntok, fwd = row
+    assert (exp, arm, status, be, dev) == ("bench-tiny", p["name"], "FINISHED", "cpu", r["device"]), row
+    assert (msha, dsha, code) == (r["model_sha256"], r["tokens_sha256"], r["code_version"]), row
+    assert aok is None and lsha is None, "a benchmark asserts nothing and has no logits: NULL, not ok/''"
+    assert ntok == p["tokens"] and fwd == p["seconds"], row
+    m = dict(db.execute("SELECT name, value FROM metrics WHERE run_id = ?", (rid,)).fetchall())
+    want = p["tokens"] / p["seconds"]
+    assert abs(m["tokens_per_s"] - want) <= 1e-9 * want, (m["tokens_per_s"], want)
+    assert abs(m["flops_frac_of_peak"] - p["flops"] / p["seconds"] / p["peak_flops"]) < 1e-9, m
+    assert "bytes_frac_of_peak" not in m, "bytes were not counted on the CPU: no ratio"
+    th = db.execute("SELECT value FROM run_knobs WHERE run_id = ? AND name = 'VT_THREADS'", (rid,)).fetchone()[0]
+    assert th == str(p["threads"]), (th, p["threads"])
+spec = db.execute("SELECT json FROM experiment_specs").fetchall()
+assert len(spec) == 1 and json.loads(spec[0][0]) == r, "the report is stored verbatim as the runs' spec"
+print("checked", len(runs), "runs")
+PYEOF
+if [ $? -eq 0 ]; then ok "one FINISHED run per phase with the report's identity, knobs and numbers"; else not_ok "runs hold the report" "$(tail -3 "$W/py")"; fi
+expect_exit "recording again adds new runs (a new measurement)" 0 "$VTLAB" record-bench "$W/r.json" --db "$W/a.db"
+n=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from runs').fetchone()[0])" "$W/a.db")
+[ "$n" = 8 ] && ok "second record: 8 runs" || not_ok "second record" "$n runs"
+expect_exit "runs lists them" 0 "$VTLAB" runs --db "$W/a.db" --experiment bench-tiny
+grep -q "decode-t2" "$OUT_FILE" && ok "runs shows the phases as arms" || not_ok "runs output" "$(head -3 "$OUT_FILE")"
+expect_exit "report renders a database with benchmark runs" 0 "$VTLAB" report --db "$W/a.db" --out "$W/rep" --no-plots
+
+# bad reports: mutate one field each; exit 2, a message naming it, no database created
+bad() {   # bad NAME EXPECTED_TEXT PYTHON_EXPR_ON_r
+  $PY - "$W/r.json" "$W/bad.json" "$3" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1])); exec(sys.argv[3]); open(sys.argv[2], "w").write(json.dumps(r))
+PYEOF
+  rm -f "$W/b.db"
+  expect_exit "bad report ($1): exit 2" 2 "$VTLAB" record-bench "$W/bad.json" --db "$W/b.db"
+  stderr_has "bad report ($1): says why" "$2"
+  [ ! -e "$W/b.db" ] && ok "bad report ($1): no database written" || not_ok "bad report ($1)" "database created"
+}
+bad "another build" "measured by code version" 'r["code_version"] = "0123abcd|dirty=0|gcc|-O2"'
+bad "not a report" "not a benchmark report" 'r["format"] = "something"'
+bad "zero seconds" '"seconds" must be a number > 0' 'r["phases"][1]["seconds"] = 0'
+bad "fractional tokens" '"tokens" must be an integral number' 'r["phases"][0]["tokens"] = 1.5'
+bad "duplicate phase" 'phase name "prefill-t1" appears twice' 'r["phases"][1]["name"] = "prefill-t1"'
+bad "bad phase name" '"name" must be 1-31 of [a-z0-9_-]' 'r["phases"][2]["name"] = "Pre fill"'
+bad "unknown knob" "VT_KIMI_BF16_STREM" 'r["knobs"]["VT_KIMI_BF16_STREM"] = "1"'
+bad "backend mismatch" 'VT_BACKEND is "cpu" but "backend" is "cuda"' 'r["backend"] = "cuda"'
+bad "bad model hash" '"model_sha256" and "tokens_sha256" must be 64 lowercase hex digits' 'r["model_sha256"] = "abc"'
+bad "no phases" '"phases" must be an array of 1 to' 'r["phases"] = []'
+printf '{"format": "vtlab-bench", ' >"$W/bad.json"
+rm -f "$W/b.db"
+expect_exit "truncated report: exit 2" 2 "$VTLAB" record-bench "$W/bad.json" --db "$W/b.db"
+stderr_has "truncated report: says so" "not valid JSON"
+expect_exit "missing report: exit 2" 2 "$VTLAB" record-bench "$W/none.json" --db "$W/b.db"
+finish
