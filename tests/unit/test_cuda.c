@@ -26,7 +26,11 @@
  *              an independent f64 recomputation of every expert row, and the
  *              replayed defect seen by the probes (same numbers as the CPU).
  *   decode     prefill(1) + decode(T-1) == prefill(T) on the device.
- *   capture    per-sublayer residuals equal to the CPU's within F32_ATOL.
+ *   capture    per-sublayer residuals equal to the CPU's within F32_ATOL; a
+ *              decode leaves the prefill's capture alone (as on the CPU).
+ *   top-1      a top-1 router is not renormalised (moe.c), on both backends.
+ *   replay     without audit, the rows the defect leaves unwritten read as
+ *              the CPU's zeros, not as an earlier layer's scratch data.
  */
 #include "tests/unit/vt_test_model.h"
 
@@ -244,6 +248,79 @@ static void test_capture_matches_cpu(void **state) {
     vt_session_free(cpu); vt_session_free(gpu);
 }
 
+/* A decode must not replace the prefill's residual capture (forward.c
+ * captures during a prefill only; the device code once captured every call). */
+static void test_decode_keeps_capture(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    enum { T = 9 };
+    int32_t t[T + 1];
+    tokens(t, T + 1, 8);
+    vt_session *gpu = session_on(g_model, "cuda", NULL);
+    vt_session_capture(gpu, 1);
+    free(logits_of(gpu, t, T));
+    int64_t n0 = 0, n1 = 0;
+    const float *r0 = vt_session_residual(gpu, 0, 1, &n0);
+    assert_non_null(r0);
+    assert_int_equal(n0, T);
+    float *before = malloc(sizeof(float) * (size_t)(T * D));
+    memcpy(before, r0, sizeof(float) * (size_t)(T * D));
+    float *l = malloc(sizeof(float) * (size_t)V);
+    char err[512];
+    if (vt_session_decode(gpu, t[T], l, err, sizeof err)) fail_msg("decode: %s", err);
+    const float *r1 = vt_session_residual(gpu, 0, 1, &n1);
+    assert_non_null(r1);
+    assert_int_equal(n1, T);
+    assert_memory_equal(before, r1, sizeof(float) * (size_t)(T * D));
+    free(before); free(l);
+    vt_session_free(gpu);
+}
+
+/* A top-1 router keeps its sigmoid weight (moe.c renormalises only when
+ * top_k > 1): the tiny config with num_experts_per_token = 1, CPU vs CUDA. */
+static void test_top1_router_matches_cpu(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    char dir[256] = "/tmp/vt-test-cuda-top1-XXXXXX", cfg[512], err[1024];
+    assert_non_null(mkdtemp(dir));
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = fopen("model/configs/kimi-linear-tiny.json", "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    len = (size_t)ftell(f);
+    rewind(f);
+    text = calloc(len + 1, 1);
+    assert_int_equal(fread(text, 1, len, f), len);
+    fclose(f);
+    char *k = strstr(text, "\"num_experts_per_token\": 4");
+    assert_non_null(k);
+    k[strlen("\"num_experts_per_token\": ")] = '1';
+    snprintf(cfg, sizeof cfg, "%s/top1.json", dir);
+    f = fopen(cfg, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    fclose(f);
+    free(text);
+    vt_model *m = NULL;
+    if (vt_synth(cfg, 5, "f32", dir, err, sizeof err) || vt_model_open(&m, dir, err, sizeof err))
+        fail_msg("top-1 model: %s", err);
+    assert_int_equal(m->cfg.num_experts_per_token, 1);
+    assert_true(m->cfg.moe_renormalize);   /* the case that must NOT renormalise */
+    enum { T = 20 };
+    int32_t t[T];
+    tokens(t, T, 9);
+    const char *kv[] = {"VT_PROBE", "audit", NULL};
+    vt_session *cpu = session_on(m, "cpu", kv), *gpu = session_on(m, "cuda", kv);
+    float *a = logits_of(cpu, t, T), *b = logits_of(gpu, t, T);
+    check_logits("top-1 router", a, b, T, 1);
+    check_probes("top-1 router", cpu, gpu, 1);
+    free(a); free(b);
+    vt_session_free(cpu); vt_session_free(gpu);
+    vt_model_free(m);
+    assert_int_equal(vt_test_rmdir(dir), 0);
+}
+
 static void test_bad_token_is_input_error(void **state) {
     (void)state;
     NEED_DEVICE();
@@ -382,6 +459,33 @@ static void test_replay_fault_on_gpu(void **state) {
     free(x);
 }
 
+/* The replay with probes on but no audit (no sentinels): the rows the
+ * defect leaves unwritten must read as the CPU's zeros. The device's
+ * expert_out is a reused scratch buffer, so a full forward first fills it
+ * with other layers' data; then the MoE layer's output must match the CPU's. */
+static void test_replay_without_audit_matches_cpu(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    enum { T = 24 };
+    int32_t t[T];
+    tokens(t, T, 4);
+    const char *kn[] = {"VT_PROBE", "on", "VT_KIMI_BF16_STREAM", "1", "VT_FAULT", "moe_scatter_row_bytes_from_stream",
+                        NULL};
+    vt_session *g = session_on(g_model, "cuda", kn), *cpu = session_on(g_model, "cpu", kn);
+    free(logits_of(g, t, T));   /* leaves earlier layers' rows in the scratch buffers */
+    float *x = vt_test_moe_input(N_TOK, D);
+    float *og = malloc(sizeof(float) * (size_t)(N_TOK * D)), *oc = malloc(sizeof(float) * (size_t)(N_TOK * D));
+    char err[512];
+    vt_err e = {0};
+    if (vt_cuda_moe_layer(g, LAYER, x, N_TOK, og, NULL, err, sizeof err)) fail_msg("cuda moe: %s", err);
+    VT_ASSERT_OK(vt_moe_forward(cpu, LAYER, &g_model->layers[LAYER].ffn, x, N_TOK, oc, NULL, &e), e);
+    for (int64_t i = 0; i < N_TOK * D; i++)
+        if (!(fabs((double)og[i] - oc[i]) <= 1e-4 * (1.0 + fabs((double)oc[i]))))
+            fail_msg("replay without audit, output element %lld: CPU %g, GPU %g", (long long)i, oc[i], og[i]);
+    free(x); free(og); free(oc);
+    vt_session_free(g); vt_session_free(cpu);
+}
+
 /* The replay through the whole model: same probe records as the CPU. */
 static void test_replay_full_forward_probes(void **state) {
     (void)state;
@@ -413,9 +517,12 @@ int main(void) {
         cmocka_unit_test(test_logits_and_probes_match_cpu),
         cmocka_unit_test(test_decode_matches_prefill),
         cmocka_unit_test(test_capture_matches_cpu),
+        cmocka_unit_test(test_decode_keeps_capture),
+        cmocka_unit_test(test_top1_router_matches_cpu),
         cmocka_unit_test(test_bad_token_is_input_error),
         cmocka_unit_test(test_scatter_red_check_on_gpu),
         cmocka_unit_test(test_replay_fault_on_gpu),
+        cmocka_unit_test(test_replay_without_audit_matches_cpu),
         cmocka_unit_test(test_replay_full_forward_probes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
