@@ -11,7 +11,8 @@
  * Value columns are independent, so one warp owns one column j of one head:
  * the 32 lanes split the key channels i (lane + 32 r), keep their part of the
  * column in registers for the whole call, and reduce u and o with shuffles.
- * The state is stored as on the CPU, column-major per head: [B][H][d_v][d_k].
+ * The state is stored transposed from the CPU's [H][d_k][d_v]: [B][H][d_v][d_k], one
+ * contiguous column per warp. It never moves between the host and the device.
  */
 #include <cmath>
 
