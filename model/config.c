@@ -618,11 +618,10 @@ static int cmp_name_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* The file to name in a message: the tensor's own file, or, for a tensor that
+ * is not there (or the checkpoint as a whole), what lists the tensors. */
 static const char *file_of(const vt_ckpt *ck, const vt_st_entry *e) {
-    const char *f = NULL;
-    if (e) f = vt_ckpt_file_name(ck, e->file);
-    else if (vt_ckpt_count(ck) > 0 && vt_ckpt_entry(ck, 0)) f = vt_ckpt_file_name(ck, vt_ckpt_entry(ck, 0)->file);
-    else f = vt_ckpt_file_name(ck, 0);
+    const char *f = e ? vt_ckpt_file_name(ck, e->file) : vt_ckpt_source(ck);
     return f ? f : "checkpoint";
 }
 

@@ -381,6 +381,7 @@ typedef struct st_file {
 } st_file;
 
 struct vt_ckpt {
+    char               *source;     /* what lists the tensors: the index file, or the single file */
     st_file            *files;
     int                 nfiles;
     size_t              n;          /* tensors over all files */
@@ -480,6 +481,7 @@ void vt_ckpt_close(vt_ckpt *c) {
     free(c->files);
     free(c->order);
     free(c->by_name);
+    free(c->source);
     free(c);
 }
 
@@ -736,6 +738,7 @@ int vt_ckpt_open(const char *path, vt_ckpt **out, vt_err *err) {
             rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
         } else if (stat(index, &ist) == 0) {
             rc = open_sharded(c, path, index, err);
+            if (!rc) c->source = index, index = NULL;
         } else if (stat(single, &ist) == 0) {
             rc = open_single(c, single, err);
         } else {
@@ -758,6 +761,12 @@ int vt_ckpt_open(const char *path, vt_ckpt **out, vt_err *err) {
 }
 
 size_t vt_ckpt_count(const vt_ckpt *c) { return c ? c->n : 0; }
+
+const char *vt_ckpt_source(const vt_ckpt *c) {
+    if (!c) return NULL;
+    if (c->source) return c->source;
+    return c->nfiles > 0 ? c->files[0].path : NULL;
+}
 
 const vt_st_entry *vt_ckpt_entry(const vt_ckpt *c, size_t i) {
     return (c && i < c->n) ? c->order[i] : NULL;

@@ -66,6 +66,9 @@ size_t             vt_ckpt_count(const vt_ckpt *c);
 const vt_st_entry *vt_ckpt_entry(const vt_ckpt *c, size_t i);
 const vt_st_entry *vt_ckpt_find(const vt_ckpt *c, const char *name);   /* NULL if absent */
 const char        *vt_ckpt_file_name(const vt_ckpt *c, int file);      /* path of shard `file` */
+/* What lists the checkpoint's tensors: the index file of a sharded checkpoint,
+ * else the one .safetensors file. A tensor that is absent is absent from it. */
+const char        *vt_ckpt_source(const vt_ckpt *c);
 size_t             vt_ckpt_nbytes(const vt_ckpt *c, const vt_st_entry *e);  /* end - begin */
 
 /* Writer. Tensors are declared first (name, dtype, shape), which fixes the

@@ -115,6 +115,26 @@ elif mode == "drop":                # tensor removed; its bytes stay as a gap
     del hdr[arg]
     write_header(hdr)
     print(arg)
+elif mode == "shard_drop":          # resharded in two files with an index; the tensor is in neither
+    import os
+    need(arg)
+    d = os.path.dirname(dst)
+    names = sorted(k for k, v in tensors if k != arg)
+    halves = [names[:len(names) // 2], names[len(names) // 2:]]
+    wmap = {}
+    for i, part in enumerate(halves):
+        fname = "model-%05d-of-00002.safetensors" % (i + 1)
+        h, blob = {}, b""
+        for k in part:
+            b, e = hdr[k]["data_offsets"]
+            h[k] = {"dtype": hdr[k]["dtype"], "shape": hdr[k]["shape"], "data_offsets": [len(blob), len(blob) + e - b]}
+            blob += data[b:e]
+            wmap[k] = fname
+        text = json.dumps(h, separators=(",", ":")).encode()
+        text += b" " * ((8 - (8 + len(text)) % 8) % 8)
+        open(os.path.join(d, fname), "wb").write(struct.pack("<Q", len(text)) + text + blob)
+    json.dump({"metadata": {}, "weight_map": wmap}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    print(arg)
 elif mode == "reshape":             # same byte count, wrong shape for the model
     v = need(arg)
     if len(v["shape"]) != 1 or v["shape"][0] % 2:
@@ -131,11 +151,11 @@ else:
 EOF
 }
 
-# run_case NAME MODE [ARG] [PHRASE]: corrupts, validates, and checks exit
-# status 2 and that stderr names the file, every tensor corrupt() printed, and
-# PHRASE when given.
+# run_case NAME MODE [ARG] [PHRASE] [FILE]: corrupts, validates, and checks exit
+# status 2 and that stderr names the file (FILE, default model.safetensors),
+# every tensor corrupt() printed, and PHRASE when given.
 run_case() {
-    local name=$1 mode=$2 arg=${3:-} phrase=${4:-}
+    local name=$1 mode=$2 arg=${3:-} phrase=${4:-} file=${5:-model.safetensors}
     local dir="$TMP/$name" errf="$TMP/$name.stderr" tensors
     if ! tensors=$(corrupt "$name" "$mode" "$arg" 2>"$TMP/$name.py.stderr"); then
         not_ok "$name" "could not build the case: $(tr '\n' ' ' <"$TMP/$name.py.stderr")"
@@ -146,8 +166,8 @@ run_case() {
     local why="" t
     if [ "$rc" -ne 2 ]; then
         why="exit status $rc, expected 2"
-    elif ! grep -qF -- "$dir/model.safetensors" "$errf"; then
-        why="stderr does not name the file $dir/model.safetensors"
+    elif ! grep -qF -- "$dir/$file" "$errf"; then
+        why="stderr does not name the file $dir/$file"
     elif [ -n "$phrase" ] && ! grep -qF -- "$phrase" "$errf"; then
         why="stderr does not say '$phrase'"
     else
@@ -172,6 +192,9 @@ run_case out_of_range_offsets  out_of_range  ""                                 
 run_case shape_byte_mismatch   shape_bytes   model.embed_tokens.weight                     "bytes"
 run_case unknown_dtype         dtype         model.layers.0.input_layernorm.weight         "F64"
 run_case missing_tensor        drop          model.layers.1.block_sparse_moe.gate.weight
+# a sharded checkpoint lacking a tensor: the index is what lists the tensors, so it is named
+run_case sharded_missing_tensor shard_drop   model.layers.1.block_sparse_moe.gate.weight "missing" \
+         model.safetensors.index.json
 run_case wrong_shape           reshape       model.norm.weight
 run_case extra_tensor_escaped  extra_evil    ""                                            'evil\x0aline2\x1b[31m'
 # an untrusted name must not break the one-line message
