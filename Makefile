@@ -130,7 +130,12 @@ vtlab: $(BUILD)/vtlab
 # ---------------------------------------------------------------------- tests
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/vt_test.h tests/unit/vt_test_model.h tests/unit/vt_test_moe.h $(LIBHARNESS) $(LIBMODEL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) -lcmocka $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $(TEST_LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) -lcmocka $(LDLIBS) -o $@
+
+# test_oom fails the library's allocations one by one through linker-wrapped
+# malloc/calloc/realloc (tests/unit/test_oom.c).
+# (its own variable: `make sanitize` sets LDFLAGS on the command line, which would override it)
+$(BUILD)/tests/test_oom: TEST_LDFLAGS := -Wl,--wrap=malloc -Wl,--wrap=calloc -Wl,--wrap=realloc
 
 # Each suite also leaves its output in $(BUILD)/logs/ for tests/summarize.sh.
 unit: deps $(UNIT_BIN)
@@ -172,16 +177,18 @@ sanitize: deps
 
 # Each mutation rebuilds the library with one deliberate defect; the guarding
 # test must fail for every one of them, or `make mutation` fails.
-MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE VT_MUTATE_HALVE_ROW_BYTES
+# MACRO:TEST pairs: the library rebuilt with -DMACRO must turn build/.../tests/TEST red.
+MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYTES:test_scatter \
+             VT_MUTATE_NO_STALE_GUARD:test_oom VT_MUTATE_PROBE_LOST_UNCOUNTED:test_oom
 mutation: deps
-	@for m in $(MUTATIONS); do \
-	  echo "== mutation $$m"; \
+	@for mt in $(MUTATIONS); do m=$${mt%%:*}; t=$${mt#*:}; \
+	  echo "== mutation $$m (guarded by $$t)"; \
 	  mkdir -p build/mut-$$m; \
-	  $(MAKE) --no-print-directory -s BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/test_scatter \
+	  $(MAKE) --no-print-directory -s BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/$$t \
 	    >build/mut-$$m/build.log 2>&1 || { tail -20 build/mut-$$m/build.log; exit 1; }; \
-	  if build/mut-$$m/tests/test_scatter >build/mut-$$m/out.log 2>&1; then \
-	    echo "mutation $$m SURVIVED: test_scatter passed with the defect built in"; exit 1; \
-	  else echo "mutation $$m killed: test_scatter went red, as it must, in:" \
+	  if build/mut-$$m/tests/$$t >build/mut-$$m/out.log 2>&1; then \
+	    echo "mutation $$m SURVIVED: $$t passed with the defect built in"; exit 1; \
+	  else echo "mutation $$m killed: $$t went red, as it must, in:" \
 	    $$(grep -oE "^\[  FAILED  \] test_[a-z0-9_]+" build/mut-$$m/out.log | sort -u | sed 's/.* //'); fi; \
 	done; echo "mutation: $(words $(MUTATIONS)) killed, 0 survived"
 

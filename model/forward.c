@@ -363,7 +363,11 @@ int vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *l
 int vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, size_t errlen) {
     vt_err e = {0};
     if (s->cuda) return cuda_forward(s, &token, 1, 0, logits, err, errlen);   /* CUDA backend (issue 7) */
+#ifndef VT_MUTATE_NO_STALE_GUARD   /* make mutation: the guard removed; tests/unit/test_oom.c must fail */
     if (s->stale) {
+#else
+    if (0) {
+#endif
         snprintf(err, errlen, "decode: an earlier forward of this session failed midway; prefill again first");
         return VT_STATUS_INPUT;
     }
