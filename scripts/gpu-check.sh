@@ -21,6 +21,15 @@
 #
 # Everything it writes goes under OUT_DIR (log: OUT_DIR/gpu-check.log). It
 # exits non-zero when any check fails. Tolerances: docs/cuda.md.
+#
+# GPU_CHECK_BACKEND=cpu runs the same script with the CPU standing in for the
+# GPU (a self-test of the script's own plumbing on a machine without one:
+# tests/cli/test_gpu_check.sh): test_cuda is not run, the "device" side of
+# every comparison is the CPU, and the benchmark is `build/bench` on the tiny
+# model. It proves nothing about the CUDA backend, and says so.
+# GPU_CHECK_DEV_KNOBS="NAME=VALUE ..." adds knobs to the backend-under-test
+# side of the logits comparison only (the self-test uses it to prove that a
+# real difference fails the script).
 set -u -o pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +39,9 @@ cd "$ROOT" || exit 2
 exec > >(tee "$OUT/gpu-check.log") 2>&1
 PY=/usr/bin/python3
 DB=${GPU_CHECK_DB:-$OUT/results.db}
+DEV=${GPU_CHECK_BACKEND:-cuda}
+DEV_KNOBS=${GPU_CHECK_DEV_KNOBS:-}
+case "$DEV" in cuda|cpu) ;; *) echo "gpu-check: GPU_CHECK_BACKEND must be cuda or cpu, got \"$DEV\"" >&2; exit 2 ;; esac
 FAILS=0
 T0=$(date +%s)
 
@@ -39,6 +51,7 @@ ok() { echo "ok: $*"; }
 
 # ------------------------------------------------------------------ 0. device
 step "device"
+[ "$DEV" = cpu ] && echo "PLUMBING SELF-TEST (GPU_CHECK_BACKEND=cpu): the CPU stands in for the GPU; nothing here tests CUDA"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || fail "nvidia-smi"
 else
@@ -51,21 +64,30 @@ if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   fail "nvcc not found: the CUDA backend cannot be built"; exit 1
 fi
 make deps || echo "warning: make deps failed (continuing: the build says what is missing)"
-make -j"$(nproc)" vtlab build/tests/test_cuda build/libvtmodel.a || { fail "make"; exit 1; }
-./vtlab version | grep -q cuda || { fail "vtlab was built without the CUDA backend"; exit 1; }
-make build/bench_cuda >/dev/null && cp build/bench_cuda "$OUT/bench_cuda" || { fail "bench_cuda build"; exit 1; }
-ok "built (vtlab, build/tests/test_cuda, $OUT/bench_cuda)"
+if [ "$DEV" = cuda ]; then
+  make -j"$(nproc)" vtlab build/tests/test_cuda build/libvtmodel.a || { fail "make"; exit 1; }
+  ./vtlab version | grep -q cuda || { fail "vtlab was built without the CUDA backend"; exit 1; }
+  make build/bench_cuda >/dev/null && cp build/bench_cuda "$OUT/bench_cuda" || { fail "bench_cuda build"; exit 1; }
+  ok "built (vtlab, build/tests/test_cuda, $OUT/bench_cuda)"
+else
+  make -j"$(nproc)" vtlab build/bench || { fail "make"; exit 1; }
+  ok "built (vtlab, build/bench)"
+fi
 
 # ------------------------------------------------------------------ 2. unit test
 step "build/tests/test_cuda"
-timeout 240 build/tests/test_cuda >"$OUT/test_cuda.log" 2>&1; rc=$?
-cat "$OUT/test_cuda.log"
-if [ $rc -ne 0 ]; then fail "test_cuda exited $rc"
-elif grep -q "SKIPPED" "$OUT/test_cuda.log"; then fail "test_cuda skipped tests on a GPU machine (no device visible?)"
-else ok "test_cuda passed"; fi
+if [ "$DEV" = cuda ]; then
+  timeout 240 build/tests/test_cuda >"$OUT/test_cuda.log" 2>&1; rc=$?
+  cat "$OUT/test_cuda.log"
+  if [ $rc -ne 0 ]; then fail "test_cuda exited $rc"
+  elif grep -q "SKIPPED" "$OUT/test_cuda.log"; then fail "test_cuda skipped tests on a GPU machine (no device visible?)"
+  else ok "test_cuda passed"; fi
+else
+  echo "not run (GPU_CHECK_BACKEND=cpu)"
+fi
 
 # ------------------------------------------------------------------ 3-4. CPU vs CUDA through vtlab
-step "vtlab logits: CPU vs CUDA on the tiny config"
+step "vtlab logits: CPU vs $DEV on the tiny config"
 TINY=model/configs/kimi-linear-tiny.json
 ./vtlab synth --config $TINY --seed 3 --dtype f32 --out "$OUT/tiny-f32" >/dev/null || fail "synth f32"
 ./vtlab synth --config $TINY --seed 3 --dtype bf16 --out "$OUT/tiny-bf16" >/dev/null || fail "synth bf16"
@@ -92,9 +114,10 @@ ARMS=(
 ARMLIST=()
 for a in "${ARMS[@]}"; do
   IFS='|' read -r name ck exact knobs <<<"$a"
-  for be in cpu cuda; do
-    env VT_BACKEND=$be VT_PROBE=audit $knobs ./vtlab logits --model "$OUT/$ck" --tokens "$TOKENS" \
-        --out "$OUT/logits/$name.$be.bin" --probes "$OUT/logits/$name.$be.json" \
+  for side in cpu dev; do   # dev: the backend under test ($DEV)
+    be=cpu; extra=""; [ $side = dev ] && be=$DEV && extra=$DEV_KNOBS
+    env VT_BACKEND=$be VT_PROBE=audit $knobs $extra ./vtlab logits --model "$OUT/$ck" --tokens "$TOKENS" \
+        --out "$OUT/logits/$name.$side.bin" --probes "$OUT/logits/$name.$side.json" \
       || fail "vtlab logits, arm $name, backend $be"
   done
   ARMLIST+=("$name:$exact")
@@ -111,8 +134,8 @@ for spec in arms:
     name, exact = spec.split(":")
     try:
         a = np.fromfile(f"{d}/{name}.cpu.bin", dtype=np.float32).reshape(-1, V)
-        b = np.fromfile(f"{d}/{name}.cuda.bin", dtype=np.float32).reshape(-1, V)
-        pa = json.load(open(f"{d}/{name}.cpu.json")); pb = json.load(open(f"{d}/{name}.cuda.json"))
+        b = np.fromfile(f"{d}/{name}.dev.bin", dtype=np.float32).reshape(-1, V)
+        pa = json.load(open(f"{d}/{name}.cpu.json")); pb = json.load(open(f"{d}/{name}.dev.json"))
     except Exception as e:
         print(f"FAIL {name}: {e}"); bad += 1; continue
     diff = np.abs(a.astype(np.float64) - b)
@@ -147,34 +170,45 @@ for spec in arms:
         if not sc or any(q["violations"] < 1 or q["rows_unwritten"] <= 0 for q in sc):
             perr = perr or "replay: the GPU's moe.scatter records do not all show the violation"
         else:
-            print(f"ok   replay: moe.scatter violated on {len(sc)} MoE layers on the GPU: {sc[0]['detail']}")
+            print(f"ok   replay: moe.scatter violated on {len(sc)} MoE layers on the backend under test: {sc[0]['detail']}")
     print(f"{'ok  ' if not perr else 'FAIL'} probes {name:24s} {len(pb)} records" + (f": {perr}" if perr else " equal"))
     bad += perr is not None
 sys.exit(1 if bad else 0)
 EOF
 
 # ------------------------------------------------------------------ 5. an experiment into results.db
-step "vtlab run experiments/bf16-stream.json with VT_BACKEND=cuda -> $DB"
-if VT_BACKEND=cuda timeout 240 ./vtlab run experiments/bf16-stream.json --db "$DB" --force; then
+step "vtlab run experiments/bf16-stream.json with VT_BACKEND=$DEV -> $DB"
+if VT_BACKEND=$DEV timeout 240 ./vtlab run experiments/bf16-stream.json --db "$DB" --force; then
   ./vtlab runs --db "$DB" | tail -6
-  ok "experiment recorded in $DB"
+  n=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select count(*) from runs where backend=? and status='FINISHED'\", (sys.argv[2],)).fetchone()[0])" "$DB" "$DEV")
+  if [ "${n:-0}" -ge 1 ]; then ok "experiment recorded in $DB ($n FINISHED run(s) with backend $DEV)"
+  else fail "no FINISHED run with backend $DEV in $DB"; fi
 else
-  fail "vtlab run with VT_BACKEND=cuda"
+  fail "vtlab run with VT_BACKEND=$DEV"
 fi
 
 # ------------------------------------------------------------------ 6. the full-size benchmark
-step "benchmark: model/configs/kimi-linear-48b-a3b.json, bf16 weights generated on the device"
-if timeout 300 "$OUT/bench_cuda" model/configs/kimi-linear-48b-a3b.json "$OUT/bench.json" 2048 32; then
-  # the report becomes runs like any other (experiment bench-kimi-linear-48b-a3b, backend cuda, the device's name)
+if [ "$DEV" = cuda ]; then
+  step "benchmark: model/configs/kimi-linear-48b-a3b.json, bf16 weights generated on the device"
+  BENCH_EXP=bench-kimi-linear-48b-a3b
+  timeout 300 "$OUT/bench_cuda" model/configs/kimi-linear-48b-a3b.json "$OUT/bench.json" 2048 32; rc=$?
+else
+  step "benchmark (GPU_CHECK_BACKEND=cpu): build/bench on the tiny model"
+  BENCH_EXP=bench-tiny-f32
+  build/bench "$OUT/tiny-f32" 32 --json "$OUT/bench.json"; rc=$?
+fi
+if [ $rc -eq 0 ]; then
+  # the report becomes runs like any other (experiment bench-<model>, the backend, the device's name)
   if ./vtlab record-bench "$OUT/bench.json" --db "$DB"; then
-    ./vtlab runs --db "$DB" --experiment bench-kimi-linear-48b-a3b
+    ./vtlab runs --db "$DB" --experiment "$BENCH_EXP"
     ok "bench: $OUT/bench.json, recorded in $DB"
   else
     fail "vtlab record-bench $OUT/bench.json"
   fi
 else
-  fail "bench_cuda"
+  fail "benchmark exited $rc"
 fi
 
 step "done: $FAILS failed check(s); everything is under $OUT"
+[ "$DEV" = cpu ] && echo "(GPU_CHECK_BACKEND=cpu: a self-test of this script; the CUDA backend was not exercised)"
 [ "$FAILS" -eq 0 ]
