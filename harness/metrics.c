@@ -182,50 +182,6 @@ const char *lab_verdict_name(lab_verdict v) {
     }
 }
 
-uint16_t lab_f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t absx = x & 0x7fffffffu;
-    if (absx >= 0x7f800000u) /* inf or NaN: keep NaN quiet and non-zero */
-        return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u));
-    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
-    if (absx < 0x38800000u) {                                  /* below 2^-14: subnormal */
-        if (absx < 0x33000000u) return sign;                   /* below half the smallest */
-        uint32_t mant = (absx & 0x7fffffu) | 0x800000u;
-        /* value = mant * 2^(e-150) and a half subnormal is h * 2^-24 */
-        int shift = (int)(126 - (absx >> 23));
-        uint32_t half = mant >> shift;
-        uint32_t rem = mant & ((1u << shift) - 1u), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1u))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t e = (absx >> 23) - 112u; /* rebias 127 -> 15 */
-    uint32_t mant = absx & 0x7fffffu;
-    uint32_t h = (e << 10) | (mant >> 13);
-    uint32_t rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* carry into exponent is correct */
-    return (uint16_t)(sign | h);
-}
-
-float lab_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0) {
-        if (m == 0) x = sign;
-        else { /* subnormal: normalise */
-            int sh = 0;
-            while (!(m & 0x400u)) { m <<= 1; sh++; }
-            m &= 0x3ffu;
-            x = sign | ((uint32_t)(113 - sh) << 23) | (m << 13);
-        }
-    } else if (e == 31) x = sign | 0x7f800000u | (m << 13);
-    else x = sign | ((e + 112u) << 23) | (m << 13);
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
-}
-
 uint64_t lab_splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

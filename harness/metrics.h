@@ -70,12 +70,6 @@ typedef enum lab_verdict { LAB_INCONCLUSIVE = 0, LAB_SUPPORTED = 1, LAB_REFUTED 
 lab_verdict lab_decide(double lo, double hi, double threshold, int direction_ge);
 const char *lab_verdict_name(lab_verdict v);
 
-/* IEEE half precision, round to nearest even (overflow to inf, NaN kept).
- * Used for the compact full-logits blobs; the noise floor it adds is
- * measured by `vtlab` and documented in docs/schema.md. */
-uint16_t lab_f32_to_f16(float f);
-float    lab_f16_to_f32(uint16_t h);
-
 /* splitmix64: the documented generator of `"generate"` datasets.
  * state += 0x9E3779B97F4A7C15; z = state; z = (z ^ z>>30) * 0xBF58476D1CE4E5B9;
  * z = (z ^ z>>27) * 0x94D049BB133111EB; return z ^ z>>31. */

@@ -234,8 +234,8 @@ static int full_kl(lab_store *st, int64_t rp, int64_t rq, double **kl, int64_t *
                 uint16_t ha, hb;
                 memcpy(&ha, da + (size_t)(p * v + i) * 2, 2);
                 memcpy(&hb, db + (size_t)(p * v + i) * 2, 2);
-                fp[i] = lab_f16_to_f32(ha);
-                fq[i] = lab_f16_to_f32(hb);
+                fp[i] = vt_f32_from_f16_bits(ha);
+                fq[i] = vt_f32_from_f16_bits(hb);
             }
             lab_log_softmax(fp, v, lp);
             lab_log_softmax(fq, v, lq);

@@ -442,8 +442,8 @@ static int forward_pass(const lab_experiment *e, vt_model *m, const vt_model_inf
                         uint16_t *h = acc->full + gi * V;
                         float *back = (float *)lq; /* V floats fit in V doubles */
                         for (int64_t v = 0; v < V; v++) {
-                            h[v] = lab_f32_to_f16(row[v]);
-                            back[v] = lab_f16_to_f32(h[v]);
+                            h[v] = vt_f16_bits_from_f32(row[v]);
+                            back[v] = vt_f32_from_f16_bits(h[v]);
                         }
                         /* The noise floor of the f16 store: KL(f32 || f16-rounded). */
                         double d = lab_max_abs_diff(row, back, V);

@@ -8,6 +8,7 @@
  * quiet bit. f16 needs real exponent re-biasing, so it is done field by field.
  */
 #include "dtype.h"
+#include "vt.h"
 
 #include <string.h>
 
@@ -147,4 +148,11 @@ int vt_convert(void *dst, vt_dtype dst_t, const void *src, vt_dtype src_t, size_
         }
     }
     return 0;
+}
+
+uint16_t vt_f16_bits_from_f32(float x) { return vt_f32_to_f16(x).bits; }
+
+float vt_f32_from_f16_bits(uint16_t h) {
+    vt_f16 v = {h};
+    return vt_f16_to_f32(v);
 }

@@ -176,6 +176,14 @@ int vt_synth(const char *config_path, uint64_t seed, const char *dtype, const ch
  * tell an old model from a new one. */
 int vt_synth_version(void);
 
+/* ------------------------------------------------------------------ f16 */
+
+/* IEEE binary16 <-> f32 on raw bits, by the model's own conversion (dtype.c:
+ * round to nearest even, overflow to Inf, gradual underflow, NaN stays NaN).
+ * The harness stores full logits in f16 with these. */
+uint16_t vt_f16_bits_from_f32(float x);
+float    vt_f32_from_f16_bits(uint16_t h);
+
 /* ------------------------------------------------------------------ sha256 */
 
 void vt_sha256(const void *data, size_t n, uint8_t out[32]);

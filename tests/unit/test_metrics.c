@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "harness/metrics.h"
+#include "model/vt.h"
 
 #define NEAR(a, b, tol) assert_true(fabs((double)(a) - (double)(b)) <= (tol))
 
@@ -128,23 +129,24 @@ static void test_decide(void **state) {
     assert_string_equal(lab_verdict_name(LAB_INCONCLUSIVE), "INCONCLUSIVE");
 }
 
+/* The f16 store of full logits uses the model's conversion (vt.h). */
 static void test_f16(void **state) {
     (void)state;
-    assert_int_equal(lab_f32_to_f16(1.0f), 0x3c00);
-    assert_int_equal(lab_f32_to_f16(-2.0f), 0xc000);
-    assert_int_equal(lab_f32_to_f16(65504.0f), 0x7bff);
-    assert_int_equal(lab_f32_to_f16(70000.0f), 0x7c00);      /* overflow -> inf */
-    assert_int_equal(lab_f32_to_f16(0.1f), 0x2e66);          /* 0.0999755859375 */
-    assert_int_equal(lab_f32_to_f16(ldexpf(1.0f, -24)), 0x0001); /* smallest subnormal */
-    assert_int_equal(lab_f32_to_f16(ldexpf(1.0f, -26)), 0x0000); /* below half of it */
+    assert_int_equal(vt_f16_bits_from_f32(1.0f), 0x3c00);
+    assert_int_equal(vt_f16_bits_from_f32(-2.0f), 0xc000);
+    assert_int_equal(vt_f16_bits_from_f32(65504.0f), 0x7bff);
+    assert_int_equal(vt_f16_bits_from_f32(70000.0f), 0x7c00);      /* overflow -> inf */
+    assert_int_equal(vt_f16_bits_from_f32(0.1f), 0x2e66);          /* 0.0999755859375 */
+    assert_int_equal(vt_f16_bits_from_f32(ldexpf(1.0f, -24)), 0x0001); /* smallest subnormal */
+    assert_int_equal(vt_f16_bits_from_f32(ldexpf(1.0f, -26)), 0x0000); /* below half of it */
     /* round to nearest even: 1 + 2^-11 is halfway between 1 and 1 + 2^-10 */
-    assert_int_equal(lab_f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00);
-    assert_int_equal(lab_f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)), 0x3c02);
-    assert_true(isnan(lab_f16_to_f32(lab_f32_to_f16(NAN))));
+    assert_int_equal(vt_f16_bits_from_f32(1.0f + ldexpf(1.0f, -11)), 0x3c00);
+    assert_int_equal(vt_f16_bits_from_f32(1.0f + 3 * ldexpf(1.0f, -11)), 0x3c02);
+    assert_true(isnan(vt_f32_from_f16_bits(vt_f16_bits_from_f32(NAN))));
     /* every finite half round-trips exactly through f32 */
     for (uint32_t h = 0; h < 0x10000; h++) {
         if ((h & 0x7c00) == 0x7c00) continue;
-        assert_int_equal(lab_f32_to_f16(lab_f16_to_f32((uint16_t)h)), h);
+        assert_int_equal(vt_f16_bits_from_f32(vt_f32_from_f16_bits((uint16_t)h)), h);
     }
 }
 
