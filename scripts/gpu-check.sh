@@ -22,6 +22,10 @@
 # Everything it writes goes under OUT_DIR (log: OUT_DIR/gpu-check.log). It
 # exits non-zero when any check fails. Tolerances: docs/cuda.md.
 #
+# Step time limits (test_cuda 120 s, the experiment 90 s, the benchmark 150 s)
+# keep the whole script under the 10 minutes a device command may run, so a
+# hang still ends with the summary line.
+#
 # GPU_CHECK_BACKEND=cpu runs the same script with the CPU standing in for the
 # GPU (a self-test of the script's own plumbing on a machine without one:
 # tests/cli/test_gpu_check.sh): test_cuda is not run, the "device" side of
@@ -53,17 +57,24 @@ ok() { echo "ok: $*"; }
 step "device"
 [ "$DEV" = cpu ] && echo "PLUMBING SELF-TEST (GPU_CHECK_BACKEND=cpu): the CPU stands in for the GPU; nothing here tests CUDA"
 if command -v nvidia-smi >/dev/null; then
+  # the build links CUDA 13's runtime: the driver must support it (else every CUDA step fails
+  # with "CUDA driver version is insufficient", which test_cuda's log shows)
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || fail "nvidia-smi"
 else
   echo "nvidia-smi not found (continuing: the CUDA runtime decides)"
 fi
+{ command -v nvcc >/dev/null && nvcc --version | tail -2; } || { [ -x /usr/local/cuda/bin/nvcc ] && /usr/local/cuda/bin/nvcc --version | tail -2; }
+$PY -c "import numpy" 2>/dev/null || { fail "$PY has no numpy: the comparisons need it (apt-get install python3-numpy)"; exit 1; }
 
 # ------------------------------------------------------------------ 1. build
 step "build"
 if ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   fail "nvcc not found: the CUDA backend cannot be built"; exit 1
 fi
-make deps || echo "warning: make deps failed (continuing: the build says what is missing)"
+# only what this script needs (a GPU machine may have no network: apt-get is tried only for
+# what is missing, with a time limit)
+timeout 120 make deps DEB_PACKAGES="libsqlite3-dev libcjson-dev libopenblas-dev python3-numpy libcmocka-dev" \
+  || echo "warning: make deps failed (continuing: the build says what is missing)"
 if [ "$DEV" = cuda ]; then
   make -j"$(nproc)" vtlab build/tests/test_cuda build/libvtmodel.a || { fail "make"; exit 1; }
   ./vtlab version | grep -q cuda || { fail "vtlab was built without the CUDA backend"; exit 1; }
@@ -77,7 +88,7 @@ fi
 # ------------------------------------------------------------------ 2. unit test
 step "build/tests/test_cuda"
 if [ "$DEV" = cuda ]; then
-  timeout 240 build/tests/test_cuda >"$OUT/test_cuda.log" 2>&1; rc=$?
+  timeout 120 build/tests/test_cuda >"$OUT/test_cuda.log" 2>&1; rc=$?
   cat "$OUT/test_cuda.log"
   if [ $rc -ne 0 ]; then fail "test_cuda exited $rc"
   elif grep -q "SKIPPED" "$OUT/test_cuda.log"; then fail "test_cuda skipped tests on a GPU machine (no device visible?)"
@@ -140,7 +151,11 @@ for spec in arms:
         print(f"FAIL {name}: {e}"); bad += 1; continue
     diff = np.abs(a.astype(np.float64) - b)
     per = np.nan_to_num(diff, nan=np.inf).max(axis=1)
-    top1 = float((a.argmax(1) == b.argmax(1)).mean())
+    # top-1 agreement at positions that are not near-ties (the CPU's lead > 0.1): a near-tie
+    # flips under any reduction order (test_cuda.c, TOP1_MIN_GAP)
+    srt = np.sort(a, axis=1)
+    clear = (srt[:, -1] - srt[:, -2]) > 0.1
+    top1 = float((a.argmax(1) == b.argmax(1))[clear].mean()) if clear.any() else 1.0
     if exact == "1":
         good = bool(np.isfinite(b).all()) and per.max() <= F32_ATOL
         rule = f"max|diff| <= {F32_ATOL}"
@@ -150,7 +165,7 @@ for spec in arms:
         good, rule = True, "informational"
     else:
         good = bool(np.isfinite(b).all()) and np.median(per) <= BF16_MEDIAN and top1 >= BF16_TOP1
-        rule = f"median <= {BF16_MEDIAN}, top-1 >= {BF16_TOP1}"
+        rule = f"median <= {BF16_MEDIAN}, top-1 >= {BF16_TOP1} of {int(clear.sum())} clear positions"
     print(f"{'ok  ' if good else 'FAIL'} logits {name:24s} max|diff| {per.max():.3g}  median {np.median(per):.3g}  "
           f"top-1 {top1:.3f}  ({rule})")
     bad += not good
@@ -178,7 +193,7 @@ EOF
 
 # ------------------------------------------------------------------ 5. an experiment into results.db
 step "vtlab run experiments/bf16-stream.json with VT_BACKEND=$DEV -> $DB"
-if VT_BACKEND=$DEV timeout 240 ./vtlab run experiments/bf16-stream.json --db "$DB" --force; then
+if VT_BACKEND=$DEV timeout 90 ./vtlab run experiments/bf16-stream.json --db "$DB" --force; then
   ./vtlab runs --db "$DB" | tail -6
   n=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select count(*) from runs where backend=? and status='FINISHED'\", (sys.argv[2],)).fetchone()[0])" "$DB" "$DEV")
   if [ "${n:-0}" -ge 1 ]; then ok "experiment recorded in $DB ($n FINISHED run(s) with backend $DEV)"
@@ -191,7 +206,7 @@ fi
 if [ "$DEV" = cuda ]; then
   step "benchmark: model/configs/kimi-linear-48b-a3b.json, bf16 weights generated on the device"
   BENCH_EXP=bench-kimi-linear-48b-a3b
-  timeout 300 "$OUT/bench_cuda" model/configs/kimi-linear-48b-a3b.json "$OUT/bench.json" 2048 32; rc=$?
+  timeout 150 "$OUT/bench_cuda" model/configs/kimi-linear-48b-a3b.json "$OUT/bench.json" 2048 32; rc=$?
 else
   step "benchmark (GPU_CHECK_BACKEND=cpu): build/bench on the tiny model"
   BENCH_EXP=bench-tiny-f32

@@ -41,7 +41,8 @@
 
 #define F32_ATOL 1e-3          /* CPU vs CUDA, f32 arms (see above) */
 #define BF16_MEDIAN 0.5        /* bf16 arms: median per-position max |diff| */
-#define BF16_TOP1 0.9          /* bf16 arms: top-1 agreement */
+#define BF16_TOP1 0.9          /* bf16 arms: top-1 agreement, at positions that are not near-ties */
+#define TOP1_MIN_GAP 0.1       /* a position counts for top-1 agreement when the reference's lead exceeds this */
 #define DECODE_ATOL 5e-4       /* CUDA decode vs CUDA prefill, f32: cuBLAS picks other kernels at M=1 */
 #define EXPERT_RTOL 1e-3       /* expert rows vs an f64 recomputation (as test_scatter.c) */
 
@@ -93,10 +94,24 @@ static vt_session *session_on(vt_model *m, const char *be, const char *const *kv
 static void tokens(int32_t *t, int64_t n, uint32_t seed) { vt_test_tokens(t, n, seed, V); }
 static float *logits_of(vt_session *s, const int32_t *t, int64_t T) { return vt_test_logits(s, t, T, V); }
 
-/* Compares [T, V] logits: exact arms by max |diff|, bf16 arms by the distributional bounds. */
+/* The reference's top-1 minus top-2 logit at one position. */
+static double top_gap(const float *row) {
+    int64_t b = vt_test_argmax(row, V);
+    double second = -INFINITY;
+    for (int64_t v = 0; v < V; v++)
+        if (v != b && row[v] > second) second = row[v];
+    return (double)row[b] - second;
+}
+
+/* Compares [T, V] logits: exact arms by max |diff|, bf16 arms by the
+ * distributional bounds. Top-1 agreement counts only positions where the
+ * reference's top-1 leads its top-2 by more than TOP1_MIN_GAP: on the random
+ * tiny model a handful of positions are near-ties that any reduction order
+ * may flip (measured: 5 of 40 positions under 0.1 apart), which would make a
+ * 90% bound a coin flip at small T. */
 static void check_logits(const char *arm, const float *ref, const float *got, int64_t T, int exact) {
     double worst = 0, *per = malloc(sizeof(double) * (size_t)T);
-    int agree = 0;
+    int agree = 0, counted = 0;
     for (int64_t p = 0; p < T; p++) {
         per[p] = 0;
         for (int64_t v = 0; v < V; v++) {
@@ -104,17 +119,20 @@ static void check_logits(const char *arm, const float *ref, const float *got, in
             if (!(d <= per[p])) per[p] = d;   /* NaN counts as worst */
         }
         if (!(per[p] <= worst)) worst = per[p];
-        agree += vt_test_argmax(ref + p * V, V) == vt_test_argmax(got + p * V, V);
+        if (top_gap(ref + p * V) > TOP1_MIN_GAP) {
+            counted++;
+            agree += vt_test_argmax(ref + p * V, V) == vt_test_argmax(got + p * V, V);
+        }
     }
     qsort(per, (size_t)T, sizeof per[0], vt_test_cmp_double);
     double median = per[T / 2];
     free(per);
-    fprintf(stderr, "test_cuda: %-28s max|diff| %.3g, median per-position max|diff| %.3g, top-1 %d/%lld\n", arm, worst,
-            median, agree, (long long)T);
+    fprintf(stderr, "test_cuda: %-28s max|diff| %.3g, median per-position max|diff| %.3g, top-1 %d/%d (of %lld positions)\n",
+            arm, worst, median, agree, counted, (long long)T);
     if (exact && !(worst <= F32_ATOL)) fail_msg("%s: CPU vs CUDA max |diff| %.3g > %.1g", arm, worst, F32_ATOL);
-    if (!exact && (!(median <= BF16_MEDIAN) || agree < BF16_TOP1 * T))
-        fail_msg("%s: CPU vs CUDA median max|diff| %.3g (bound %.2g), top-1 %d/%lld", arm, median, BF16_MEDIAN, agree,
-                 (long long)T);
+    if (!exact && (!(median <= BF16_MEDIAN) || agree < BF16_TOP1 * counted))
+        fail_msg("%s: CPU vs CUDA median max|diff| %.3g (bound %.2g), top-1 %d/%d of the positions with a top-1 lead > %.2g",
+                 arm, median, BF16_MEDIAN, agree, counted, TOP1_MIN_GAP);
 }
 
 /* Every probe record of b equal to a's. unwritten_exact = 0 compares only
@@ -466,7 +484,7 @@ static void test_replay_fault_on_gpu(void **state) {
 static void test_replay_without_audit_matches_cpu(void **state) {
     (void)state;
     NEED_DEVICE();
-    enum { T = 24 };
+    enum { T = 48 };   /* T*K rows >= N_TOK*K: the expert_out slot is reused, not reallocated fresh */
     int32_t t[T];
     tokens(t, T, 4);
     const char *kn[] = {"VT_PROBE", "on", "VT_KIMI_BF16_STREAM", "1", "VT_FAULT", "moe_scatter_row_bytes_from_stream",
