@@ -7,10 +7,10 @@
  * metrics (docs/schema.md, "Benchmark runs").
  *
  * The whole report is validated before the database is opened: a malformed
- * report, an unknown knob, or a report measured by another build of the code
- * (its code_version is part of every run's identity and provenance, which
- * this process can only vouch for when it is the same build) is exit 2 with
- * nothing written.
+ * report or an unknown knob is exit 2 with nothing written. The runs carry
+ * the code version that *measured* them (the report's code_version,
+ * "commit|dirty=N|compiler|flags", split into the provenance columns), not
+ * that of the vtlab recording them.
  */
 #include "bench_record.h"
 
@@ -37,7 +37,9 @@ typedef struct phase {
 
 typedef struct report {
     cJSON      *root;
-    const char *backend, *device, *model, *model_sha, *tokens_sha;
+    const char *backend, *device, *model, *model_sha, *tokens_sha, *code;
+    char        commit[64], compiler[128], flags[256];   /* the parts of code */
+    int         dirty;
     char        experiment[96];
     int64_t     n;
     phase       ph[MAX_PHASES];
@@ -84,6 +86,19 @@ static void experiment_id(const char *model, char *out, size_t outlen) {
     out[o] = 0;
 }
 
+/* "COMMIT|dirty=N|COMPILER|FLAGS" (vt_build_info) into r's provenance parts. */
+static int split_code_version(report *r) {
+    const char *a = r->code, *b = strchr(a, '|'), *c = b ? strchr(b + 1, '|') : NULL, *d = c ? strchr(c + 1, '|') : NULL;
+    if (!d || b == a || (size_t)(b - a) >= sizeof r->commit || (size_t)(d - c - 1) >= sizeof r->compiler ||
+        strlen(d + 1) >= sizeof r->flags || strncmp(b + 1, "dirty=", 6) || (c - b - 7) != 1 || (b[7] != '0' && b[7] != '1'))
+        return -1;
+    snprintf(r->commit, sizeof r->commit, "%.*s", (int)(b - a), a);
+    r->dirty = b[7] - '0';
+    snprintf(r->compiler, sizeof r->compiler, "%.*s", (int)(d - c - 1), c + 1);
+    snprintf(r->flags, sizeof r->flags, "%s", d + 1);
+    return 0;
+}
+
 static void report_free(report *r) {
     for (int64_t i = 0; i < r->n; i++) vt_knobset_free(r->ph[i].ks);
     cJSON_Delete(r->root);
@@ -100,13 +115,10 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
                         VT_BENCH_FORMAT);
     if (!cJSON_IsNumber(ver) || ver->valuedouble != VT_BENCH_VERSION)
         return lab_errf(err, errlen, LAB_EINPUT, "%s: \"version\" must be %d", path, VT_BENCH_VERSION);
-    const char *code = str_field(o, "code_version");
-    if (!code) return lab_errf(err, errlen, LAB_EINPUT, "%s: \"code_version\" must be a string", path);
-    if (strcmp(code, vt_build_info()))
+    r->code = str_field(o, "code_version");
+    if (!r->code || split_code_version(r) != 0)
         return lab_errf(err, errlen, LAB_EINPUT,
-                        "%s: measured by code version \"%s\", but this vtlab is \"%s\": record a report with the "
-                        "vtlab built from the same tree (a run's code version is part of its identity)",
-                        path, code, vt_build_info());
+                        "%s: \"code_version\" must be \"COMMIT|dirty=N|COMPILER|FLAGS\" as vt_build_info() writes it", path);
     r->backend = str_field(o, "backend");
     if (!r->backend || (strcmp(r->backend, "cpu") && strcmp(r->backend, "cuda")))
         return lab_errf(err, errlen, LAB_EINPUT, "%s: \"backend\" must be \"cpu\" or \"cuda\"", path);
@@ -225,13 +237,13 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
     for (int64_t i = 0; i < r.n; i++) {
         const phase *p = &r.ph[i];
         vt_knobset_hash(p->ks, knob_hash);
-        lab_identity id = {r.experiment, p->name, 0, knob_hash, r.model_sha, r.tokens_sha, vt_build_info()};
+        lab_identity id = {r.experiment, p->name, 0, knob_hash, r.model_sha, r.tokens_sha, r.code};
         lab_provenance pv = {0};
         pv.experiment_sha256 = spec_sha;
-        pv.git_commit = vt_build_commit();
-        pv.git_dirty = vt_build_dirty();
-        pv.build_flags = vt_build_flags();
-        pv.compiler = vt_build_compiler();
+        pv.git_commit = r.commit;
+        pv.git_dirty = r.dirty;
+        pv.build_flags = r.flags;
+        pv.compiler = r.compiler;
         pv.backend = r.backend;
         pv.device = r.device;
         pv.host = host;

@@ -311,6 +311,7 @@ typedef struct arm_view {
     char    verdict[16], direction[4], metric[32];
     double  threshold;
     double  tps, ppl;
+    double  peak_frac;         /* benchmark runs: achieved FLOP/s over the peak (NAN: none) */
 } arm_view;
 
 typedef struct exp_view {
@@ -367,7 +368,7 @@ static arm_view *add_arm(exp_view *e, const char *name) {
     snprintf(a->name, sizeof a->name, "%s", name);
     a->assertions_ok = -1;
     a->first_layer = -1;
-    a->tps = a->ppl = NAN;
+    a->tps = a->ppl = a->peak_frac = NAN;
     return a;
 }
 
@@ -475,12 +476,16 @@ static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size
     }
     sqlite3_finalize(s);
 
-    if ((rc = prep(st, "SELECT name, value FROM metrics WHERE run_id = ?1 AND name IN ('tokens_per_s', 'perplexity')", &s,
-                   err, errlen))) return rc;
+    if ((rc = prep(st,
+                   "SELECT name, value FROM metrics WHERE run_id = ?1"
+                   " AND name IN ('tokens_per_s', 'perplexity', 'flops_frac_of_peak')",
+                   &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, a->run_id);
     while (sqlite3_step(s) == SQLITE_ROW) {
-        if (!strcmp(lab_col_text(s, 0), "tokens_per_s")) a->tps = col_num(s, 1);
-        else a->ppl = col_num(s, 1);
+        const char *m = lab_col_text(s, 0);
+        if (!strcmp(m, "tokens_per_s")) a->tps = col_num(s, 1);
+        else if (!strcmp(m, "perplexity")) a->ppl = col_num(s, 1);
+        else a->peak_frac = col_num(s, 1);
     }
     sqlite3_finalize(s);
 
@@ -1003,8 +1008,8 @@ static void section_arms(page *pg, const exp_view *e) {
                       "<th>expects</th><th>run</th><th>assertions</th><th>top-1 k/n [Wilson 95%%]</th><th>verdict</th>"
                       "<th>KL mean / p99 / max</th><th>max |&Delta;logit|</th><th>first divergence</th>"
                       "<th>tokens/s</th></tr>\n");
-    lab_buf_printf(&pg->md, "| arm | knobs | run | assertions | top-1 k/n [95%% CI] | verdict | KL mean |\n"
-                            "|---|---|---|---|---|---|---|\n");
+    lab_buf_printf(&pg->md, "| arm | knobs | run | assertions | top-1 k/n [95%% CI] | verdict | KL mean | tokens/s |\n"
+                            "|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
         lab_buf_printf(o, "<tr><td><b>");
@@ -1022,7 +1027,7 @@ static void section_arms(page *pg, const exp_view *e) {
             lab_buf_printf(o, "<td colspan=\"8\">never run</td></tr>\n");
             lab_buf_printf(&pg->md, "| ");
             lab_esc_md(&pg->md, a->name);
-            lab_buf_printf(&pg->md, " | | never run | | | | |\n");
+            lab_buf_printf(&pg->md, " | | never run | | | | | |\n");
             continue;
         }
         lab_buf_printf(o, "<td>%lld<br><small>", (long long)a->run_id);
@@ -1072,7 +1077,10 @@ static void section_arms(page *pg, const exp_view *e) {
             lab_buf_printf(o, "<td colspan=\"5\">%s</td>", a->is_reference ? "(the reference)" : "no comparison recorded");
         }
         fmt_g(v1, sizeof v1, a->tps);
-        lab_buf_printf(o, "<td>%s</td></tr>\n", v1);
+        /* benchmark runs (vtlab record-bench) also carry the fraction of the peak they reached */
+        if (!isnan(a->peak_frac)) snprintf(v2, sizeof v2, " (%.1f%% of peak FLOP/s)", 100 * a->peak_frac);
+        else v2[0] = 0;
+        lab_buf_printf(o, "<td>%s%s</td></tr>\n", v1, v2);
 
         lab_buf_printf(&pg->md, "| ");
         lab_esc_md(&pg->md, a->name);
@@ -1085,8 +1093,10 @@ static void section_arms(page *pg, const exp_view *e) {
             fmt_g(v1, sizeof v1, a->kl_mean);
             lab_buf_printf(&pg->md, "%lld/%lld [%.3f, %.3f] | ", (long long)a->k, (long long)a->n, a->lo, a->hi);
             lab_esc_md(&pg->md, a->has_verdict ? a->verdict : "-");
-            lab_buf_printf(&pg->md, " | %s |\n", v1);
-        } else lab_buf_printf(&pg->md, "- | - | - |\n");
+            lab_buf_printf(&pg->md, " | %s | ", v1);
+        } else lab_buf_printf(&pg->md, "- | - | - | ");
+        fmt_g(v1, sizeof v1, a->tps);
+        lab_buf_printf(&pg->md, "%s%s |\n", v1, v2);
     }
     lab_buf_printf(o, "</table>\n");
     lab_buf_printf(&pg->md, "\n");

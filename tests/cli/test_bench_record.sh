@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Benchmark reports as runs: `bench --json` (the same writer bench_cuda uses,
 # model/bench_report.c) then `vtlab record-bench` into results.db. A good report
-# becomes one FINISHED run per phase whose numbers are the report's; every bad
-# report is exit 2 with nothing written (not even a new database file).
+# becomes one FINISHED run per phase whose numbers are the report's, with the
+# provenance of the build that measured it; every bad report is exit 2 with
+# nothing written (not even a new database file).
 set -u
 VTLAB=${1:-./vtlab}
 BENCH=${BENCH:-build/bench}
@@ -45,6 +46,12 @@ n=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('sele
 expect_exit "runs lists them" 0 "$VTLAB" runs --db "$W/a.db" --experiment bench-tiny
 grep -q "decode-t2" "$OUT_FILE" && ok "runs shows the phases as arms" || not_ok "runs output" "$(head -3 "$OUT_FILE")"
 expect_exit "report renders a database with benchmark runs" 0 "$VTLAB" report --db "$W/a.db" --out "$W/rep" --no-plots
+want=$(/usr/bin/python3 -c "
+import json,sys; p=json.load(open(sys.argv[1]))['phases'][0]
+print('%.3g (%.1f%% of peak FLOP/s)' % (p['tokens']/p['seconds'], 100*p['flops']/p['seconds']/p['peak_flops']))" "$W/r.json")
+grep -qF -- "| prefill-t1 | VT\_THREADS=1 |" "$W/rep/summary.md" && grep -F -- "| prefill-t1 |" "$W/rep/summary.md" | head -1 | grep -qF -- "$want |" \
+  && ok "the report shows a phase's tokens/s and fraction of peak ($want)" \
+  || not_ok "report bench row" "want \"$want\" in: $(grep -F 'prefill-t1' "$W/rep/summary.md" | head -1)"
 
 # bad reports: mutate one field each; exit 2, a message naming it, no database created
 bad() {   # bad NAME EXPECTED_TEXT PYTHON_EXPR_ON_r
@@ -57,7 +64,17 @@ PYEOF
   stderr_has "bad report ($1): says why" "$2"
   [ ! -e "$W/b.db" ] && ok "bad report ($1): no database written" || not_ok "bad report ($1)" "database created"
 }
-bad "another build" "measured by code version" 'r["code_version"] = "0123abcd|dirty=0|gcc|-O2"'
+bad "malformed code version" '"code_version" must be "COMMIT|dirty=N|COMPILER|FLAGS"' 'r["code_version"] = "0123abcd"'
+# a report measured by another build keeps that build's provenance, not the recorder's
+$PY - "$W/r.json" "$W/other.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1])); r["code_version"] = "0123abcd4567|dirty=1|11.4.0 gcc|-O3 cuda"
+open(sys.argv[2], "w").write(json.dumps(r))
+PYEOF
+expect_exit "a report from another build is recorded" 0 "$VTLAB" record-bench "$W/other.json" --db "$W/o.db"
+got=$($PY -c "import sqlite3,sys; print('|'.join(map(str, sqlite3.connect(sys.argv[1]).execute('select code_version, git_commit, git_dirty, compiler, build_flags from runs limit 1').fetchone())))" "$W/o.db")
+[ "$got" = "0123abcd4567|dirty=1|11.4.0 gcc|-O3 cuda|0123abcd4567|1|11.4.0 gcc|-O3 cuda" ] \
+  && ok "with the code version that measured it (commit, dirty, compiler, flags)" || not_ok "provenance of another build" "$got"
 bad "not a report" "not a benchmark report" 'r["format"] = "something"'
 bad "zero seconds" '"seconds" must be a number > 0' 'r["phases"][1]["seconds"] = 0'
 bad "fractional tokens" '"tokens" must be an integral number' 'r["phases"][0]["tokens"] = 1.5'
