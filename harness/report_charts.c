@@ -1,0 +1,469 @@
+/*
+ * report_charts.c — the report's gnuplot charts (see report.c for the page):
+ * top-1 agreement with Wilson bars, per-layer divergence with the layer kinds
+ * shaded, the per-position KL CDF, and the nightly history of each arm's
+ * metrics and throughput. Each chart is a gnuplot script over a small text
+ * data file (plot.h); one that cannot be drawn is named on the page and on
+ * stderr, and the rest of the report is still written.
+ *
+ * Layer kinds for the divergence chart come from the run's own probe
+ * records (kda.state marks a KDA layer, the moe.* sites a MoE layer, every
+ * other layer of residual.stream is MLA); when a run has no probes (VT_PROBE
+ * off) the model named by the stored experiment spec is opened and asked.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "experiment.h"
+#include "model/vt.h"
+#include "plot.h"
+#include "report_page.h"
+#include "runner.h"
+
+/* ------------------------------------------------------------ layer kinds */
+
+typedef struct layer_kinds {
+    int  n;                    /* layers; 0 when unknown */
+    char attn[256];            /* 'K' KDA, 'M' MLA */
+    char ffn[256];             /* 'E' MoE, 'D' dense */
+    char source[96];
+} layer_kinds;
+
+static void kinds_from_model(const exp_view *e, layer_kinds *lk) {
+    if (!e->spec_json) return;
+    lab_experiment *x = NULL;
+    char err[1024];
+    if (lab_experiment_parse(&x, e->file ? e->file : "spec", e->spec_json, err, sizeof err)) return;
+    char *dir = NULL;
+    if (!x->model_synth && (!x->model_dir || !lab_path_exists(x->model_dir))) { lab_experiment_free(x); return; }
+    if (lab_model_dir(x, &dir, err, sizeof err) == 0) {
+        vt_model *m = NULL;
+        if (vt_model_open(&m, dir, err, sizeof err) == 0) {
+            vt_model_info mi;
+            vt_model_get_info(m, &mi);
+            lk->n = (int)(mi.n_layers < 255 ? mi.n_layers : 255);
+            for (int l = 0; l < lk->n; l++) {
+                lk->attn[l] = mi.layer_kind[l] == 'M' ? 'M' : 'K';
+                lk->ffn[l] = mi.layer_ffn[l] == 'E' ? 'E' : 'D';
+            }
+            snprintf(lk->source, sizeof lk->source, "the model of the experiment spec");
+            vt_model_free(m);
+        }
+    }
+    free(dir);
+    lab_experiment_free(x);
+}
+
+static int layer_kinds_of(lab_store *st, const exp_view *e, int64_t run, layer_kinds *lk, char *err, size_t errlen) {
+    memset(lk, 0, sizeof *lk);
+    sqlite3_stmt *s;
+    int rc = lab_rp_prep(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < 255", &s, err,
+                  errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, run);
+    int any_kda = 0, n = 0;
+    memset(lk->attn, 'M', sizeof lk->attn);
+    memset(lk->ffn, 'D', sizeof lk->ffn);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *site = lab_col_text(s, 0);
+        int l = sqlite3_column_int(s, 1);
+        if (l + 1 > n) n = l + 1;
+        if (!strcmp(site, "kda.state")) { lk->attn[l] = 'K'; any_kda = 1; }
+        if (!strncmp(site, "moe.", 4)) lk->ffn[l] = 'E';
+    }
+    sqlite3_finalize(s);
+    lk->attn[255] = lk->ffn[255] = 0;
+    if (n > 0 && any_kda) {
+        lk->n = n;
+        lk->attn[n] = lk->ffn[n] = 0;
+        snprintf(lk->source, sizeof lk->source, "the run's probe records");
+        return LAB_OK;
+    }
+    memset(lk, 0, sizeof *lk);
+    kinds_from_model(e, lk);
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ charts */
+
+
+/* Draws one chart and puts it on the page (or names why it is missing). */
+static void chart(page *pg, const char *name, const char *data, const char *body, int w, int h, const char *caption) {
+    if (!pg->plots_on) return;
+    char err[1024] = "";
+    int rc = lab_plot_render(pg->plot_dir, name, data, body, w, h, err, sizeof err);
+    if (rc) {
+        pg->res->plot_failures++;
+        fprintf(stderr, "vtlab report: chart %s not drawn: %s\n", name, err);
+        lab_buf_printf(&pg->html, "<p class=\"bad\">chart %s not drawn: ", name);
+        lab_esc_html(&pg->html, err);
+        lab_buf_printf(&pg->html, "</p>\n");
+        return;
+    }
+    pg->res->n_plots++;
+    lab_buf_printf(&pg->html,
+                   "<figure><a href=\"plots/%s.png\"><img src=\"plots/%s.svg\" alt=\"%s\" width=\"%d\"></a>"
+                   "<figcaption>", name, name, name, w);
+    lab_esc_html(&pg->html, caption);
+    lab_buf_printf(&pg->html, " (<a href=\"plots/%s.png\">PNG</a>, <a href=\"plots/%s.svg\">SVG</a>, "
+                              "<a href=\"plots/src/%s.gp\">script</a>)</figcaption></figure>\n", name, name, name);
+    lab_buf_printf(&pg->md, "![%s](plots/%s.png)\n\n", name, name);
+}
+
+void lab_rp_chart_top1(page *pg, const exp_view *e, const char *stem) {
+    lab_buf d = {0}, b = {0};
+    int n = 0;
+    double ymin = 1;
+    char lab[160], title[300];
+    for (int i = 0; i < e->n_arms; i++) {
+        const arm_view *a = &e->arms[i];
+        if (!a->has_cmp || a->is_reference || a->n <= 0) continue;
+        double v = (double)a->k / (double)a->n;
+        lab_buf_printf(&d, "\"%s\" %.6f %.6f %.6f %lld %lld\n", lab_gp_label(a->name, lab, sizeof lab), v, a->lo, a->hi,
+                       (long long)a->k, (long long)a->n);
+        if (a->lo < ymin) ymin = a->lo;
+        n++;
+    }
+    if (!n) { lab_buf_free(&d); return; }
+    if (e->has_decision && e->threshold < ymin) ymin = e->threshold;
+    ymin = floor((ymin - 0.05) * 10) / 10;
+    if (ymin < 0) ymin = 0;
+    lab_buf_printf(&b, "set title \"%s: top-1 agreement with reference %s (Wilson 95%% interval)\"\n",
+                   lab_gp_label(e->id, title, sizeof title), lab_gp_label(e->reference, lab, sizeof lab));
+    lab_buf_printf(&b, "set ylabel 'top-1 agreement k/n (fraction of scored positions)'\nset xlabel 'arm'\n"
+                       "set xrange [-0.5:%d.5]\nset yrange [%.2f:1.02]\nset grid ytics\nset key bottom left box opaque\n"
+                       "set offsets 0,0,0,0\nset xtics noenhanced rotate by -15\nset bmargin 6\n", n - 1, ymin);
+    lab_buf_printf(&b, "plot 'src/%s.dat' using 0:2:3:4:xticlabels(1) with yerrorbars pt 7 ps 1.5 lw 2 lc rgb '#1f5fa8'"
+                       " title 'k/n with Wilson 95%% interval', '' using 0:2:(sprintf('%%d/%%d', $5, $6)) with labels"
+                       " offset 4,0 notitle", stem);
+    if (e->has_decision)
+        lab_buf_printf(&b, ", %.6g with lines dt 2 lw 2 lc rgb '#c0392b' title 'decision threshold %.3g (%s)'", e->threshold,
+                       e->threshold, e->decision_ge ? "SUPPORTED when lo >= it" : "SUPPORTED when hi <= it");
+    lab_buf_printf(&b, "\n");
+    chart(pg, stem, d.data, b.data, 900, 480, "Top-1 agreement of each arm with the reference arm, with its Wilson 95% "
+                                              "interval and the experiment's decision threshold.");
+    lab_buf_free(&d);
+    lab_buf_free(&b);
+}
+
+void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
+    lab_buf d = {0}, b = {0};
+    char lab[160], title[300];
+    int blocks = 0;
+    double tol = NAN;
+    int64_t kinds_run = 0;
+    lab_buf plots = {0};
+    for (int i = 0; i < e->n_arms; i++) {
+        const arm_view *a = &e->arms[i];
+        if (!a->has_cmp || a->is_reference) continue;
+        sqlite3_stmt *s;
+        if (lab_rp_prep(pg->st, "SELECT layer, site, rel_l2 FROM layer_divergence WHERE run_id = ?1 AND reference_run_id = ?2"
+                         " ORDER BY layer, site", &s, pg->err, sizeof pg->err)) continue;
+        sqlite3_bind_int64(s, 1, a->run_id);
+        sqlite3_bind_int64(s, 2, a->ref_run);
+        int rows = 0;
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            double v = sqlite3_column_double(s, 2);
+            if (!(v > 1e-10)) v = 1e-10;       /* log scale: exact zero is drawn at the floor */
+            if (v > 1e3) v = 1e3;              /* 1e308 stands for +inf */
+            lab_buf_printf(&d, "%.3f %.6g\n", (double)sqlite3_column_int64(s, 0) + (sqlite3_column_int(s, 1) ? 0.75 : 0.25), v);
+            rows++;
+        }
+        sqlite3_finalize(s);
+        if (!rows) continue;
+        lab_buf_printf(&d, "\n\n");
+        if (isnan(tol) && !isnan(a->div_tol)) tol = a->div_tol;
+        kinds_run = a->ref_run;
+        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with linespoints lw 2 pt 7 ps 0.8 title \"%s\"",
+                       blocks ? ", " : "", stem, blocks, lab_gp_label(a->name, lab, sizeof lab));
+        blocks++;
+    }
+    if (!blocks) { lab_buf_free(&d); lab_buf_free(&plots); return; }
+    layer_kinds lk;
+    layer_kinds_of(pg->st, e, kinds_run, &lk, pg->err, sizeof pg->err);
+    int nl = lk.n;
+    lab_buf_printf(&b, "set title \"%s: relative L2 distance of the residual stream from reference %s, per layer\"\n",
+                   lab_gp_label(e->id, title, sizeof title), lab_gp_label(e->reference, lab, sizeof lab));
+    lab_buf_printf(&b, "set logscale y\nset format y '%%.0e'\n"
+                       "set ylabel 'rel. L2 ||h_arm - h_ref|| / ||h_ref|| (log)'\n"
+                       "set xlabel 'layer (left half: after attention, right half: after FFN)'\n"
+                       "set grid ytics\nset key outside right top\n");
+    if (nl > 0) {
+        lab_buf_printf(&b, "set xrange [0:%d]\nset xtics (", nl);
+        for (int l = 0; l < nl; l++)
+            lab_buf_printf(&b, "%s\"%d\\n%s\\n%s\" %d.5", l ? ", " : "", l, lk.attn[l] == 'K' ? "KDA" : "MLA",
+                           lk.ffn[l] == 'E' ? "MoE" : "dense", l);
+        lab_buf_printf(&b, ")\nset bmargin 7\nset xlabel offset 0,-1.5\n");
+        for (int l = 0; l < nl; l++) {
+            if (lk.ffn[l] == 'E')
+                lab_buf_printf(&b, "set object rect from %d.5, graph 0 to %d, graph 1 fc rgb '#f6d7a7' fs solid 0.45"
+                                   " noborder behind\n", l, l + 1);
+            if (lk.attn[l] == 'M')
+                lab_buf_printf(&b, "set object rect from %d, graph 0 to %d.5, graph 1 fc rgb '#bcd4f0' fs solid 0.45"
+                                   " noborder behind\n", l, l);
+            lab_buf_printf(&b, "set arrow from %d, graph 0 to %d, graph 1 nohead lc rgb '#999999' dt 3\n", l, l);
+        }
+    }
+    lab_buf_printf(&b, "plot %s", plots.data);
+    if (!isnan(tol))
+        lab_buf_printf(&b, ", %.6g with lines dt 2 lw 1.5 lc rgb '#c0392b' title 'tolerance %.3g'", tol, tol);
+    if (nl > 0)
+        lab_buf_printf(&b, ", keyentry with boxes fc rgb '#f6d7a7' fs solid 0.45 title 'MoE FFN (shaded)'"
+                           ", keyentry with boxes fc rgb '#bcd4f0' fs solid 0.45 title 'MLA attention (shaded)'");
+    lab_buf_printf(&b, "\n");
+    char cap[512];
+    snprintf(cap, sizeof cap, "Per-layer divergence of each arm from the reference (log scale); exact zeros are drawn at "
+                              "1e-10. Layer kinds from %s.%s", nl ? lk.source : "nowhere",
+             nl ? " A defect in the MoE path shows as a jump at the first MoE layer." : " (unknown: no probes, model not found)");
+    chart(pg, stem, d.data, b.data, 1000, 520, cap);
+    lab_buf_free(&d);
+    lab_buf_free(&b);
+    lab_buf_free(&plots);
+}
+
+static int cmp_double(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
+    lab_buf d = {0}, b = {0}, plots = {0};
+    char lab[160], title[300];
+    int blocks = 0, all_exact = 1;
+    lab_buf notes = {0};
+    for (int i = 0; i < e->n_arms; i++) {
+        const arm_view *a = &e->arms[i];
+        if (!a->has_cmp || a->is_reference) continue;
+        double *kl = NULL;
+        int64_t n = 0;
+        int exact = 0;
+        char err[512];
+        if (lab_position_kl(pg->st, a->ref_run, a->run_id, &kl, &n, &exact, err, sizeof err) || n == 0) {
+            free(kl);
+            continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++) sum += kl[j];
+        qsort(kl, (size_t)n, sizeof *kl, cmp_double);
+        for (int64_t j = 0; j < n; j++)
+            lab_buf_printf(&d, "%.6g %.6f\n", kl[j] > 1e-9 ? kl[j] : 1e-9, (double)(j + 1) / (double)n);
+        lab_buf_printf(&d, "\n\n");
+        free(kl);
+        if (!exact) all_exact = 0;
+        lab_buf_printf(&notes, "%s%s: mean %.3g (stored exact mean %.3g)", notes.len ? "; " : "", a->name, sum / (double)n,
+                       a->kl_mean);
+        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with steps lw 2 title \"%s\"", blocks ? ", " : "", stem,
+                       blocks, lab_gp_label(a->name, lab, sizeof lab));
+        blocks++;
+    }
+    if (!blocks) { lab_buf_free(&d); lab_buf_free(&plots); lab_buf_free(&notes); return; }
+    lab_buf_printf(&b, "set title \"%s: distribution of KL(ref || arm) over scored positions\"\n",
+                   lab_gp_label(e->id, title, sizeof title));
+    lab_buf_printf(&b, "set logscale x\nset format x '%%.0e'\nset xlabel 'KL(P_ref || P_arm) per position, nats (log; "
+                       "zeros drawn at 1e-9)'\nset ylabel 'fraction of positions <= x (CDF)'\nset yrange [0:1.02]\n"
+                       "set grid\nset key bottom right box opaque\nplot %s\n", plots.data);
+    char cap[1024];
+    snprintf(cap, sizeof cap, "Cumulative distribution of the per-position KL divergence of each arm from the reference%s. %s.",
+             all_exact ? " (exact, from the stored f16 full logits)"
+                       : " (estimated from the stored top-k log-probabilities: the mass outside the reference's top-k "
+                         "is lumped into one bucket, so small KLs are under-estimated)",
+             notes.data);
+    chart(pg, stem, d.data, b.data, 900, 480, cap);
+    lab_buf_free(&d);
+    lab_buf_free(&b);
+    lab_buf_free(&plots);
+    lab_buf_free(&notes);
+}
+
+/* ------------------------------------------------------------ nightly history charts */
+
+typedef struct hist_pt {
+    int64_t nightly;
+    int     x;                 /* 1-based ordinal of the nightly on the chart */
+    char    arm[128];
+    int     is_ref;
+    int     rep;
+    double  top1, lo, hi, kl, ppl, tps;
+} hist_pt;
+
+
+/* 1 when the nightly found a regression of one of kinds ("accuracy,check")
+ * on this experiment and arm. */
+static int regressed(lab_store *st, int64_t nightly, const char *exp, const char *arm, const char *kinds) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(lab_store_db(st),
+                           "SELECT kind FROM nightly_findings WHERE nightly_id = ?1 AND experiment = ?2 AND arm = ?3"
+                           " AND regression = 1", -1, &s, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_int64(s, 1, nightly);
+    sqlite3_bind_text(s, 2, exp, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, arm, -1, SQLITE_TRANSIENT);
+    int r = 0;
+    while (!r && sqlite3_step(s) == SQLITE_ROW) r = strstr(kinds, lab_col_text(s, 0)) != NULL;
+    sqlite3_finalize(s);
+    return r;
+}
+
+void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, const char *stem_tps) {
+    if (!lab_rp_has_table(pg->st, "nightlies")) return;
+    sqlite3_stmt *s;
+    if (lab_rp_prep(pg->st,
+             "SELECT n.id, substr(n.started_at, 1, 16), n.git_commit, r.arm, r.is_reference, r.repeat_idx, c.top1_k,"
+             " c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean,"
+             " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'perplexity'),"
+             " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s')"
+             " FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id JOIN runs r ON r.id = nr.run_id"
+             " LEFT JOIN comparisons c ON c.run_id = r.id"
+             " WHERE r.experiment = ?1 AND r.status = 'FINISHED' AND n.status != 'RUNNING'"
+             " ORDER BY n.id, r.repeat_idx, r.id", &s, pg->err, sizeof pg->err)) return;
+    sqlite3_bind_text(s, 1, e->id, -1, SQLITE_TRANSIENT);
+    hist_pt *pts = NULL;
+    int np = 0, cap = 0, nx = 0;
+    int64_t last_n = -1;
+    lab_buf xt = {0};
+    char lab[160];
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (np == cap) {
+            cap = cap ? cap * 2 : 64;
+            hist_pt *q = realloc(pts, (size_t)cap * sizeof *q);
+            if (!q) break;
+            pts = q;
+        }
+        hist_pt *p = &pts[np++];
+        memset(p, 0, sizeof *p);
+        p->nightly = sqlite3_column_int64(s, 0);
+        if (p->nightly != last_n) {
+            last_n = p->nightly;
+            nx++;
+            char commit[16];
+            snprintf(commit, sizeof commit, "%.9s", lab_col_text(s, 2));
+            const char *when = lab_col_text(s, 1);
+            lab_buf_printf(&xt, "%s\"#%lld %.5s\\n%s\" %d", xt.len ? ", " : "", (long long)p->nightly,
+                           strlen(when) >= 10 ? when + 5 : when, lab_gp_label(commit, lab, sizeof lab), nx);
+        }
+        p->x = nx;
+        snprintf(p->arm, sizeof p->arm, "%s", lab_col_text(s, 3));
+        p->is_ref = sqlite3_column_int(s, 4);
+        p->rep = sqlite3_column_int(s, 5);
+        int64_t k = sqlite3_column_int64(s, 6), n = sqlite3_column_int64(s, 7);
+        p->top1 = sqlite3_column_type(s, 7) != SQLITE_NULL && n > 0 ? (double)k / (double)n : NAN;
+        p->lo = lab_rp_col_num(s, 8);
+        p->hi = lab_rp_col_num(s, 9);
+        p->kl = lab_rp_col_num(s, 10);
+        p->ppl = lab_rp_col_num(s, 11);
+        p->tps = lab_rp_col_num(s, 12);
+    }
+    sqlite3_finalize(s);
+    if (!nx) { free(pts); lab_buf_free(&xt); return; }
+
+    /* History of the accuracy and numerics metrics: repeat 0 of each arm. */
+    lab_buf d = {0}, b = {0}, p1 = {0}, p2 = {0}, p3 = {0}, mk = {0};
+    int blk = 0;
+    char title[300];
+    for (int i = 0; i < e->n_arms; i++) {
+        const arm_view *a = &e->arms[i];
+        int rows = 0;
+        for (int j = 0; j < np; j++) {
+            hist_pt *p = &pts[j];
+            if (strcmp(p->arm, a->name) || p->rep != 0) continue;
+            lab_buf_printf(&d, "%d %.6g %.6g %.6g %.6g %.6g\n", p->x, p->top1, p->lo, p->hi, p->kl > 1e-12 ? p->kl : 1e-12,
+                           p->ppl);
+            rows++;
+            if (regressed(pg->st, p->nightly, e->id, a->name, "accuracy,check,audit") && !isnan(p->top1))
+                lab_buf_printf(&mk, "%d %.6g top1\n", p->x, p->top1);
+            if (regressed(pg->st, p->nightly, e->id, a->name, "numerics") && !isnan(p->kl))
+                lab_buf_printf(&mk, "%d %.6g kl\n", p->x, p->kl > 1e-12 ? p->kl : 1e-12);
+        }
+        if (!rows) continue;
+        lab_buf_printf(&d, "\n\n");
+        lab_gp_label(a->name, lab, sizeof lab);
+        if (!a->is_reference) {
+            lab_buf_printf(&p1, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
+                           p1.len ? ", " : "", stem_hist, blk, lab);
+            lab_buf_printf(&p2, "%s'src/%s.dat' index %d using 1:5 with linespoints lw 2 pt 7 title \"%s\"",
+                           p2.len ? ", " : "", stem_hist, blk, lab);
+        }
+        lab_buf_printf(&p3, "%s'src/%s.dat' index %d using 1:6 with linespoints lw 2 pt 7 title \"%s\"", p3.len ? ", " : "",
+                       stem_hist, blk, lab);
+        blk++;
+    }
+    if (blk) {
+        /* The regression marks are their own data file block at the end. */
+        int mblk = blk;
+        lab_buf_printf(&d, "%s\n\n", mk.len ? mk.data : "-1 NaN none");
+        const char *mark = "with points pt 6 ps 3 lw 3 lc rgb '#d62728' title 'regression flagged'";
+        lab_buf_printf(&b, "set multiplot layout 3,1 title \"%s: nightly history (repeat 0 of each arm)\"\n"
+                           "set xrange [0.5:%d.5]\nset xtics (%s)\nset grid\nset key outside right top\n"
+                           "set lmargin 12\nset rmargin 28\n",
+                       lab_gp_label(e->id, title, sizeof title), nx, xt.data);
+        if (p1.len)
+            lab_buf_printf(&b, "set ylabel 'top-1 agreement k/n'\nplot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'top1' ? $2 : NaN) %s\n",
+                           p1.data, stem_hist, mblk, mark);
+        else lab_buf_printf(&b, "set ylabel 'top-1 agreement'\nplot NaN notitle\n");
+        if (p2.len)
+            lab_buf_printf(&b, "set logscale y\nset format y '%%.0e'\nset ylabel 'KL mean vs ref, nats (log)'\n"
+                               "plot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'kl' ? $2 : NaN) %s\n"
+                               "unset logscale y\nset format y '%%g'\n", p2.data, stem_hist, mblk, mark);
+        else lab_buf_printf(&b, "set ylabel 'KL mean'\nplot NaN notitle\n");
+        lab_buf_printf(&b, "set ylabel 'perplexity'\nplot %s\nunset multiplot\n",
+                       p3.data);
+        chart(pg, stem_hist, d.data, b.data, 1000, 820,
+              "Nightly history (x: nightly id, UTC date, commit): top-1 agreement with its interval, mean KL from the reference, and "
+              "perplexity; red rings mark nightlies that flagged a regression on that arm.");
+    }
+    lab_buf_free(&d);
+    lab_buf_free(&b);
+    lab_buf_free(&p1);
+    lab_buf_free(&p2);
+    lab_buf_free(&p3);
+    lab_buf_free(&mk);
+
+    /* Throughput: median over repeats, with the range of the repeats. */
+    lab_buf td = {0}, tb = {0}, tp = {0}, tm = {0};
+    blk = 0;
+    for (int i = 0; i < e->n_arms; i++) {
+        const arm_view *a = &e->arms[i];
+        int rows = 0;
+        for (int x = 1; x <= nx; x++) {
+            double v[128];
+            int nv = 0;
+            int64_t nid = 0;
+            for (int j = 0; j < np && nv < 128; j++)
+                if (pts[j].x == x && !strcmp(pts[j].arm, a->name) && !isnan(pts[j].tps)) {
+                    v[nv++] = pts[j].tps;
+                    nid = pts[j].nightly;
+                }
+            if (!nv) continue;
+            qsort(v, (size_t)nv, sizeof *v, cmp_double);
+            double med = nv % 2 ? v[nv / 2] : 0.5 * (v[nv / 2 - 1] + v[nv / 2]);
+            lab_buf_printf(&td, "%d %.6g %.6g %.6g\n", x, med, v[0], v[nv - 1]);
+            if (regressed(pg->st, nid, e->id, a->name, "performance")) lab_buf_printf(&tm, "%d %.6g\n", x, med);
+            rows++;
+        }
+        if (!rows) continue;
+        lab_buf_printf(&td, "\n\n");
+        lab_buf_printf(&tp, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
+                       tp.len ? ", " : "", stem_tps, blk, lab_gp_label(a->name, lab, sizeof lab));
+        blk++;
+    }
+    if (blk) {
+        lab_buf_printf(&td, "%s\n\n", tm.len ? tm.data : "-1 NaN");
+        lab_buf_printf(&tb, "set title \"%s: throughput per nightly (median of repeats, bars: min..max)\"\n"
+                            "set xrange [0.5:%d.5]\nset xtics (%s)\nset grid\nset key outside right top\n"
+                            "set ylabel 'tokens per second (forward pass)'\n"
+                            "set yrange [0:*]\n"
+                            "plot %s, 'src/%s.dat' index %d using 1:2 with points pt 6 ps 3 lw 3 lc rgb '#d62728'"
+                            " title 'performance regression flagged'\n",
+                       lab_gp_label(e->id, title, sizeof title), nx, xt.data, tp.data, stem_tps, blk);
+        chart(pg, stem_tps, td.data, tb.data, 1000, 460,
+              "Throughput history (x: nightly id, UTC date, commit): dataset tokens per second of forward pass, median over the repeats of each nightly "
+              "with their range; red rings mark a flagged performance regression.");
+    }
+    lab_buf_free(&td);
+    lab_buf_free(&tb);
+    lab_buf_free(&tp);
+    lab_buf_free(&tm);
+    lab_buf_free(&xt);
+    free(pts);
+}
