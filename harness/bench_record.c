@@ -1,6 +1,6 @@
 /*
  * bench_record.c — `vtlab record-bench REPORT.json`: a benchmark report
- * (model/bench_report.h, written by `make bench` and by bench_cuda) becomes
+ * (model/bench_report.h: written by `make bench` and by bench_cuda) becomes
  * runs in results.db, one per phase, like any other run: experiment
  * "bench-<model>", arm = the phase's name, backend and device as measured,
  * the knobs resolved through the knob registry, and the phase's numbers as
@@ -20,7 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/bench_report.h"
 #include "model/vt.h"
 #include "store.h"
 #include "util.h"

@@ -16,14 +16,13 @@
 
 #include <stdint.h>
 
+#include "vt.h"   /* VT_BENCH_FORMAT, VT_BENCH_VERSION */
+
 #ifdef __cplusplus
 extern "C" {   /* err.h has no guard of its own: included from C++, it must be inside */
 #endif
 
 #include "err.h"
-
-#define VT_BENCH_FORMAT "vtlab-bench"
-#define VT_BENCH_VERSION 1
 
 typedef struct vt_bench_phase {
     const char *name;        /* [a-z0-9_-], unique in the report: the run's arm */

@@ -176,6 +176,13 @@ int vt_synth(const char *config_path, uint64_t seed, const char *dtype, const ch
  * tell an old model from a new one. */
 int vt_synth_version(void);
 
+/* ------------------------------------------------------------------ benchmark reports */
+
+/* The format name and version of a benchmark report (model/bench_report.h
+ * writes it; `vtlab record-bench` reads it). */
+#define VT_BENCH_FORMAT "vtlab-bench"
+#define VT_BENCH_VERSION 1
+
 /* ------------------------------------------------------------------ f16 */
 
 /* IEEE binary16 <-> f32 on raw bits, by the model's own conversion (dtype.c:
