@@ -48,4 +48,8 @@ if [ -n "$real" ]; then
 else
   echo "ok - # SKIP no nvcc on this machine"
 fi
+
+# the seam (docs/architecture.md): the harness includes only model/vt.h of the model library
+bad=$(grep -nE '#include +"model/' harness/*.c harness/*.h | grep -v '"model/vt.h"')
+[ -z "$bad" ] && ok "harness/ includes no model header but model/vt.h" || not_ok "the harness/model seam" "$bad"
 finish
