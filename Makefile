@@ -146,7 +146,7 @@ unit: deps $(UNIT_BIN)
 
 cli-test: deps vtlab $(BUILD)/bench
 	@mkdir -p $(BUILD)/logs
-	set -o pipefail; bash tests/cli/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/cli.log
+	set -o pipefail; BENCH=$(BUILD)/bench bash tests/cli/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/cli.log
 
 reference-test: deps vtlab
 	@mkdir -p $(BUILD)/logs
@@ -186,8 +186,10 @@ mutation: deps
 	  mkdir -p build/mut-$$m; \
 	  $(MAKE) --no-print-directory -s BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/$$t \
 	    >build/mut-$$m/build.log 2>&1 || { tail -20 build/mut-$$m/build.log; exit 1; }; \
-	  if build/mut-$$m/tests/$$t >build/mut-$$m/out.log 2>&1; then \
-	    echo "mutation $$m SURVIVED: $$t passed with the defect built in"; exit 1; \
+	  build/mut-$$m/tests/$$t >build/mut-$$m/out.log 2>&1; \
+	  if ! grep -qE "^\[  FAILED  \] test_" build/mut-$$m/out.log; then \
+	    echo "mutation $$m SURVIVED: no test of $$t failed with the defect built in (a crash is not a kill)"; \
+	    tail -5 build/mut-$$m/out.log; exit 1; \
 	  else echo "mutation $$m killed: $$t went red, as it must, in:" \
 	    $$(grep -oE "^\[  FAILED  \] test_[a-z0-9_]+" build/mut-$$m/out.log | sort -u | sed 's/.* //'); fi; \
 	done; echo "mutation: $(words $(MUTATIONS)) killed, 0 survived"

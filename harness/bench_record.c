@@ -37,7 +37,7 @@ typedef struct phase {
 typedef struct report {
     cJSON      *root;
     const char *backend, *device, *model, *model_sha, *tokens_sha, *code;
-    char        commit[64], compiler[128], flags[256];   /* the parts of code */
+    char        commit[128], compiler[512], flags[2048];   /* the parts of code */
     int         dirty;
     char        experiment[96];
     int64_t     n;
@@ -83,12 +83,16 @@ static void experiment_id(const char *model, char *out, size_t outlen) {
                            c == '_' ? c : '_';
     }
     out[o] = 0;
+    /* "/", "." or "..": nothing that names a model */
+    if (n == 0 || (n == 1 && model[start] == '.') || (n == 2 && !strncmp(model + start, "..", 2)))
+        snprintf(out, outlen, "bench-model");
 }
 
 /* "COMMIT|dirty=N|COMPILER|FLAGS" (vt_build_info) into r's provenance parts. */
 static int split_code_version(report *r) {
     const char *a = r->code, *b = strchr(a, '|'), *c = b ? strchr(b + 1, '|') : NULL, *d = c ? strchr(c + 1, '|') : NULL;
-    if (!d || b == a || (size_t)(b - a) >= sizeof r->commit || (size_t)(d - c - 1) >= sizeof r->compiler ||
+    if (!d || b == a || c + 1 == d || !d[1] || (size_t)(b - a) >= sizeof r->commit ||
+        (size_t)(d - c - 1) >= sizeof r->compiler ||
         strlen(d + 1) >= sizeof r->flags || strncmp(b + 1, "dirty=", 6) || (c - b - 7) != 1 || (b[7] != '0' && b[7] != '1'))
         return -1;
     snprintf(r->commit, sizeof r->commit, "%.*s", (int)(b - a), a);
@@ -98,6 +102,19 @@ static int split_code_version(report *r) {
     return 0;
 }
 
+/* The first key that appears twice in one object, anywhere in the tree; NULL
+ * when none. cJSON keeps both and finds the first, other readers the last. */
+static const char *duplicate_key(const cJSON *o) {
+    for (const cJSON *a = o ? o->child : NULL; a; a = a->next) {
+        if (cJSON_IsObject(o) && a->string)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (b->string && !strcmp(a->string, b->string)) return a->string;
+        const char *d = duplicate_key(a);
+        if (d) return d;
+    }
+    return NULL;
+}
+
 static void report_free(report *r) {
     for (int64_t i = 0; i < r->n; i++) vt_knobset_free(r->ph[i].ks);
     cJSON_Delete(r->root);
@@ -105,7 +122,13 @@ static void report_free(report *r) {
 
 static int parse(const char *path, const char *text, report *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
-    if (!(r->root = cJSON_Parse(text))) return lab_errf(err, errlen, LAB_EINPUT, "%s: not valid JSON", path);
+    const char *end = NULL;
+    if (!(r->root = cJSON_ParseWithOpts(text, &end, 1)))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: not valid JSON (or text after the JSON value)", path);
+    const char *dup = duplicate_key(r->root);
+    if (dup)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: key \"%s\" appears twice in one object (which one was meant?)",
+                        path, dup);
     const cJSON *o = r->root;
     const char *fmt = str_field(o, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "version");
@@ -165,6 +188,12 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
             (rc = num_field(q, "peak_bytes", 0, 0, 0, &p->peak_bytes, path, where, err, errlen)))
             return rc;
         p->batch = (int64_t)b, p->context = (int64_t)c, p->threads = (int64_t)t, p->tokens = (int64_t)k;
+        /* what gets stored is derived: tokens/s, FLOP/s, bytes/s and the fractions of the peaks */
+        if (!isfinite(k / p->seconds) || !isfinite(p->flops / p->seconds) || !isfinite(p->bytes / p->seconds) ||
+            (p->peak_flops > 0 && !isfinite(p->flops / p->seconds / p->peak_flops)) ||
+            (p->peak_bytes > 0 && !isfinite(p->bytes / p->seconds / p->peak_bytes)))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: the rates derived from these numbers overflow (seconds %g)",
+                            path, where, p->seconds);
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(q, "gemm_share");
         p->gemm_share = NAN;
         if (g && !cJSON_IsNull(g) && (rc = num_field(q, "gemm_share", 0, 0, 0, &p->gemm_share, path, where, err, errlen)))

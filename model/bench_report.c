@@ -2,8 +2,11 @@
 #include "bench_report.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fileio.h"
 #include "vt.h"
@@ -72,6 +75,17 @@ int vt_bench_write(const char *path, const vt_bench_report *r, vt_err *err) {
     cJSON_AddItemToObject(o, "format", cJSON_CreateString(VT_BENCH_FORMAT));
     cJSON_AddItemToObject(o, "version", cJSON_CreateNumber(VT_BENCH_VERSION));
     cJSON_AddItemToObject(o, "code_version", cJSON_CreateString(vt_build_info()));
+    {   /* when and where it was measured (the runs' own started_at and host are the recorder's) */
+        char when[32], host[256];
+        time_t t = time(NULL);
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+        host[sizeof host - 1] = 0;
+        cJSON_AddItemToObject(o, "measured_at", cJSON_CreateString(when));
+        cJSON_AddItemToObject(o, "host", cJSON_CreateString(host));
+    }
     cJSON_AddItemToObject(o, "backend", cJSON_CreateString(r->backend));
     cJSON_AddItemToObject(o, "device", cJSON_CreateString(r->device));
     cJSON_AddItemToObject(o, "model", cJSON_CreateString(r->model));

@@ -54,7 +54,7 @@ typedef struct vt_bench_report {
 } vt_bench_report;
 
 /* Writes r as JSON to path (atomically). Adds "format", "version",
- * "code_version" (vt_build_info()) and per phase tokens_per_s, flops_per_s,
+ * "code_version" (vt_build_info()), "measured_at" (UTC), "host", and per phase tokens_per_s, flops_per_s,
  * bytes_per_s and their fractions of the peaks. Refuses (VT_EINPUT) a phase
  * with seconds <= 0, tokens < 1, a bad name or a duplicate name. */
 int vt_bench_write(const char *path, const vt_bench_report *r, vt_err *err);

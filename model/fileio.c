@@ -2,10 +2,25 @@
 #include "fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Makes the rename itself durable: fsync of the directory holding path.
+ * Best effort (some file systems refuse to fsync a directory). */
+static void sync_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
 
 int vt_file_write_atomic(const char *path, const void *data, size_t n, vt_err *err) {
     size_t pl = strlen(path);
@@ -18,13 +33,15 @@ int vt_file_write_atomic(const char *path, const void *data, size_t n, vt_err *e
         free(tmp);
         return vt_errf(err, VT_EIO, "%s: cannot create: %s", path, strerror(e));
     }
-    int bad = (n && fwrite(data, 1, n, f) != n) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int e = errno;
-    bad |= fclose(f) != 0;
-    if (bad) {
+    int e = 0;   /* the errno of the first call that failed */
+    if (n && fwrite(data, 1, n, f) != n) e = errno ? errno : EIO;
+    if (!e && fflush(f) != 0) e = errno;
+    if (!e && fsync(fileno(f)) != 0) e = errno;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    if (e) {
         remove(tmp);
         free(tmp);
-        return vt_errf(err, VT_EIO, "%s: write failed: %s", path, strerror(e ? e : EIO));
+        return vt_errf(err, VT_EIO, "%s: write failed: %s", path, strerror(e));
     }
     if (rename(tmp, path) != 0) {
         e = errno;
@@ -33,5 +50,6 @@ int vt_file_write_atomic(const char *path, const void *data, size_t n, vt_err *e
         return vt_errf(err, VT_EIO, "%s: cannot rename into place: %s", path, strerror(e));
     }
     free(tmp);
+    sync_parent(path);
     return VT_OK;
 }

@@ -43,6 +43,7 @@ cd "$ROOT" || exit 2
 exec > >(tee "$OUT/gpu-check.log") 2>&1
 PY=/usr/bin/python3
 DB=${GPU_CHECK_DB:-$OUT/results.db}
+B=${BUILD:-build}   # the Makefile's BUILD (its build directory)
 DEV=${GPU_CHECK_BACKEND:-cuda}
 DEV_KNOBS=${GPU_CHECK_DEV_KNOBS:-}
 case "$DEV" in cuda|cpu) ;; *) echo "gpu-check: GPU_CHECK_BACKEND must be cuda or cpu, got \"$DEV\"" >&2; exit 2 ;; esac
@@ -77,19 +78,19 @@ fi
 timeout 120 make deps DEB_PACKAGES="libsqlite3-dev libcjson-dev libopenblas-dev python3-numpy libcmocka-dev" \
   || echo "warning: make deps failed (continuing: the build says what is missing)"
 if [ "$DEV" = cuda ]; then
-  make -j"$(nproc)" vtlab build/tests/test_cuda build/libvtmodel.a || { fail "make"; exit 1; }
+  make -j"$(nproc)" vtlab "$B/tests/test_cuda" "$B/libvtmodel.a" || { fail "make"; exit 1; }
   ./vtlab version | grep -q cuda || { fail "vtlab was built without the CUDA backend"; exit 1; }
-  make build/bench_cuda >/dev/null && cp build/bench_cuda "$OUT/bench_cuda" || { fail "bench_cuda build"; exit 1; }
-  ok "built (vtlab, build/tests/test_cuda, $OUT/bench_cuda)"
+  make "$B/bench_cuda" >/dev/null && cp "$B/bench_cuda" "$OUT/bench_cuda" || { fail "bench_cuda build"; exit 1; }
+  ok "built (vtlab, $B/tests/test_cuda, $OUT/bench_cuda)"
 else
-  make -j"$(nproc)" vtlab build/bench || { fail "make"; exit 1; }
-  ok "built (vtlab, build/bench)"
+  make -j"$(nproc)" vtlab "$B/bench" || { fail "make"; exit 1; }
+  ok "built (vtlab, $B/bench)"
 fi
 
 # ------------------------------------------------------------------ 2. unit test
 step "build/tests/test_cuda"
 if [ "$DEV" = cuda ]; then
-  timeout 120 build/tests/test_cuda >"$OUT/test_cuda.log" 2>&1; rc=$?
+  timeout 120 "$B/tests/test_cuda" >"$OUT/test_cuda.log" 2>&1; rc=$?
   cat "$OUT/test_cuda.log"
   if [ $rc -ne 0 ]; then fail "test_cuda exited $rc"
   elif grep -q "SKIPPED" "$OUT/test_cuda.log"; then fail "test_cuda skipped tests on a GPU machine (no device visible?)"
@@ -166,7 +167,9 @@ for spec in arms:
         # (a bf16-stream rounding-boundary crossing) moves many rows; the probes are the check
         good, rule = True, "informational"
     else:
-        good = bool(np.isfinite(b).all()) and np.median(per) <= BF16_MEDIAN and top1 >= BF16_TOP1
+        # at least half the positions must be clear, or the agreement would be measured on too few
+        good = (bool(np.isfinite(b).all()) and np.median(per) <= BF16_MEDIAN and top1 >= BF16_TOP1
+                and clear.sum() >= len(a) // 2)
         rule = f"median <= {BF16_MEDIAN}, top-1 >= {BF16_TOP1} of {int(clear.sum())} clear positions"
     print(f"{'ok  ' if good else 'FAIL'} logits {name:24s} max|diff| {per.max():.3g}  median {np.median(per):.3g}  "
           f"top-1 {top1:.3f}  ({rule})")
@@ -198,11 +201,14 @@ fi
 
 # ------------------------------------------------------------------ 5. an experiment into results.db
 step "vtlab run experiments/bf16-stream.json with VT_BACKEND=$DEV -> $DB"
+# counted before and after: the database may hold earlier invocations' runs
+count_runs() { $PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select count(*) from runs where backend=? and status='FINISHED' and experiment='bf16-stream'\", (sys.argv[2],)).fetchone()[0])" "$DB" "$DEV" 2>/dev/null || echo 0; }
+n0=$(count_runs)
 if VT_BACKEND=$DEV timeout 90 ./vtlab run experiments/bf16-stream.json --db "$DB" --force; then
   ./vtlab runs --db "$DB" | tail -6
-  n=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"select count(*) from runs where backend=? and status='FINISHED'\", (sys.argv[2],)).fetchone()[0])" "$DB" "$DEV")
-  if [ "${n:-0}" -ge 1 ]; then ok "experiment recorded in $DB ($n FINISHED run(s) with backend $DEV)"
-  else fail "no FINISHED run with backend $DEV in $DB"; fi
+  n=$(( $(count_runs) - n0 ))
+  if [ "$n" -eq 4 ]; then ok "experiment recorded in $DB (4 new FINISHED runs with backend $DEV)"
+  else fail "$n new FINISHED runs with backend $DEV in $DB, expected 4 (one per arm)"; fi
 else
   fail "vtlab run with VT_BACKEND=$DEV"
 fi
@@ -215,7 +221,7 @@ if [ "$DEV" = cuda ]; then
 else
   step "benchmark (GPU_CHECK_BACKEND=cpu): build/bench on the tiny model"
   BENCH_EXP=bench-tiny-f32
-  build/bench "$OUT/tiny-f32" 32 --json "$OUT/bench.json"; rc=$?
+  "$B/bench" "$OUT/tiny-f32" 32 --json "$OUT/bench.json"; rc=$?
 fi
 if [ $rc -eq 0 ]; then
   # the report becomes runs like any other (experiment bench-<model>, the backend, the device's name)

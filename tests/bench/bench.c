@@ -114,14 +114,16 @@ int main(int argc, char **argv) {
     for (int threads = 1; threads <= 2; threads++) {
         double peak = sgemm_gflops(1024, threads);
         vt_session *s = session(m, threads, "off");
-        vt_session_prefill(s, tok, T, logits, err, sizeof err);    /* warm-up */
+        if (vt_session_prefill(s, tok, T, logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
         double f0 = vt_session_forward_seconds(s), g0 = vt_session_gemm_seconds(s);
         int reps = 3;
-        for (int r = 0; r < reps; r++) vt_session_prefill(s, tok, T, logits, err, sizeof err);
+        for (int r = 0; r < reps; r++)
+            if (vt_session_prefill(s, tok, T, logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
         double pf = (vt_session_forward_seconds(s) - f0) / reps, pg = (vt_session_gemm_seconds(s) - g0) / reps;
         double ptoks = T / pf, pgf = ptoks * flops_per_token(&cfg, T / 2.0) / 1e9;
         double f1 = vt_session_forward_seconds(s), g1 = vt_session_gemm_seconds(s);
-        for (int i = 0; i < NDEC; i++) vt_session_decode(s, tok[T + i], logits, err, sizeof err);
+        for (int i = 0; i < NDEC; i++)
+            if (vt_session_decode(s, tok[T + i], logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
         double df = vt_session_forward_seconds(s) - f1, dg = vt_session_gemm_seconds(s) - g1;
         double dtoks = NDEC / df, dgf = dtoks * flops_per_token(&cfg, T + NDEC / 2.0) / 1e9;
         vt_bench_phase *pp = &ph[2 * (threads - 1)], *pd = pp + 1;
@@ -148,7 +150,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < R; r++)
         for (int k = 0; k < 3; k++) {
             double t0 = vt_session_forward_seconds(ss[k]);
-            vt_session_prefill(ss[k], tok, T, logits, err, sizeof err);
+            if (vt_session_prefill(ss[k], tok, T, logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
             t[k][r] = vt_session_forward_seconds(ss[k]) - t0;
         }
     double med[3];

@@ -84,6 +84,17 @@ bad "unknown knob" "VT_KIMI_BF16_STREM" 'r["knobs"]["VT_KIMI_BF16_STREM"] = "1"'
 bad "backend mismatch" 'VT_BACKEND is "cpu" but "backend" is "cuda"' 'r["backend"] = "cuda"'
 bad "bad model hash" '"model_sha256" and "tokens_sha256" must be 64 lowercase hex digits' 'r["model_sha256"] = "abc"'
 bad "no phases" '"phases" must be an array of 1 to' 'r["phases"] = []'
+bad "overflowing rate" 'the rates derived from these numbers overflow' 'r["phases"][0]["seconds"] = 1e-320'
+bad "empty compiler" '"code_version" must be' 'r["code_version"] = "abc|dirty=0||-O2"'
+# text after the report, and a key given twice (cJSON would keep the first, Python the last)
+$PY -c "import sys; open(sys.argv[2], 'w').write(open(sys.argv[1]).read() + '{\"garbage\": ')" "$W/r.json" "$W/bad.json"
+rm -f "$W/b.db"
+expect_exit "text after the report: exit 2" 2 "$VTLAB" record-bench "$W/bad.json" --db "$W/b.db"
+stderr_has "text after the report: says so" "text after the JSON value"
+$PY -c "import sys; t = open(sys.argv[1]).read(); open(sys.argv[2], 'w').write(t.replace('\"backend\"', '\"backend\": \"cuda\", \"backend\"', 1))" "$W/r.json" "$W/bad.json"
+expect_exit "a key given twice: exit 2" 2 "$VTLAB" record-bench "$W/bad.json" --db "$W/b.db"
+stderr_has "a key given twice: names it" 'key "backend" appears twice'
+[ ! -e "$W/b.db" ] && ok "raw bad reports: no database written" || not_ok "raw bad reports" "database created"
 printf '{"format": "vtlab-bench", ' >"$W/bad.json"
 rm -f "$W/b.db"
 expect_exit "truncated report: exit 2" 2 "$VTLAB" record-bench "$W/bad.json" --db "$W/b.db"

@@ -17,7 +17,8 @@ fake_toolkit() {
   if [ -n "${2:-}" ]; then mkdir -p "$1/$2"; : >"$1/$2/libcublas.so"; fi
 }
 wrapper() { mkdir -p "$1"; printf '#!/bin/sh\nexec %s "$@"\n' "$2" >"$1/nvcc"; chmod +x "$1/nvcc"; }
-info() { PATH="$1:/usr/bin:/bin" make -s --no-print-directory cuda-info 2>&1; }
+# the inner make must not inherit an outer `make NO_CUDA=1 test`'s flags (MAKEFLAGS) or NO_CUDA
+info() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u NO_CUDA PATH="$1:/usr/bin:/bin" make -s --no-print-directory cuda-info 2>&1; }
 
 fake_toolkit "$W/tk" lib
 wrapper "$W/wrap" "$W/tk/bin/nvcc"
