@@ -7,7 +7,9 @@
  * metrics (docs/schema.md, "Benchmark runs").
  *
  * The whole report is validated before the database is opened: a malformed
- * report or an unknown knob is exit 2 with nothing written. The runs carry
+ * report or an unknown knob is exit 2 with nothing written. The runs are
+ * then written in one transaction (a store batch): a failure midway leaves
+ * none of them. The runs carry
  * the code version that *measured* them (the report's code_version,
  * "commit|dirty=N|compiler|flags", split into the provenance columns), not
  * that of the vtlab recording them.
@@ -256,11 +258,14 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
     host[sizeof host - 1] = 0;
 
     lab_store *st = NULL;
+    int64_t run_ids[MAX_PHASES] = {0};
     int nk = vt_knob_count();
     const char **kn = calloc((size_t)nk, sizeof *kn), **kv = calloc((size_t)nk, sizeof *kv);
     int *knum = calloc((size_t)nk, sizeof *knum);
     if (!kn || !kv || !knum) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); goto done; }
     if ((rc = lab_store_open(&st, db, err, errlen))) goto done;
+    /* one transaction for the spec and every phase's run: all of the report or none of it */
+    if ((rc = lab_store_batch_begin(st, err, errlen))) goto done;
     if ((rc = lab_store_put_spec(st, spec_sha, r.experiment, path, canon, err, errlen))) goto done;
     for (int64_t i = 0; i < r.n; i++) {
         const phase *p = &r.ph[i];
@@ -300,21 +305,21 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
         res.assertions_ok = -1;   /* a benchmark runs with probes off: nothing is asserted */
         res.n_knobs = nk, res.knob_names = kn, res.knob_values = kv, res.knob_numeric = knum;
         res.n_metrics = metrics(p, mn, mv), res.metric_names = mn, res.metric_values = mv;
-        if ((rc = lab_store_finish(st, run_id, &res, err, errlen))) {
-            char e2[256];
-            lab_store_abort(st, run_id, "FAILED", err, e2, sizeof e2);
-            goto done;
-        }
-        if (out) {
-            fprintf(out, "run %lld: %s %s (%s, %s): %.1f tokens/s", (long long)run_id, r.experiment, p->name, r.backend,
-                    r.device, (double)p->tokens / p->seconds);
-            if (p->peak_flops > 0) fprintf(out, ", %.1f%% of peak FLOP/s", 100 * p->flops / p->seconds / p->peak_flops);
-            if (p->bytes > 0 && p->peak_bytes > 0)
-                fprintf(out, ", %.1f%% of peak bytes/s", 100 * p->bytes / p->seconds / p->peak_bytes);
-            fputc('\n', out);
-        }
+        if ((rc = lab_store_finish(st, run_id, &res, err, errlen))) goto done;
+        run_ids[i] = run_id;
+    }
+    if ((rc = lab_store_batch_commit(st, err, errlen))) goto done;
+    for (int64_t i = 0; out && i < r.n; i++) {   /* only what is now in the database */
+        const phase *p = &r.ph[i];
+        fprintf(out, "run %lld: %s %s (%s, %s): %.1f tokens/s", (long long)run_ids[i], r.experiment, p->name, r.backend,
+                r.device, (double)p->tokens / p->seconds);
+        if (p->peak_flops > 0) fprintf(out, ", %.1f%% of peak FLOP/s", 100 * p->flops / p->seconds / p->peak_flops);
+        if (p->bytes > 0 && p->peak_bytes > 0)
+            fprintf(out, ", %.1f%% of peak bytes/s", 100 * p->bytes / p->seconds / p->peak_bytes);
+        fputc('\n', out);
     }
 done:
+    if (rc && st) lab_store_batch_rollback(st);
     lab_store_close(st);
     free(kn);
     free(kv);

@@ -35,6 +35,8 @@ struct lab_store {
     sqlite3 *db;
     char    *path;
     int      version;
+    int      batch;           /* inside lab_store_batch_begin .. _commit: one transaction for all writes */
+    int      batch_failed;    /* a write of the batch failed: it was rolled back whole */
 };
 
 /* ------------------------------------------------------------ migrations */
@@ -340,11 +342,44 @@ static int simple(lab_store *st, const char *sql, char *err, size_t errlen) {
     return rc;
 }
 
+/* Each write is its own BEGIN IMMEDIATE .. COMMIT, except inside a batch,
+ * where they are all part of the batch's one transaction: there a failing
+ * write's rollback undoes the whole batch, and every later write is refused. */
 static int begin_immediate(lab_store *st, char *err, size_t errlen) {
+    if (st->batch)
+        return st->batch_failed ? lab_errf(err, errlen, LAB_EIO, "%s: an earlier write of this batch failed", st->path)
+                                : LAB_OK;
     return simple(st, "BEGIN IMMEDIATE", err, errlen);
 }
-static int commit(lab_store *st, char *err, size_t errlen) { return simple(st, "COMMIT", err, errlen); }
+static int commit(lab_store *st, char *err, size_t errlen) {
+    return st->batch ? LAB_OK : simple(st, "COMMIT", err, errlen);
+}
 static void rollback(lab_store *st) {
+    if (st->batch) st->batch_failed = 1;
+    if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+}
+
+int lab_store_batch_begin(lab_store *st, char *err, size_t errlen) {
+    if (st->batch) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: batches do not nest", st->path);
+    int rc = simple(st, "BEGIN IMMEDIATE", err, errlen);
+    if (!rc) st->batch = 1, st->batch_failed = 0;
+    return rc;
+}
+
+int lab_store_batch_commit(lab_store *st, char *err, size_t errlen) {
+    if (!st->batch) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: no batch to commit", st->path);
+    st->batch = 0;
+    if (st->batch_failed) {
+        if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+        return lab_errf(err, errlen, LAB_EIO, "%s: a write of the batch failed; nothing of it was written", st->path);
+    }
+    int rc = simple(st, "COMMIT", err, errlen);
+    if (rc && !sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+    return rc;
+}
+
+void lab_store_batch_rollback(lab_store *st) {
+    st->batch = 0;
     if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
 }
 

@@ -76,6 +76,16 @@ enum { LAB_CLAIMED = 1, LAB_DONE, LAB_BUSY };
 int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                     int *kind, int64_t *run_id, int64_t *stale_id, char *err, size_t errlen);
 
+/* A batch makes every write between begin and commit one transaction: the
+ * claims, finishes and specs of several runs land together or not at all.
+ * A write that fails inside the batch rolls all of it back and every later
+ * write is refused; commit then reports the failure. So does a claim that
+ * finds its run LAB_DONE or LAB_BUSY (it ends its own transaction). Batches
+ * do not nest. */
+int  lab_store_batch_begin(lab_store *st, char *err, size_t errlen);
+int  lab_store_batch_commit(lab_store *st, char *err, size_t errlen);
+void lab_store_batch_rollback(lab_store *st);
+
 /* Latest FINISHED run of an identity: *run_id = 0 when none. logits_sha256
  * (may be NULL) receives its full-logits content hash. */
 int lab_store_find_finished(lab_store *st, const lab_identity *id, int64_t *run_id,

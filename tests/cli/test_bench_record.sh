@@ -43,6 +43,27 @@ if [ $? -eq 0 ]; then ok "one FINISHED run per phase with the report's identity,
 expect_exit "recording again adds new runs (a new measurement)" 0 "$VTLAB" record-bench "$W/r.json" --db "$W/a.db"
 n=$($PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from runs').fetchone()[0])" "$W/a.db")
 [ "$n" = 8 ] && ok "second record: 8 runs" || not_ok "second record" "$n runs"
+# all or nothing: another live process holds the last phase's run, so recording fails at that
+# phase; the phases before it must not be left behind (one transaction)
+sleep 60 & holder=$!
+$PY - "$W/a.db" "$holder" "$(hostname)" <<'PYEOF'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1]); pid = int(sys.argv[2])
+start = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+cols = "experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version, repeat_idx"
+db.execute(f"INSERT INTO runs ({cols}, status, started_at, host, pid, pid_start) SELECT {cols}, 'RUNNING',"
+           " '2026-01-01T00:00:00Z', ?, ?, ? FROM runs WHERE arm = 'decode-t2' LIMIT 1", (sys.argv[3], pid, start))
+db.commit()
+PYEOF
+count() { $PY -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('select count(*) from runs').fetchone()[0])" "$W/a.db"; }
+before=$(count)
+"$VTLAB" record-bench "$W/r.json" --db "$W/a.db" >"$OUT_FILE" 2>"$ERR"; rc=$?
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+after=$(count)
+if [ $rc -ne 0 ] && grep -q "held by another process" "$ERR" && [ "$before" = "$after" ] && [ ! -s "$OUT_FILE" ]; then
+  ok "a phase held by another process: the command fails and none of the report is written"
+else not_ok "all or nothing" "exit $rc, runs $before -> $after, stdout: $(head -c 200 "$OUT_FILE"), stderr: $(head -c 200 "$ERR")"; fi
+$PY -c "import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); d.execute(\"delete from runs where status='RUNNING'\"); d.commit()" "$W/a.db"
 expect_exit "runs lists them" 0 "$VTLAB" runs --db "$W/a.db" --experiment bench-tiny
 grep -q "decode-t2" "$OUT_FILE" && ok "runs shows the phases as arms" || not_ok "runs output" "$(head -3 "$OUT_FILE")"
 expect_exit "report renders a database with benchmark runs" 0 "$VTLAB" report --db "$W/a.db" --out "$W/rep" --no-plots

@@ -223,6 +223,56 @@ static void test_claims(void **state) {
     lab_store_close(st);
 }
 
+/* A batch: several claims and finishes in one transaction. A failure
+ * anywhere in it leaves none of it (vtlab record-bench stores a report's
+ * phases this way); a batch that succeeds commits all of it. */
+static void test_batch_all_or_nothing(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "";
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    lab_provenance pv = prov(getpid());
+    const char *good[] = {"perplexity", "tokens_per_s"}, *dup[] = {"m", "m"};
+    lab_run_result r;
+    int kind;
+    int64_t run, stale;
+
+    /* run a finishes, run b's finish fails: the batch leaves nothing at all */
+    assert_int_equal(lab_store_batch_begin(st, err, sizeof err), 0);
+    lab_identity a = ident("a"), b = ident("b");
+    assert_int_equal(lab_store_claim(st, &a, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    small_result(&r, good);
+    assert_int_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
+    assert_int_equal(lab_store_claim(st, &b, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    small_result(&r, dup);
+    assert_int_not_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
+    /* everything after the failure is refused, and the commit says the batch failed */
+    assert_int_not_equal(lab_store_claim(st, &b, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_not_equal(lab_store_batch_commit(st, err, sizeof err), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs"), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM metrics"), 0);
+
+    /* the same without the failure: both runs, FINISHED */
+    assert_int_equal(lab_store_batch_begin(st, err, sizeof err), 0);
+    for (int i = 0; i < 2; i++) {
+        lab_identity id = ident(i ? "b" : "a");
+        assert_int_equal(lab_store_claim(st, &id, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+        assert_int_equal(kind, LAB_CLAIMED);
+        small_result(&r, good);
+        assert_int_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
+    }
+    assert_int_equal(lab_store_batch_commit(st, err, sizeof err), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs WHERE status = 'FINISHED'"), 2);
+
+    /* a batch given up leaves nothing */
+    assert_int_equal(lab_store_batch_begin(st, err, sizeof err), 0);
+    lab_identity c = ident("c");
+    assert_int_equal(lab_store_claim(st, &c, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    lab_store_batch_rollback(st);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs"), 2);
+    lab_store_close(st);
+}
+
 static void test_stale_running_redone(void **state) {
     (void)state;
     lab_store *st;
@@ -326,6 +376,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_version_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_running_redone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_writers, setup, teardown),
     };
