@@ -1021,11 +1021,22 @@ static int run_pass(exp_ctx *x, int *busy, char *err, size_t errlen) {
             if (kind == LAB_DONE) {
                 x->sum->runs_skipped++;
                 /* The recorded outcome still counts toward the exit status. */
+                /* A failed read must not count as "assertions passed": for a replay arm that
+                 * would be reported as an unexpected outcome (and the sweep exit 1). */
                 sqlite3_stmt *s = NULL;
+                int step = SQLITE_ERROR;
                 if (sqlite3_prepare_v2(lab_store_db(x->st), "SELECT assertions_ok FROM runs WHERE id = ?1", -1, &s,
                                        NULL) == SQLITE_OK) {
                     sqlite3_bind_int64(s, 1, run_id);
-                    if (sqlite3_step(s) == SQLITE_ROW) assert_ok = sqlite3_column_int(s, 0);
+                    step = sqlite3_step(s);
+                    if (step == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL)
+                        assert_ok = sqlite3_column_int(s, 0);
+                }
+                if (step != SQLITE_ROW) {
+                    rc = lab_errf(err, errlen, LAB_EIO, "reading finished run %lld: %s", (long long)run_id,
+                                  sqlite3_errmsg(lab_store_db(x->st)));
+                    sqlite3_finalize(s);
+                    break;
                 }
                 sqlite3_finalize(s);
                 printf("run %-4lld %s/%s: already FINISHED with this identity, skipped (--force reruns it)\n",

@@ -7,7 +7,8 @@ total_pass=0; total_fail=0; bad=0
 for t in tests/cli/test_*.sh; do
   echo "== $t"
   out=$(bash "$t" "$VTLAB" 2>&1); rc=$?
-  echo "$out" | grep -E "^(not ok|ok) " | sed 's/^/  /'
+  # each case's line, and the diagnostics ("#   ...") a failing case prints under it
+  echo "$out" | grep -E "^(not ok|ok) |^#" | sed 's/^/  /'
   line=$(echo "$out" | grep -E "^[0-9]+ passed, [0-9]+ failed$" | tail -1)
   if [ -z "$line" ]; then
     echo "  $t did not report a result (exit $rc); last lines:"; echo "$out" | tail -15 | sed 's/^/    /'
