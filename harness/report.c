@@ -493,6 +493,15 @@ static int load_experiment(lab_store *st, const char *id, exp_view *e, char *err
 
 static void h(page *pg, const char *s) { lab_esc_html(&pg->html, s); }
 
+/* Columns first..last of the current row as escaped cells joined by
+ * "</td><td>"; the caller opens the first cell and closes the last. */
+static void h_cols(page *pg, sqlite3_stmt *s, int first, int last) {
+    for (int i = first; i <= last; i++) {
+        if (i > first) lab_buf_printf(&pg->html, "</td><td>");
+        h(pg, lab_col_text(s, i));
+    }
+}
+
 static const char *verdict_class(const char *v) {
     if (!strcmp(v, "SUPPORTED")) return "good";
     if (!strcmp(v, "REFUTED")) return "bad";
@@ -626,13 +635,7 @@ static void section_flags(page *pg, const exp_view *e) {
                               "<th>rule</th><th>reason</th><th>first seen</th></tr>\n");
         int expected = sqlite3_column_int(s, 4);
         lab_buf_printf(o, "<tr class=\"%s\"><td>", expected ? "muted" : "bad");
-        h(pg, lab_col_text(s, 0));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 1));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 2));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 3));
+        h_cols(pg, s, 0, 3);
         if (expected) lab_buf_printf(o, " <span class=\"tag\">expected: the arm replays the defect</span>");
         lab_buf_printf(o, "</td><td>");
         h(pg, lab_col_text(s, 5));
@@ -744,13 +747,7 @@ static void section_claims(page *pg) {
         }
         int open = sqlite3_column_type(s, 4) == SQLITE_NULL;
         lab_buf_printf(o, "<tr class=\"%s\"><td>", open ? "bad" : "muted");
-        h(pg, lab_col_text(s, 0));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 1));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 2));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 3));
+        h_cols(pg, s, 0, 3);
         lab_buf_printf(o, "</td><td>");
         if (open) lab_buf_printf(o, "open");
         else {
@@ -824,11 +821,7 @@ static void section_nightlies(page *pg) {
                               "<th>arm</th><th>kind</th><th></th><th>finding</th></tr>\n", (long long)latest);
         int reg = sqlite3_column_int(s, 3);
         lab_buf_printf(o, "<tr class=\"%s\"><td>", reg ? "bad" : "");
-        h(pg, lab_col_text(s, 0));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 1));
-        lab_buf_printf(o, "</td><td>");
-        h(pg, lab_col_text(s, 2));
+        h_cols(pg, s, 0, 2);
         lab_buf_printf(o, "</td><td>%s</td><td>", reg ? "<b>REGRESSION</b>" : "note");
         h(pg, lab_col_text(s, 4));
         lab_buf_printf(o, "</td></tr>\n");
