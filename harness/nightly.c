@@ -487,11 +487,8 @@ static int compare_repeats(lab_store *st, int64_t nightly, const char *eid, cons
  * count (everything else is the baseline). */
 static int compare_audit(lab_store *st, int64_t nightly, int64_t prev_overall, int64_t *n_reg, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT 1 FROM sqlite_master WHERE name = 'audit_flags'", &s, err, errlen);
-    if (rc) return rc;
-    int have = sqlite3_step(s) == SQLITE_ROW;
-    sqlite3_finalize(s);
-    if (!have) return LAB_OK;
+    int have = 0, rc = lab_store_has_table(st, "audit_flags", &have, err, errlen);
+    if (rc || !have) return rc;
     if ((rc = prep(st,
                    "SELECT f.id, f.subject_kind, f.subject, f.rule, f.key, f.reason, f.first_seen, r.experiment, r.arm,"
                    " nr.run_id IS NOT NULL,"

@@ -109,13 +109,9 @@ double lab_rp_col_num(sqlite3_stmt *s, int i) {
 }
 
 int lab_rp_has_table(lab_store *st, const char *name) {
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(lab_store_db(st), "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", -1, &s,
-                           NULL) != SQLITE_OK) return 0;
-    sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
-    int r = sqlite3_step(s) == SQLITE_ROW;
-    sqlite3_finalize(s);
-    return r;
+    int have = 0;
+    lab_store_has_table(st, name, &have, NULL, 0);   /* a failed lookup reads as "absent": the section is left out */
+    return have;
 }
 
 static void fmt_g(char *out, size_t n, double v) {

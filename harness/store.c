@@ -359,6 +359,17 @@ static void rollback(lab_store *st) {
     if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
 }
 
+int lab_store_has_table(lab_store *st, const char *name, int *have, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    *have = 0;
+    int rc = prep(st, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
+    *have = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    return LAB_OK;
+}
+
 int lab_store_batch_begin(lab_store *st, char *err, size_t errlen) {
     if (st->batch) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: batches do not nest", st->path);
     int rc = simple(st, "BEGIN IMMEDIATE", err, errlen);
