@@ -51,13 +51,6 @@ static const char *str_field(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int hex64(const char *s) {
-    if (!s || strlen(s) != 64) return 0;
-    for (; *s; s++)
-        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) return 0;
-    return 1;
-}
-
 /* A number field: integral when `integral`, and >= min (> min when strict). */
 static int num_field(const cJSON *o, const char *key, double min, int strict, int integral, double *out,
                      const char *path, const char *where, char *err, size_t errlen) {
@@ -152,7 +145,7 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
         return lab_errf(err, errlen, LAB_EINPUT, "%s: \"device\" and \"model\" must be non-empty strings", path);
     r->model_sha = str_field(o, "model_sha256");
     r->tokens_sha = str_field(o, "tokens_sha256");
-    if (!hex64(r->model_sha) || !hex64(r->tokens_sha))
+    if (!vt_sha256_hex_ok(r->model_sha) || !vt_sha256_hex_ok(r->tokens_sha))
         return lab_errf(err, errlen, LAB_EINPUT, "%s: \"model_sha256\" and \"tokens_sha256\" must be 64 lowercase hex digits",
                         path);
     experiment_id(r->model, r->experiment, sizeof r->experiment);
@@ -170,10 +163,8 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
         snprintf(where, sizeof where, "phases[%lld]", (long long)i);
         if (!cJSON_IsObject(q)) return lab_errf(err, errlen, LAB_EINPUT, "%s: %s must be an object", path, where);
         p->name = str_field(q, "name");
-        int name_ok = p->name && *p->name && strlen(p->name) < 32;
-        for (const char *c = p->name; name_ok && *c; c++)
-            name_ok = (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-';
-        if (!name_ok) return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"name\" must be 1-31 of [a-z0-9_-]", path, where);
+        if (!vt_bench_name_ok(p->name))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"name\" must be 1-31 of [a-z0-9_-]", path, where);
         for (int64_t j = 0; j < i; j++)
             if (!strcmp(p->name, r->ph[j].name))
                 return lab_errf(err, errlen, LAB_EINPUT, "%s: phase name \"%s\" appears twice", path, p->name);

@@ -74,16 +74,14 @@ int lab_model_dir(const lab_experiment *e, char **dir, char *err, size_t errlen)
      * Without the version a cache made by an older synth would be reused,
      * and an old checkout would measure another model than a fresh clone. */
     vt_sha256_ctx c;
-    uint8_t d[32];
     char tail[96], hex[65];
     vt_sha256_init(&c);
     vt_sha256_update(&c, cfg, n);
     snprintf(tail, sizeof tail, "\nseed=%llu\ndtype=%s\nsynth=%d\n", (unsigned long long)e->synth_seed,
              e->synth_dtype, vt_synth_version());
     vt_sha256_update(&c, tail, strlen(tail));
-    vt_sha256_final(&c, d);
+    vt_sha256_final_hex(&c, hex);
     free(cfg);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
     char path[512], probe[600];
     snprintf(path, sizeof path, "build/models/%.16s", hex);
     snprintf(probe, sizeof probe, "%s/model.safetensors", path);
@@ -140,9 +138,7 @@ static int model_sha256_uncached(const char *dir, char out[65], char *err, size_
     }
     if (rc) return rc;
     if (n == 0) return lab_errf(err, errlen, LAB_EINPUT, "%s: no *.safetensors file", dir);
-    uint8_t dg[32];
-    vt_sha256_final(&c, dg);
-    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", dg[i]);
+    vt_sha256_final_hex(&c, out);
     return LAB_OK;
 }
 
@@ -514,9 +510,7 @@ static int forward_pass(const lab_experiment *e, vt_model *m, const vt_model_inf
         }
     }
     acc->n_scored = sc;
-    uint8_t dg[32];
-    vt_sha256_final(&acc->hash, dg);
-    for (int i = 0; i < 32; i++) snprintf(acc->hash_hex + 2 * i, 3, "%02x", dg[i]);
+    vt_sha256_final_hex(&acc->hash, acc->hash_hex);
     if (flags & PASS_FILL_REF) {
         memcpy(ref->hash, acc->hash_hex, 65);
         ref->ready = 1;

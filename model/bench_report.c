@@ -11,17 +11,10 @@
 #include "fileio.h"
 #include "vt.h"
 
-static int name_ok(const char *s) {
+int vt_bench_name_ok(const char *s) {
     if (!s || !*s || strlen(s) > 31) return 0;
     for (; *s; s++)
         if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-')) return 0;
-    return 1;
-}
-
-static int hex64(const char *s) {
-    if (!s || strlen(s) != 64) return 0;
-    for (; *s; s++)
-        if (!((*s >= '0' && *s <= '9') || (*s >= 'a' && *s <= 'f'))) return 0;
     return 1;
 }
 
@@ -33,13 +26,7 @@ void vt_bench_tokens_sha256(const int32_t *tok, int64_t n, char out[65]) {
         uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
         vt_sha256_update(&c, b, 4);
     }
-    uint8_t d[32];
-    vt_sha256_final(&c, d);
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = "0123456789abcdef"[d[i] >> 4];
-        out[2 * i + 1] = "0123456789abcdef"[d[i] & 15];
-    }
-    out[64] = 0;
+    vt_sha256_final_hex(&c, out);
 }
 
 static int check(const vt_bench_report *r, vt_err *err) {
@@ -47,12 +34,12 @@ static int check(const vt_bench_report *r, vt_err *err) {
         return vt_errf(err, VT_EINPUT, "bench report: backend must be \"cpu\" or \"cuda\"");
     if (!r->device || !*r->device || !r->model || !*r->model)
         return vt_errf(err, VT_EINPUT, "bench report: device and model must be named");
-    if (!hex64(r->model_sha256) || !hex64(r->tokens_sha256))
+    if (!vt_sha256_hex_ok(r->model_sha256) || !vt_sha256_hex_ok(r->tokens_sha256))
         return vt_errf(err, VT_EINPUT, "bench report: model_sha256 and tokens_sha256 must be 64 lowercase hex digits");
     if (r->n_phases < 1) return vt_errf(err, VT_EINPUT, "bench report: no phases");
     for (int64_t i = 0; i < r->n_phases; i++) {
         const vt_bench_phase *p = &r->phases[i];
-        if (!name_ok(p->name))
+        if (!vt_bench_name_ok(p->name))
             return vt_errf(err, VT_EINPUT, "bench report: phase %lld: name must be 1-31 of [a-z0-9_-]", (long long)i);
         for (int64_t j = 0; j < i; j++)
             if (!strcmp(p->name, r->phases[j].name))

@@ -213,11 +213,7 @@ void vt_knobset_hash(const vt_knobset *ks, char out[65]) {
         int len = snprintf(line, sizeof line, "%s=%s\n", KNOBS[i].name, ks->value[i]);
         vt_sha256_update(&c, line, (size_t)len);
     }
-    uint8_t d[32];
-    vt_sha256_final(&c, d);
-    static const char hx[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) { out[2 * i] = hx[d[i] >> 4]; out[2 * i + 1] = hx[d[i] & 15]; }
-    out[64] = '\0';
+    vt_sha256_final_hex(&c, out);
 }
 
 void vt_knobs_resolve(const vt_knobset *ks, vt_knobs *k) {

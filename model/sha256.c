@@ -168,6 +168,18 @@ void vt_sha256_hex(const void *data, size_t n, char out[65]) {
     to_hex(d, out);
 }
 
+int vt_sha256_hex_ok(const char *s) {
+    size_t n = 0;
+    for (; s && ((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f')); n++) {}
+    return s && n == 64 && !s[n];
+}
+
+void vt_sha256_final_hex(vt_sha256_ctx *c, char out[65]) {
+    uint8_t d[32];
+    vt_sha256_final(c, d);
+    to_hex(d, out);
+}
+
 int vt_sha256_file(const char *path, char out[65], char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -185,8 +197,6 @@ int vt_sha256_file(const char *path, char out[65], char *err, size_t errlen) {
         snprintf(err, errlen, "%s: read error while hashing", path);
         return VT_STATUS_IO;
     }
-    uint8_t d[32];
-    vt_sha256_final(&c, d);
-    to_hex(d, out);
+    vt_sha256_final_hex(&c, out);
     return VT_STATUS_OK;
 }

@@ -182,6 +182,9 @@ int vt_synth_version(void);
  * writes it; `vtlab record-bench` reads it). */
 #define VT_BENCH_FORMAT "vtlab-bench"
 #define VT_BENCH_VERSION 1
+/* 1 when s can name a phase of a report: 1 to 31 of [a-z0-9_-] (the writer
+ * and the reader hold reports to the same rule). */
+int vt_bench_name_ok(const char *s);
 
 /* ------------------------------------------------------------------ f16 */
 
@@ -202,6 +205,10 @@ typedef struct vt_sha256_ctx { uint32_t h[8]; uint64_t len; uint8_t buf[64]; siz
 void vt_sha256_init(vt_sha256_ctx *c);
 void vt_sha256_update(vt_sha256_ctx *c, const void *data, size_t n);
 void vt_sha256_final(vt_sha256_ctx *c, uint8_t out[32]);
+/* 1 when s is a sha256 as these functions write it: 64 lowercase hex digits. */
+int  vt_sha256_hex_ok(const char *s);
+/* vt_sha256_final, as lowercase hex (64 chars + NUL). */
+void vt_sha256_final_hex(vt_sha256_ctx *c, char out[65]);
 /* Tests: 1 pins the portable implementation; 0 lets the CPU's SHA
  * instructions be used where present (the default). */
 void vt_sha256_force_portable(int on);
