@@ -33,11 +33,14 @@ typedef struct phase {
     const char *name;
     int64_t     batch, context, threads, tokens;
     double      seconds, flops, bytes, peak_flops, peak_bytes, gemm_share;   /* gemm_share NAN: not measured */
+    /* derived once (what is stored and printed); NAN: not measurable (no bytes counted, no peak) */
+    double      tokens_per_s, flops_per_s, bytes_per_s, flops_frac, bytes_frac;
     vt_knobset *ks;
 } phase;
 
 typedef struct report {
     cJSON      *root;
+    vt_knobset *knobs;   /* the report's knobs; each phase's set is a copy plus its threads */
     const char *backend, *device, *model, *model_sha, *tokens_sha, *code;
     char        commit[128], compiler[512], flags[2048];   /* the parts of code */
     int         dirty;
@@ -112,6 +115,7 @@ static const char *duplicate_key(const cJSON *o) {
 
 static void report_free(report *r) {
     for (int64_t i = 0; i < r->n; i++) vt_knobset_free(r->ph[i].ks);
+    vt_knobset_free(r->knobs);
     cJSON_Delete(r->root);
 }
 
@@ -150,8 +154,19 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
                         path);
     experiment_id(r->model, r->experiment, sizeof r->experiment);
 
-    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(o, "knobs");
+    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(o, "knobs"), *kv;
     if (!cJSON_IsObject(knobs)) return lab_errf(err, errlen, LAB_EINPUT, "%s: \"knobs\" must be an object", path);
+    char kerr[512];
+    if (vt_knobset_new(&r->knobs)) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    cJSON_ArrayForEach(kv, knobs) {
+        if (!cJSON_IsString(kv))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: \"%s\" must be a string", path, kv->string);
+        if (vt_knobset_set(r->knobs, kv->string, kv->valuestring, kerr, sizeof kerr))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: %s", path, kerr);
+    }
+    if (strcmp(vt_knobset_get(r->knobs, "VT_BACKEND"), r->backend))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: VT_BACKEND is \"%s\" but \"backend\" is \"%s\"", path,
+                        vt_knobset_get(r->knobs, "VT_BACKEND"), r->backend);
     const cJSON *phases = cJSON_GetObjectItemCaseSensitive(o, "phases");
     int64_t n = cJSON_IsArray(phases) ? cJSON_GetArraySize(phases) : 0;
     if (n < 1 || n > MAX_PHASES)
@@ -182,9 +197,13 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
             return rc;
         p->batch = (int64_t)b, p->context = (int64_t)c, p->threads = (int64_t)t, p->tokens = (int64_t)k;
         /* what gets stored is derived: tokens/s, FLOP/s, bytes/s and the fractions of the peaks */
-        if (!isfinite(k / p->seconds) || !isfinite(p->flops / p->seconds) || !isfinite(p->bytes / p->seconds) ||
-            (p->peak_flops > 0 && !isfinite(p->flops / p->seconds / p->peak_flops)) ||
-            (p->peak_bytes > 0 && !isfinite(p->bytes / p->seconds / p->peak_bytes)))
+        p->tokens_per_s = k / p->seconds;
+        p->flops_per_s = p->flops / p->seconds;
+        p->bytes_per_s = p->bytes > 0 ? p->bytes / p->seconds : NAN;
+        p->flops_frac = p->peak_flops > 0 ? p->flops_per_s / p->peak_flops : NAN;
+        p->bytes_frac = p->bytes > 0 && p->peak_bytes > 0 ? p->bytes_per_s / p->peak_bytes : NAN;
+        if (isinf(p->tokens_per_s) || isinf(p->flops_per_s) || isinf(p->bytes_per_s) || isinf(p->flops_frac) ||
+            isinf(p->bytes_frac))
             return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: the rates derived from these numbers overflow (seconds %g)",
                             path, where, p->seconds);
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(q, "gemm_share");
@@ -193,19 +212,8 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
             return rc;
 
         /* the knobs: the report's, then the phase's thread count (CPU) */
-        char kerr[512];
-        if (vt_knobset_new(&p->ks)) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+        if (vt_knobset_copy(&p->ks, r->knobs)) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
         r->n = i + 1;
-        const cJSON *kv;
-        cJSON_ArrayForEach(kv, knobs) {
-            if (!cJSON_IsString(kv))
-                return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: \"%s\" must be a string", path, kv->string);
-            if (vt_knobset_set(p->ks, kv->string, kv->valuestring, kerr, sizeof kerr))
-                return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: %s", path, kerr);
-        }
-        if (strcmp(vt_knobset_get(p->ks, "VT_BACKEND"), r->backend))
-            return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: VT_BACKEND is \"%s\" but \"backend\" is \"%s\"", path,
-                            vt_knobset_get(p->ks, "VT_BACKEND"), r->backend);
         if (p->threads > 0) {
             char th[32];
             snprintf(th, sizeof th, "%lld", (long long)p->threads);
@@ -220,14 +228,14 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
  * ratio with nothing to compare against is left out (not measurable). */
 static int64_t metrics(const phase *p, const char **mn, double *mv) {
     int64_t n = 0;
-    mn[n] = "tokens_per_s", mv[n++] = (double)p->tokens / p->seconds;
+    mn[n] = "tokens_per_s", mv[n++] = p->tokens_per_s;
     mn[n] = "seconds", mv[n++] = p->seconds;
     mn[n] = "batch", mv[n++] = (double)p->batch;
     mn[n] = "context", mv[n++] = (double)p->context;
-    mn[n] = "flops_per_s", mv[n++] = p->flops / p->seconds;
-    if (p->peak_flops > 0) mn[n] = "flops_frac_of_peak", mv[n++] = p->flops / p->seconds / p->peak_flops;
-    if (p->bytes > 0) mn[n] = "bytes_per_s", mv[n++] = p->bytes / p->seconds;
-    if (p->bytes > 0 && p->peak_bytes > 0) mn[n] = "bytes_frac_of_peak", mv[n++] = p->bytes / p->seconds / p->peak_bytes;
+    mn[n] = "flops_per_s", mv[n++] = p->flops_per_s;
+    if (!isnan(p->flops_frac)) mn[n] = "flops_frac_of_peak", mv[n++] = p->flops_frac;
+    if (!isnan(p->bytes_per_s)) mn[n] = "bytes_per_s", mv[n++] = p->bytes_per_s;
+    if (!isnan(p->bytes_frac)) mn[n] = "bytes_frac_of_peak", mv[n++] = p->bytes_frac;
     if (!isnan(p->gemm_share)) mn[n] = "gemm_share", mv[n++] = p->gemm_share;
     return n;
 }
@@ -258,23 +266,23 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
     /* one transaction for the spec and every phase's run: all of the report or none of it */
     if ((rc = lab_store_batch_begin(st, err, errlen))) goto done;
     if ((rc = lab_store_put_spec(st, spec_sha, r.experiment, path, canon, err, errlen))) goto done;
+    lab_provenance pv = {0};   /* the same for every phase */
+    pv.experiment_sha256 = spec_sha;
+    pv.git_commit = r.commit;
+    pv.git_dirty = r.dirty;
+    pv.build_flags = r.flags;
+    pv.compiler = r.compiler;
+    pv.backend = r.backend;
+    pv.device = r.device;
+    pv.host = host;
+    pv.pid = getpid();
+    pv.pid_start = lab_pid_start(pv.pid);
+    pv.score = "all";
+    pv.expected_assertions = "pass";
     for (int64_t i = 0; i < r.n; i++) {
         const phase *p = &r.ph[i];
         vt_knobset_hash(p->ks, knob_hash);
         lab_identity id = {r.experiment, p->name, 0, knob_hash, r.model_sha, r.tokens_sha, r.code};
-        lab_provenance pv = {0};
-        pv.experiment_sha256 = spec_sha;
-        pv.git_commit = r.commit;
-        pv.git_dirty = r.dirty;
-        pv.build_flags = r.flags;
-        pv.compiler = r.compiler;
-        pv.backend = r.backend;
-        pv.device = r.device;
-        pv.host = host;
-        pv.pid = getpid();
-        pv.pid_start = lab_pid_start(pv.pid);
-        pv.score = "all";
-        pv.expected_assertions = "pass";
         int kind = 0;
         int64_t run_id = 0, stale = 0;
         /* forced: every report is a new measurement, never "already finished" */
@@ -303,10 +311,9 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
     for (int64_t i = 0; out && i < r.n; i++) {   /* only what is now in the database */
         const phase *p = &r.ph[i];
         fprintf(out, "run %lld: %s %s (%s, %s): %.1f tokens/s", (long long)run_ids[i], r.experiment, p->name, r.backend,
-                r.device, (double)p->tokens / p->seconds);
-        if (p->peak_flops > 0) fprintf(out, ", %.1f%% of peak FLOP/s", 100 * p->flops / p->seconds / p->peak_flops);
-        if (p->bytes > 0 && p->peak_bytes > 0)
-            fprintf(out, ", %.1f%% of peak bytes/s", 100 * p->bytes / p->seconds / p->peak_bytes);
+                r.device, p->tokens_per_s);
+        if (!isnan(p->flops_frac)) fprintf(out, ", %.1f%% of peak FLOP/s", 100 * p->flops_frac);
+        if (!isnan(p->bytes_frac)) fprintf(out, ", %.1f%% of peak bytes/s", 100 * p->bytes_frac);
         fputc('\n', out);
     }
 done:
