@@ -204,7 +204,7 @@ static int time_prefill(vt_cuda *c, const int32_t *tok, int64_t T, int want_logi
     }
     qsort(t, (size_t)reps, sizeof t[0], cmp_double);
     ph->batch = c->B;
-    ph->context = T;
+    ph->context = 0;   /* the report's context: tokens cached when the phase starts (bench_report.h) */
     ph->tokens = c->B * T;
     ph->seconds = t[reps / 2];
     ph->flops = c->flops;
