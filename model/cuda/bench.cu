@@ -171,13 +171,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef struct phase {
-    const char *name;
-    int64_t     batch, context, tokens;   /* tokens processed per timed unit (all sequences) */
-    double      seconds;                  /* per timed unit */
-    double      flops, bytes;             /* per timed unit */
-} phase;
-
 static void tokens_for(int32_t *t, int64_t n, int64_t V, uint32_t seed) {
     for (int64_t i = 0; i < n; i++) {
         seed = seed * 1103515245u + 12345u;
@@ -191,7 +184,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Prefill T tokens (batch c->B) REPS times after a warm-up; median time. */
-static int time_prefill(vt_cuda *c, const int32_t *tok, int64_t T, int want_logits, int reps, phase *ph, vt_err *err) {
+static int time_prefill(vt_cuda *c, const int32_t *tok, int64_t T, int want_logits, int reps, vt_bench_phase *ph, vt_err *err) {
     double t[16];
     TRY(cu_ctx_reset(c, err));
     TRY(cu_forward(c, tok, T, want_logits, NULL, err));   /* warm-up: scratch, cache growth, cuBLAS heuristics */
@@ -213,7 +206,7 @@ static int time_prefill(vt_cuda *c, const int32_t *tok, int64_t T, int want_logi
 }
 
 /* Decode steps (one token per sequence each) from the current caches. */
-static int time_decode(vt_cuda *c, const int32_t *tok, int warm, int steps, phase *ph, vt_err *err) {
+static int time_decode(vt_cuda *c, const int32_t *tok, int warm, int steps, vt_bench_phase *ph, vt_err *err) {
     for (int i = 0; i < warm; i++) TRY(cu_forward(c, tok, 1, 1, NULL, err));
     ph->context = c->pos;
     c->flops = c->bytes = 0;
@@ -246,9 +239,11 @@ static void device_peaks(const char *name, int dev, double *tflops, double *gbs)
     }
 }
 
-static void log_phase(FILE *log, const phase *p, double peak_tf, double peak_gbs) {
+/* One phase's line on stdout (the report carries the same numbers). */
+static void log_phase(FILE *log, const vt_bench_phase *p) {
     if (!log) return;
     double tps = (double)p->tokens / p->seconds, tf = p->flops / p->seconds / 1e12, gbs = p->bytes / p->seconds / 1e9;
+    double peak_tf = p->peak_flops / 1e12, peak_gbs = p->peak_bytes / 1e9;
     fprintf(log, "bench %-11s batch %3lld context %5lld: %10.1f tokens/s  %8.2f TFLOP/s (%5.1f%% of peak)  %8.1f GB/s (%5.1f%% of peak)\n",
             p->name, (long long)p->batch, (long long)p->context, tps, tf, peak_tf > 0 ? 100 * tf / peak_tf : 0.0, gbs,
             peak_gbs > 0 ? 100 * gbs / peak_gbs : 0.0);
@@ -272,7 +267,9 @@ static int bench(const char *config_path, int64_t T, int64_t batch, const char *
     vt_cuda c;
     memset(&c, 0, sizeof c);
     int32_t *tok = NULL;
-    phase ph[4] = {{"prefill"}, {"decode-b1"}, {"prefill-batch"}, {"decode-batch"}};
+    /* the report's phases, filled by the timings; threads 0 (a GPU), GEMMs not timed on the device */
+    vt_bench_phase ph[4] = {{"prefill"}, {"decode-b1"}, {"prefill-batch"}, {"decode-batch"}};
+    for (vt_bench_phase &p : ph) p.peak_flops = peak_tf * 1e12, p.peak_bytes = peak_gbs * 1e9, p.gemm_seconds = -1.0;
     double params = 0, t0 = now_s();
     int finite = 1, rc = generate(&cfg, w, &params, err);
     double gen_s = now_s() - t0;
@@ -305,17 +302,17 @@ static int bench(const char *config_path, int64_t T, int64_t batch, const char *
             if (e != cudaSuccess) { rc = vt_errf(err, VT_EINTERNAL, "bench: %s", cudaGetErrorString(e)); goto done; }
             if (!finite) { rc = vt_errf(err, VT_EINTERNAL, "bench: non-finite logits after the prefill"); goto done; }
         }
-        if (log) log_phase(log, &ph[0], peak_tf, peak_gbs);
+        if (log) log_phase(log, &ph[0]);
         if ((rc = time_decode(&c, tok, BENCH_WARM, BENCH_STEPS, &ph[1], err))) goto done;
-        if (log) log_phase(log, &ph[1], peak_tf, peak_gbs);
+        if (log) log_phase(log, &ph[1]);
         cu_ctx_release(&c);
 
         /* batch B: B sequences prefilled with BATCH_CONTEXT tokens each, then stepped together */
         if ((rc = cu_ctx_init(&c, &cfg, w, &k, NULL, batch, err))) goto done;
         if ((rc = time_prefill(&c, tok, BATCH_CONTEXT, 0, 1, &ph[2], err))) goto done;
-        if (log) log_phase(log, &ph[2], peak_tf, peak_gbs);
+        if (log) log_phase(log, &ph[2]);
         if ((rc = time_decode(&c, tok, BENCH_WARM, BENCH_STEPS, &ph[3], err))) goto done;
-        if (log) log_phase(log, &ph[3], peak_tf, peak_gbs);
+        if (log) log_phase(log, &ph[3]);
     }
     {   /* the report (model/bench_report.h), which `vtlab record-bench` stores as runs */
         char csha[65], msha[65], tsha[65], ident[256];
@@ -327,11 +324,6 @@ static int bench(const char *config_path, int64_t T, int64_t batch, const char *
         vt_bench_tokens_sha256(tok, T > batch * BATCH_CONTEXT ? T : batch * BATCH_CONTEXT, tsha);
         static const char *const kn[] = {"VT_BACKEND", "VT_KIMI_BF16_ACT", "VT_KIMI_BF16_STREAM", "VT_PROBE"};
         static const char *const kv[] = {"cuda", "1", "1", "off"};
-        static const char *const names[4] = {"prefill", "decode-b1", "prefill-batch", "decode-batch"};
-        vt_bench_phase bp[4];
-        for (int i = 0; i < 4; i++)
-            bp[i] = (vt_bench_phase){names[i], ph[i].batch, ph[i].context, 0, ph[i].tokens, ph[i].seconds,
-                                     ph[i].flops, ph[i].bytes, peak_tf * 1e12, peak_gbs * 1e9, -1.0};
         char weights[160];
         snprintf(weights, sizeof weights, "bf16, %.4g parameters generated on the device (seed %llu; no checkpoint)",
                  params, (unsigned long long)BENCH_SEED);
@@ -339,7 +331,7 @@ static int bench(const char *config_path, int64_t T, int64_t batch, const char *
                              "dense bf16 tensor-core peak and HBM bandwidth of the device (vendor datasheet)",
                              "2MNK per GEMM, attention GEMMs, 7 d^2 per token and head (KDA recurrence)",
                              "GEMM weights, KV cache, KDA state read+write; activations not counted (lower bound)",
-                             4, kn, kv, 4, bp};
+                             4, kn, kv, 4, ph};
         rc = vt_bench_write(json_path, &r, err);
     }
 done:
