@@ -36,7 +36,9 @@
 
 #include <math.h>
 
+#include "harness/util.h"
 #include "model/backend.h"
+#include "model/fileio.h"
 #include "tests/unit/vt_test_moe.h"
 
 #define F32_ATOL 1e-3          /* CPU vs CUDA, f32 arms (see above) */
@@ -303,22 +305,13 @@ static void test_top1_router_matches_cpu(void **state) {
     assert_non_null(mkdtemp(dir));
     char *text = NULL;
     size_t len = 0;
-    FILE *f = fopen("model/configs/kimi-linear-tiny.json", "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    len = (size_t)ftell(f);
-    rewind(f);
-    text = calloc(len + 1, 1);
-    assert_int_equal(fread(text, 1, len, f), len);
-    fclose(f);
+    if (lab_read_file("model/configs/kimi-linear-tiny.json", &text, &len, err, sizeof err)) fail_msg("%s", err);
     char *k = strstr(text, "\"num_experts_per_token\": 4");
     assert_non_null(k);
     k[strlen("\"num_experts_per_token\": ")] = '1';
     snprintf(cfg, sizeof cfg, "%s/top1.json", dir);
-    f = fopen(cfg, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, len, f), len);
-    fclose(f);
+    vt_err we = {0};
+    VT_ASSERT_OK(vt_file_write_atomic(cfg, text, len, &we), we);
     free(text);
     vt_model *m = NULL;
     if (vt_synth(cfg, 5, "f32", dir, err, sizeof err) || vt_model_open(&m, dir, err, sizeof err))
