@@ -438,6 +438,49 @@ static int migrate(lab_store *st, int target, char *err, size_t errlen) {
     }
 }
 
+/* Puts the database in WAL mode (a no-op when it already is). The switch
+ * needs an exclusive lock, and when several processes open a NEW file at once
+ * each holds a shared lock while asking for it: SQLite then answers
+ * SQLITE_BUSY at once, without calling the busy handler (waiting could
+ * deadlock). So the switch is retried here, with a growing sleep, for as long
+ * as the busy timeout would have waited; whoever loses finds WAL already set.
+ * The answer must be "wal": the concurrency promises above depend on it. */
+static int switch_to_wal(lab_store *st, char *err, size_t errlen) {
+#ifndef VT_MUTATE_NO_WAL_RETRY
+    const int64_t budget_us = 30 * 1000000LL;
+#else
+    const int64_t budget_us = 0; /* mutation: give up on the first BUSY, as before the fix */
+#endif
+    int64_t waited_us = 0, nap_us = 1000;
+    for (;;) {
+        sqlite3_stmt *s = NULL;
+        int rc = prep(st, "PRAGMA journal_mode = WAL", &s, err, errlen);
+        if (rc) return rc;
+        int step = sqlite3_step(s);
+        if (step == SQLITE_ROW) {
+            const char *mode = (const char *)sqlite3_column_text(s, 0);
+            int wal = mode && strcmp(mode, "wal") == 0;
+            char got[32];
+            snprintf(got, sizeof got, "%s", mode ? mode : "(none)");
+            sqlite3_finalize(s);
+            if (wal) return LAB_OK;
+            return lab_errf(err, errlen, LAB_EIO,
+                            "%s: cannot switch the database to WAL journal mode (it stays \"%s\"); "
+                            "is the file on a file system without shared memory support?", st->path, got);
+        }
+        int primary = step & 0xff;
+        if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || waited_us >= budget_us) {
+            rc = db_err(st, err, errlen, "journal_mode");
+            sqlite3_finalize(s);
+            return rc;
+        }
+        sqlite3_finalize(s);
+        usleep((useconds_t)nap_us);
+        waited_us += nap_us;
+        if (nap_us < 100000) nap_us *= 2;
+    }
+}
+
 int lab_store_open_version(lab_store **out, const char *path, int version, char *err, size_t errlen) {
     *out = NULL;
     if (version < 1 || version > LAB_SCHEMA_VERSION)
@@ -457,10 +500,7 @@ int lab_store_open_version(lab_store **out, const char *path, int version, char 
     sqlite3_busy_timeout(st->db, 30000);
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_stmt *s = NULL;
-    if ((rc = prep(st, "PRAGMA journal_mode = WAL", &s, err, errlen))) goto fail;
-    if (sqlite3_step(s) != SQLITE_ROW) { rc = db_err(st, err, errlen, "journal_mode"); goto fail; }
-    sqlite3_finalize(s);
-    s = NULL;
+    if ((rc = switch_to_wal(st, err, errlen))) goto fail;
     if ((rc = simple(st, "PRAGMA synchronous = NORMAL", err, errlen))) goto fail;
     if ((rc = simple(st, "PRAGMA foreign_keys = ON", err, errlen))) goto fail;
     if ((rc = migrate(st, version, err, errlen))) goto fail;

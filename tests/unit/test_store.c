@@ -370,6 +370,67 @@ static void test_two_writers(void **state) {
     lab_store_close(st);
 }
 
+/* Reliability item 10: several processes open the same NEW database at the
+ * same instant (a barrier releases them together), round after round. The
+ * switch to WAL needs an exclusive lock; SQLite answers a deadlock-avoiding
+ * SQLITE_BUSY there without calling the busy handler, so without a retry one
+ * opener failed with "journal_mode: database is locked". Every opener must
+ * succeed and the file must end in WAL mode with the schema created once. */
+static void test_concurrent_fresh_open(void **state) {
+    enum { ROUNDS = 150, KIDS = 8 };
+    int failures = 0;
+    char firsterr[1024] = "";
+    for (int round = 0; round < ROUNDS; round++) {
+        setup(state);
+        int go[2], rep[2];
+        assert_int_equal(pipe(go), 0);
+        assert_int_equal(pipe(rep), 0);
+        pid_t kids[KIDS];
+        for (int k = 0; k < KIDS; k++) {
+            kids[k] = fork();
+            assert_true(kids[k] >= 0);
+            if (kids[k] == 0) {
+                close(go[1]);
+                close(rep[0]);
+                char b;
+                if (read(go[0], &b, 1) < 0) _exit(9); /* EOF when the parent closes: all start together */
+                lab_store *cs;
+                char e2[1024] = "";
+                int rc = lab_store_open(&cs, dbpath, e2, sizeof e2);
+                if (rc) {
+                    ssize_t w = write(rep[1], e2, strlen(e2) + 1);
+                    (void)w;
+                    _exit(3);
+                }
+                lab_store_close(cs);
+                _exit(0);
+            }
+        }
+        close(go[0]);
+        close(rep[1]);
+        close(go[1]); /* releases every child at once */
+        for (int k = 0; k < KIDS; k++) {
+            int status;
+            waitpid(kids[k], &status, 0);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failures++;
+        }
+        if (failures && !firsterr[0]) {
+            ssize_t n = read(rep[0], firsterr, sizeof firsterr - 1);
+            if (n > 0) firsterr[n] = 0;
+        }
+        close(rep[0]);
+        if (failures) break;
+        lab_store *st;
+        char err[1024] = "";
+        assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+        char buf[32];
+        assert_string_equal(q_text(st, "PRAGMA journal_mode", buf, sizeof buf), "wal");
+        assert_int_equal(q_int(st, "PRAGMA user_version"), LAB_SCHEMA_VERSION);
+        lab_store_close(st);
+    }
+    if (failures) fail_msg("%d opener(s) of a fresh database failed: %s", failures, firsterr);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fresh_schema, setup, teardown),
@@ -379,6 +440,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_batch_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_running_redone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_writers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_fresh_open, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
