@@ -158,16 +158,23 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(MODEL_SRC) $(wildcard model/*.h) $(B
 	clang $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined -I. -I$(BUILD)/gen $< $(MODEL_SRC) -lcjson -lopenblas -lm -fopenmp -o $@
 
 fuzz: deps $(FUZZ_TARGETS)
-	@for f in $(FUZZ_TARGETS); do \
+	@mkdir -p $(BUILD)/logs; pass=0; fail=0; for f in $(FUZZ_TARGETS); do \
 	  name=$$(basename $$f); corpus=$(BUILD)/fuzz/corpus-$$name; mkdir -p $$corpus; \
 	  echo "== $$name for $(FUZZ_SECONDS)s (seeds: tests/fuzz/seeds/$$name)"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 $$corpus tests/fuzz/seeds/$$name >$(BUILD)/fuzz/$$name.log 2>&1 \
-	    || { tail -40 $(BUILD)/fuzz/$$name.log; exit 1; }; \
-	  grep -E "^Done|runs in" $(BUILD)/fuzz/$$name.log | tail -1; \
-	done
+	  if $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 $$corpus tests/fuzz/seeds/$$name >$(BUILD)/fuzz/$$name.log 2>&1; \
+	  then pass=$$((pass + 1)); grep -E "^Done|runs in" $(BUILD)/fuzz/$$name.log | tail -1; \
+	  else fail=$$((fail + 1)); echo "FAILED: $$name"; tail -40 $(BUILD)/fuzz/$$name.log; fi; \
+	done; echo "fuzz: $$pass passed, $$fail failed" | tee $(BUILD)/logs/fuzz.log; [ $$fail -eq 0 ]
 
-test: deps vtlab unit cli-test reference-test fuzz
-	@bash tests/summarize.sh $(BUILD)/logs
+# Every suite runs even when an earlier one fails (each in its own make, its
+# exit status noted in logs/suites); the summary's last line is always
+# "tests: N passed, M failed, S skipped" and its status is the run's.
+TEST_SUITES := unit cli-test reference-test fuzz
+test: deps vtlab
+	@rm -rf $(BUILD)/logs; mkdir -p $(BUILD)/logs; \
+	for s in $(TEST_SUITES); do \
+	  $(MAKE) --no-print-directory $$s; echo "$$s $$?" >> $(BUILD)/logs/suites; \
+	done; bash tests/summarize.sh $(BUILD)/logs
 
 # Unit tests under AddressSanitizer and UBSan, in their own build dir.
 sanitize: deps
