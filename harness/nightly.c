@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,11 +89,21 @@ static void nset_free(nset *s) {
     s->n = 0;
 }
 
-/* Runs of an experiment in a nightly, by arm then repeat. */
-static int load_runs(lab_store *st, int64_t nightly, const char *eid, nset *out, char *err, size_t errlen) {
+/* Runs of an experiment in a nightly, by arm then repeat: the night's runs
+ * (nightly_runs), or with remeasure its re-measurements of suspected
+ * throughput drops (nightly_remeasure_runs). */
+static int load_runs_of(lab_store *st, int64_t nightly, const char *eid, int remeasure, nset *out, char *err,
+                        size_t errlen) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *s;
-    int rc = prep(st,
+    int rc = prep(st, remeasure ?
+                  "SELECT r.id, r.repeat_idx, r.arm, r.status, coalesce(r.error, ''), r.is_reference,"
+                  " r.expected_assertions = 'fail', r.assertions_ok, coalesce(r.backend, ''), r.model_sha256,"
+                  " r.dataset_sha256, r.knob_hash, coalesce(r.logits_sha256, ''), r.code_version,"
+                  " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s'),"
+                  " NULL, NULL, NULL, NULL, NULL"
+                  " FROM nightly_remeasure_runs nr JOIN runs r ON r.id = nr.run_id"
+                  " WHERE nr.nightly_id = ?1 AND r.experiment = ?2 ORDER BY r.arm, r.repeat_idx, r.id" :
                   "SELECT r.id, r.repeat_idx, r.arm, r.status, coalesce(r.error, ''), r.is_reference,"
                   " r.expected_assertions = 'fail', r.assertions_ok, coalesce(r.backend, ''), r.model_sha256,"
                   " r.dataset_sha256, r.knob_hash, coalesce(r.logits_sha256, ''), r.code_version,"
@@ -138,6 +149,10 @@ static int load_runs(lab_store *st, int64_t nightly, const char *eid, nset *out,
     return LAB_OK;
 }
 
+static int load_runs(lab_store *st, int64_t nightly, const char *eid, nset *out, char *err, size_t errlen) {
+    return load_runs_of(st, nightly, eid, 0, out, err, errlen);
+}
+
 /* First FINISHED run of arm with repeat rep (or NULL). */
 static const nrun *find_run(const nset *s, const char *arm, int64_t rep) {
     for (int i = 0; i < s->n; i++)
@@ -169,7 +184,52 @@ static void bind_num(sqlite3_stmt *s, int i, double v) {
     else sqlite3_bind_double(s, i, v);
 }
 
-static int put_finding(lab_store *st, int64_t nightly, const finding *f, int64_t *n_reg, char *err, size_t errlen) {
+static int64_t previous_nightly(lab_store *st, int64_t cur, const char *eid);
+static int find_ack(lab_store *st, const char *eid, const char *arm, const char *kind, char *reason, size_t rlen,
+                    int64_t *nightly, double *value);
+static void evidence_add(char *ev, size_t len, const char *fmt, ...);
+
+/* A regression that is already known: persistent when the previous nightly
+ * of the experiment had the same experiment/arm/kind as a regression (or an
+ * acknowledged one): the message says since when, and the evidence carries
+ * "persistent_since" (the Atom feed announces only new ones); acknowledged
+ * (`vtlab ack`) it becomes a note. Performance findings check their
+ * acknowledgement themselves (it holds only down to the acknowledged level). */
+static void annotate_known(lab_store *st, int64_t nightly, finding *f) {
+    char m[sizeof f->message];
+    int64_t prev = f->experiment[0] ? previous_nightly(st, nightly, f->experiment) : 0;
+    sqlite3_stmt *s;
+    if (prev && sqlite3_prepare_v2(lab_store_db(st),
+                                   "SELECT coalesce(json_extract(evidence, '$.persistent_since'), nightly_id)"
+                                   " FROM nightly_findings WHERE nightly_id = ?1 AND experiment = ?2 AND arm = ?3"
+                                   " AND kind = ?4 AND (regression = 1 OR json_extract(evidence, '$.acknowledged') = 1)"
+                                   " LIMIT 1", -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, prev);
+        sqlite3_bind_text(s, 2, f->experiment, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(s, 3, f->arm, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(s, 4, f->kind, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            int64_t since = sqlite3_column_int64(s, 0);
+            evidence_add(f->evidence, sizeof f->evidence, "\"persistent_since\":%lld", (long long)since);
+            snprintf(m, sizeof m, "persistent since nightly %lld (not new): %.900s", (long long)since, f->message);
+            snprintf(f->message, sizeof f->message, "%s", m);
+        }
+        sqlite3_finalize(s);
+    }
+    char reason[512];
+    int64_t an = 0;
+    double av;
+    if (strcmp(f->kind, "performance") && find_ack(st, f->experiment, f->arm, f->kind, reason, sizeof reason, &an, &av)) {
+        f->regression = 0;
+        evidence_add(f->evidence, sizeof f->evidence, "\"acknowledged\":1");
+        snprintf(m, sizeof m, "acknowledged (nightly %lld: %.200s); %.700s", (long long)an, reason, f->message);
+        snprintf(f->message, sizeof f->message, "%s", m);
+    }
+}
+
+static int put_finding(lab_store *st, int64_t nightly, const finding *f0, int64_t *n_reg, char *err, size_t errlen) {
+    finding fk = *f0, *f = &fk;
+    if (f->regression) annotate_known(st, nightly, f);
     sqlite3_stmt *s;
     int rc = prep(st,
                   "INSERT INTO nightly_findings (nightly_id, experiment, arm, kind, regression, message, run_id,"
@@ -363,24 +423,34 @@ static double within_sd(const nset *a, const nset *b) {
     return dof ? sqrt(ss / (double)dof) : NAN;
 }
 
-/* SD over the nightlies before cur (at most 8) of the nightly mean of
- * log(tokens/s) of one arm: the night-to-night noise. NaN below 3 nights. */
-static double between_sd(lab_store *st, int64_t cur, const char *eid, const char *arm) {
+/* Per-night mean of log(tokens/s) of one arm over the latest good nightlies
+ * (PASSED or REGRESSED) before cur, newest first; returns how many were
+ * found (at most max). Only the first measurement of a night counts (the
+ * re-measurements of a suspected drop are in nightly_remeasure_runs). */
+static int night_means(lab_store *st, int64_t cur, const char *eid, const char *arm, double *v, int max) {
     sqlite3_stmt *s;
     if (sqlite3_prepare_v2(lab_store_db(st),
                            "SELECT n.id, avg(ln(m.value)) FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id"
                            " JOIN runs r ON r.id = nr.run_id JOIN metrics m ON m.run_id = r.id AND m.name = 'tokens_per_s'"
                            " WHERE n.id < ?1 AND n.status IN ('PASSED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
-                           " AND r.status = 'FINISHED' AND m.value > 0 GROUP BY n.id ORDER BY n.id DESC LIMIT 8",
+                           " AND r.status = 'FINISHED' AND m.value > 0 GROUP BY n.id ORDER BY n.id DESC LIMIT ?4",
                            -1, &s, NULL) != SQLITE_OK)
-        return NAN;
+        return 0;
     sqlite3_bind_int64(s, 1, cur);
     sqlite3_bind_text(s, 2, eid, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s, 3, arm, -1, SQLITE_TRANSIENT);
-    double v[8];
+    sqlite3_bind_int(s, 4, max);
     int n = 0;
-    while (n < 8 && sqlite3_step(s) == SQLITE_ROW) v[n++] = sqlite3_column_double(s, 1);
+    while (n < max && sqlite3_step(s) == SQLITE_ROW) v[n++] = sqlite3_column_double(s, 1);
     sqlite3_finalize(s);
+    return n;
+}
+
+/* SD over the nightlies before cur (at most 8) of the nightly mean of
+ * log(tokens/s) of one arm: the night-to-night noise. NaN below 3 nights. */
+static double between_sd(lab_store *st, int64_t cur, const char *eid, const char *arm) {
+    double v[8];
+    int n = night_means(st, cur, eid, arm, v, 8);
     if (n < 3) return NAN;
     double mean = 0, ss = 0;
     for (int i = 0; i < n; i++) mean += v[i];
@@ -389,56 +459,194 @@ static double between_sd(lab_store *st, int64_t cur, const char *eid, const char
     return sqrt(ss / (n - 1));
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Mean of log(tokens/s) over the FINISHED runs of arm in s; *n runs, *first
+ * the first run's id. NaN when there is none. */
+static double arm_log_mean(const nset *s, const char *arm, int *n, int64_t *first) {
+    double sum = 0;
+    *n = 0;
+    if (first) *first = 0;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->r[i].arm, arm) && !strcmp(s->r[i].status, "FINISHED") && s->r[i].tps > 0) {
+            sum += log(s->r[i].tps);
+            if (first && !*first) *first = s->r[i].id;
+            (*n)++;
+        }
+    return *n ? sum / *n : NAN;
+}
+
+/* The throughput judgement of one arm of a nightly (all in log tokens/s).
+ * The baseline is the median of the per-night means of the last <= 5 good
+ * nightlies (one lucky night does not make the next one look slow); the
+ * noise is the larger of the pooled spread of repeats within tonight and the
+ * previous night, and the night-to-night spread (>= 3 nights); a drop is
+ * suspected when it exceeds max(--perf-min-drop, perf_sigmas standard
+ * errors). */
+typedef struct perf_eval {
+    int     nc, np, nb;      /* repeats tonight, in the previous nightly; nights in the baseline */
+    int64_t cid, pid;        /* a run of tonight's and of the previous nightly's */
+    double  cur, base;       /* tonight's mean, the baseline */
+    double  d;               /* cur - base: the log of the ratio */
+    double  sw, sb, se;      /* within-night SD, night-to-night SD, standard error of d (NaN: none) */
+    double  thr;             /* a drop beyond -thr is suspected (NaN when se is) */
+} perf_eval;
+
+/* 1 when there is something to compare (a finished run with throughput in
+ * both nights), 0 when not. */
+static int perf_evaluate(lab_store *st, int64_t nightly, const char *eid, const char *arm, const nset *cs, const nset *ps,
+                         const lab_nightly_opts *o, perf_eval *pe) {
+    memset(pe, 0, sizeof *pe);
+    pe->cur = arm_log_mean(cs, arm, &pe->nc, &pe->cid);
+    double prev = arm_log_mean(ps, arm, &pe->np, &pe->pid);
+    if (!pe->nc || !pe->np) return 0;
+    double v[5];
+    pe->nb = night_means(st, nightly, eid, arm, v, 5);
+    if (pe->nb) {
+        qsort(v, (size_t)pe->nb, sizeof v[0], cmp_double);
+        pe->base = pe->nb % 2 ? v[pe->nb / 2] : 0.5 * (v[pe->nb / 2 - 1] + v[pe->nb / 2]);
+    } else {
+        pe->base = prev;
+        pe->nb = 1;
+    }
+    pe->d = pe->cur - pe->base;
+    pe->sw = within_sd(cs, ps);
+    pe->sb = between_sd(st, nightly, eid, arm);
+    pe->se = NAN;
+    if (!isnan(pe->sw)) pe->se = pe->sw * sqrt(1.0 / pe->nc + 1.0 / pe->np);
+    if (!isnan(pe->sb) && (isnan(pe->se) || pe->sb * sqrt(2.0) > pe->se)) pe->se = pe->sb * sqrt(2.0);
+    pe->thr = NAN;
+    if (!isnan(pe->se)) {
+        pe->thr = o->perf_sigmas * pe->se;
+        double floor_log = -log(1.0 - o->perf_min_drop);
+        if (pe->thr < floor_log) pe->thr = floor_log;
+    }
+    return 1;
+}
+
+/* 1 when tonight's throughput of the arm is a suspected drop (to re-measure). */
+static int perf_suspect(const perf_eval *pe) { return !isnan(pe->thr) && pe->d < -pe->thr; }
+
+/* ------------------------------------------------------------ acknowledgements */
+
+/* Tables of this file, created here until the store's migrations have them
+ * (see docs/nightly.md): acknowledged findings (`vtlab ack`), and the runs a
+ * nightly made to re-measure a suspected throughput drop (kept out of
+ * nightly_runs, so they are neither test cases nor the night's repeats). */
+static int nightly_tables(lab_store *st, char *err, size_t errlen) {
+    return exec_sql(st,
+                    "CREATE TABLE IF NOT EXISTS nightly_acks ("
+                    "  finding TEXT PRIMARY KEY,"           /* experiment/arm/kind */
+                    "  experiment TEXT NOT NULL, arm TEXT NOT NULL, kind TEXT NOT NULL,"
+                    "  reason TEXT NOT NULL,"
+                    "  acked_at TEXT NOT NULL,"
+                    "  nightly_id INTEGER,"                 /* the latest nightly with the regression */
+                    "  value REAL,"                         /* performance: the tokens/s acknowledged */
+                    "  cleared_at TEXT,"                    /* set when a nightly no longer has it */
+                    "  cleared_by INTEGER);"
+                    "CREATE TABLE IF NOT EXISTS nightly_remeasure_runs ("
+                    "  nightly_id INTEGER NOT NULL REFERENCES nightlies(id) ON DELETE CASCADE,"
+                    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+                    "  PRIMARY KEY (nightly_id, run_id));",
+                    err, errlen);
+}
+
+/* The active acknowledgement of experiment/arm/kind, if any: 1 and its
+ * reason, nightly and value (NaN: none); 0 when there is none. */
+static int find_ack(lab_store *st, const char *eid, const char *arm, const char *kind, char *reason, size_t rlen,
+                    int64_t *nightly, double *value) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(lab_store_db(st),
+                           "SELECT reason, coalesce(nightly_id, 0), value FROM nightly_acks WHERE experiment = ?1"
+                           " AND arm = ?2 AND kind = ?3 AND cleared_at IS NULL", -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(s, 1, eid, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 2, arm, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(s, 3, kind, -1, SQLITE_TRANSIENT);
+    int found = sqlite3_step(s) == SQLITE_ROW;
+    if (found) {
+        snprintf(reason, rlen, "%s", lab_col_text(s, 0));
+        *nightly = sqlite3_column_int64(s, 1);
+        *value = sqlite3_column_type(s, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 2);
+    }
+    sqlite3_finalize(s);
+    return found;
+}
+
+/* Appends ,"key":value to a JSON object held in evidence (replacing its '}'). */
+static void evidence_add(char *ev, size_t len, const char *fmt, ...) {
+    size_t n = strlen(ev);
+    if (!n || ev[n - 1] != '}') return;
+    ev[--n] = 0;
+    if (n > 1) ev[n++] = ',', ev[n] = 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ev + n, len - n, fmt, ap);
+    va_end(ap);
+    n = strlen(ev);
+    if (n + 1 < len) { ev[n] = '}'; ev[n + 1] = 0; }
+    else snprintf(ev, len, "{}");
+}
+
 static int compare_perf(lab_store *st, int64_t nightly, const char *eid, const char *arm, const nset *cs, const nset *ps,
-                        const lab_nightly_opts *o, int64_t *n_reg, char *err, size_t errlen) {
-    double sc = 0, sp = 0;
-    int nc = 0, np = 0;
-    int64_t cid = 0, pid = 0;
-    for (int i = 0; i < cs->n; i++)
-        if (!strcmp(cs->r[i].arm, arm) && !strcmp(cs->r[i].status, "FINISHED") && cs->r[i].tps > 0) {
-            sc += log(cs->r[i].tps);
-            nc++;
-            if (!cid) cid = cs->r[i].id;
-        }
-    for (int i = 0; i < ps->n; i++)
-        if (!strcmp(ps->r[i].arm, arm) && !strcmp(ps->r[i].status, "FINISHED") && ps->r[i].tps > 0) {
-            sp += log(ps->r[i].tps);
-            np++;
-            if (!pid) pid = ps->r[i].id;
-        }
-    if (!nc || !np) return LAB_OK;
-    double d = sc / nc - sp / np;             /* log of the ratio of geometric means */
-    double sw = within_sd(cs, ps), sb = between_sd(st, nightly, eid, arm);
-    double se = NAN;
-    if (!isnan(sw)) se = sw * sqrt(1.0 / nc + 1.0 / np);
-    if (!isnan(sb) && (isnan(se) || sb * sqrt(2.0) > se)) se = sb * sqrt(2.0);
+                        const nset *rs, const lab_nightly_opts *o, int64_t *n_reg, char *err, size_t errlen) {
+    perf_eval pe;
+    if (!perf_evaluate(st, nightly, eid, arm, cs, ps, o, &pe)) return LAB_OK;
     finding f;
     finding_init(&f, eid, arm, "performance", 0);
-    f.run_id = cid;
-    f.prev_run_id = pid;
-    f.value = exp(sc / nc);
-    f.prev_value = exp(sp / np);
-    double ratio = exp(d);
-    if (isnan(se)) {
+    f.run_id = pe.cid;
+    f.prev_run_id = pe.pid;
+    f.value = exp(pe.cur);
+    f.prev_value = exp(pe.base);
+    double ratio = exp(pe.d);
+    if (isnan(pe.thr)) {
         snprintf(f.message, sizeof f.message,
                  "throughput %.4g -> %.4g tokens/s (x%.3f); not judged: no noise estimate (one repeat per night and fewer "
                  "than 3 earlier nightlies; set \"repeats\" >= 2 in the experiment)", f.prev_value, f.value, ratio);
-        snprintf(f.evidence, sizeof f.evidence, "{\"ratio\":%.6g,\"n\":%d,\"prev_n\":%d}", ratio, nc, np);
+        snprintf(f.evidence, sizeof f.evidence, "{\"ratio\":%.6g,\"n\":%d,\"prev_n\":%d}", ratio, pe.nc, pe.np);
         return put_finding(st, nightly, &f, n_reg, err, errlen);
     }
-    double thr = o->perf_sigmas * se;
-    double floor_log = -log(1.0 - o->perf_min_drop);
-    if (thr < floor_log) thr = floor_log;
-    f.regression = d < -thr;
+    /* The re-measurement of a suspected drop (runs of the arm made after the
+     * comparison first saw it): a drop is flagged only if it is confirmed. */
+    int nr = 0;
+    double rlog = rs ? arm_log_mean(rs, arm, &nr, NULL) : NAN;
+    int suspect = perf_suspect(&pe), confirmed = suspect && (!nr || rlog - pe.base < -pe.thr);
+    f.regression = confirmed;
     snprintf(f.evidence, sizeof f.evidence,
              "{\"ratio\":%.6g,\"threshold_ratio\":%.6g,\"se_log\":%.6g,\"within_sd_log\":%.6g,\"between_sd_log\":%.6g,"
-             "\"n\":%d,\"prev_n\":%d}", ratio, exp(-thr), se, isnan(sw) ? -1.0 : sw, isnan(sb) ? -1.0 : sb, nc, np);
-    if (!f.regression && fabs(d) < thr) return LAB_OK;    /* within noise: nothing to say */
+             "\"n\":%d,\"prev_n\":%d,\"baseline_nights\":%d}", ratio, exp(-pe.thr), pe.se, isnan(pe.sw) ? -1.0 : pe.sw,
+             isnan(pe.sb) ? -1.0 : pe.sb, pe.nc, pe.np, pe.nb);
+    if (nr) evidence_add(f.evidence, sizeof f.evidence, "\"remeasured_ratio\":%.6g,\"remeasured_n\":%d", exp(rlog - pe.base), nr);
+    if (!suspect && fabs(pe.d) < pe.thr) return LAB_OK;    /* within noise: nothing to say */
+    const char *noise = !isnan(pe.sb) && pe.sb * sqrt(2.0) >= pe.se ? "night-to-night spread" : "spread of repeats";
+    char conf[200] = "";
+    if (suspect && nr)
+        snprintf(conf, sizeof conf, "; re-measured: x%.3f over %d repeat(s), %s", exp(rlog - pe.base), nr,
+                 confirmed ? "confirmed" : "not confirmed: noise, noted");
+    else if (suspect)
+        snprintf(conf, sizeof conf, "; not re-measured");
     snprintf(f.message, sizeof f.message,
-             "throughput %.4g -> %.4g tokens/s (x%.3f over %d vs %d repeats); noise: standard error %.1f%% (%s), so "
-             "a drop below x%.3f is flagged%s", f.prev_value, f.value, ratio, nc, np, 100 * (exp(se) - 1),
-             !isnan(sb) && sb * sqrt(2.0) >= se ? "night-to-night spread" : "spread of repeats", exp(-thr),
-             f.regression ? "" : "; a speedup, noted");
+             "throughput %.4g -> %.4g tokens/s (x%.3f over %d repeats vs the median of %d nightlies); noise: standard "
+             "error %.1f%% (%s), so a drop below x%.3f is flagged%s%s", f.prev_value, f.value, ratio, pe.nc, pe.nb,
+             100 * (exp(pe.se) - 1), noise, exp(-pe.thr), suspect ? "" : "; a speedup, noted", conf);
+    /* An acknowledged throughput drop stays silent while tonight is not
+     * significantly below the level that was acknowledged. */
+    char reason[512];
+    int64_t an = 0;
+    double av = NAN;
+    if (f.regression && find_ack(st, eid, arm, "performance", reason, sizeof reason, &an, &av) &&
+        (isnan(av) || av <= 0 || log(f.value / av) >= -pe.thr)) {
+        f.regression = 0;
+        evidence_add(f.evidence, sizeof f.evidence, "\"acknowledged\":1");
+        char m[sizeof f.message];
+        snprintf(m, sizeof m, "acknowledged (nightly %lld: %.200s); %.700s", (long long)an, reason, f.message);
+        snprintf(f.message, sizeof f.message, "%s", m);
+    } else if (f.regression && !isnan(av)) {
+        evidence_add(f.evidence, sizeof f.evidence, "\"ack_exceeded\":1");
+    }
     return put_finding(st, nightly, &f, n_reg, err, errlen);
 }
 
@@ -534,12 +742,13 @@ static int compare_audit(lab_store *st, int64_t nightly, int64_t prev_overall, i
 int lab_nightly_compare(lab_store *st, int64_t cur, const lab_nightly_opts *o, int64_t *n_regressions, char *err,
                         size_t errlen) {
     *n_regressions = 0;
-    int rc = exec_sql(st, "BEGIN IMMEDIATE", err, errlen);
+    int rc = nightly_tables(st, err, errlen);
+    if (!rc) rc = exec_sql(st, "BEGIN IMMEDIATE", err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s = NULL;
     char **exps = NULL;
     int ne = 0;
-    nset cs = {0}, ps = {0};
+    nset cs = {0}, ps = {0}, rs = {0};
     if ((rc = prep(st, "DELETE FROM nightly_findings WHERE nightly_id = ?1", &s, err, errlen))) goto out;
     sqlite3_bind_int64(s, 1, cur);
     sqlite3_step(s);
@@ -559,6 +768,7 @@ int lab_nightly_compare(lab_store *st, int64_t cur, const lab_nightly_opts *o, i
         int64_t prev = previous_nightly(st, cur, eid);
         if ((rc = load_runs(st, cur, eid, &cs, err, errlen))) break;
         if (prev && (rc = load_runs(st, prev, eid, &ps, err, errlen))) break;
+        if ((rc = load_runs_of(st, cur, eid, 1, &rs, err, errlen))) break;
         if (!prev) {
             finding f;
             finding_init(&f, eid, "", "check", 0);
@@ -583,10 +793,11 @@ int lab_nightly_compare(lab_store *st, int64_t cur, const lab_nightly_opts *o, i
             }
             if (c0 && !c0->is_ref && (rc = compare_accuracy(st, cur, eid, c0, p0, o, n_regressions, err, errlen))) break;
             if (c0 && (rc = compare_numerics(st, cur, eid, c0, p0, n_regressions, err, errlen))) break;
-            if ((rc = compare_perf(st, cur, eid, r->arm, &cs, &ps, o, n_regressions, err, errlen))) break;
+            if ((rc = compare_perf(st, cur, eid, r->arm, &cs, &ps, &rs, o, n_regressions, err, errlen))) break;
         }
         nset_free(&cs);
         nset_free(&ps);
+        nset_free(&rs);
     }
     if (!rc) {
         int64_t prev_overall = 0;
@@ -597,9 +808,25 @@ int lab_nightly_compare(lab_store *st, int64_t cur, const lab_nightly_opts *o, i
         }
         rc = compare_audit(st, cur, prev_overall, n_regressions, err, errlen);
     }
+    /* An acknowledgement ends when a nightly of its experiment no longer has
+     * the finding (fixed, or the baseline moved): a recurrence alerts again. */
+    if (!rc) {
+        char idt[32], now[32];
+        snprintf(idt, sizeof idt, "%lld", (long long)cur);
+        lab_now_iso(now);
+        const char *p2[2] = {idt, now};
+        rc = lab_store_exec(st,
+                            "UPDATE nightly_acks SET cleared_at = ?2, cleared_by = ?1 WHERE cleared_at IS NULL AND experiment IN"
+                            " (SELECT DISTINCT r.experiment FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id"
+                            "  WHERE nr.nightly_id = ?1) AND NOT EXISTS (SELECT 1 FROM nightly_findings f WHERE"
+                            "  f.nightly_id = ?1 AND f.experiment = nightly_acks.experiment AND f.arm = nightly_acks.arm"
+                            "  AND f.kind = nightly_acks.kind AND (f.regression = 1 OR"
+                            "  json_extract(f.evidence, '$.acknowledged') = 1))", 2, p2, err, errlen);
+    }
 out:
     nset_free(&cs);
     nset_free(&ps);
+    nset_free(&rs);
     for (int e = 0; e < ne; e++) free(exps[e]);
     free(exps);
     if (rc) {
@@ -864,6 +1091,7 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
     int rc = prep(st,
                   "SELECT f.id, f.nightly_id, f.experiment, f.arm, f.kind, f.message, coalesce(n.finished_at, n.started_at),"
                   " n.git_commit FROM nightly_findings f JOIN nightlies n ON n.id = f.nightly_id WHERE f.regression = 1"
+                  " AND json_extract(f.evidence, '$.persistent_since') IS NULL"
                   " AND f.nightly_id IN (SELECT id FROM nightlies ORDER BY id DESC LIMIT 20) ORDER BY f.nightly_id DESC, f.id",
                   &s, err, errlen);
     if (rc) { lab_buf_free(&b); return rc; }
@@ -894,16 +1122,143 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
 
 /* ------------------------------------------------------------ the nightly */
 
+/* The outputs CI publishes, replaced at the start of a nightly by ones that
+ * say it has not finished (junit.xml: one test case in error), so that a
+ * nightly that dies, or cannot write its real outputs, never leaves the
+ * previous night's files looking current. Writing them also proves that
+ * --out is writable before hours of sweep. status is "RUNNING" or "FAILED",
+ * why says what happened. On a failure to write, the stale files are
+ * removed (unlinking needs no space on a full disk). */
+static int write_unfinished(const char *out_dir, int64_t id, const char *status, const char *why, char *err,
+                            size_t errlen) {
+    char path[4200], now[32];
+    lab_now_iso(now);
+    lab_buf b = {0};
+    lab_buf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"vtlab nightly %lld\" tests=\"1\" "
+                       "failures=\"0\" errors=\"1\" time=\"0\">\n  <testsuite name=\"nightly\" tests=\"1\" failures=\"0\" "
+                       "errors=\"1\" skipped=\"0\" time=\"0\" timestamp=\"%s\">\n    <testcase classname=\"nightly\" "
+                       "name=\"the nightly finished and wrote its outputs\" time=\"0\">\n      <error type=\"%s\" message=\"",
+                   (long long)id, now, status);
+    x(&b, why);
+    lab_buf_printf(&b, "\">nightly %lld: %s: ", (long long)id, status);
+    x(&b, why);
+    lab_buf_printf(&b, "</error>\n    </testcase>\n  </testsuite>\n</testsuites>\n");
+    lab_buf md = {0};
+    lab_buf_printf(&md, "# vtlab nightly %lld: %s\n\n", (long long)id, !strcmp(status, "FAILED") ? "**FAILED**" : status);
+    lab_esc_md(&md, why);
+    lab_buf_printf(&md, "\n");
+    int rc = b.oom || md.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : LAB_OK;
+    snprintf(path, sizeof path, "%s/junit.xml", out_dir);
+    if (!rc) rc = vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    if (rc) unlink(path);
+    snprintf(path, sizeof path, "%s/nightly.md", out_dir);
+    if (!rc) rc = vt_cli_write_file_atomic(path, md.data, md.len, err, errlen);
+    if (rc) unlink(path);
+    lab_buf_free(&b);
+    lab_buf_free(&md);
+    return rc;
+}
+
+/* Test-only hook (docs/nightly.md): VTLAB_TEST_PLANT_SLOWDOWN=F, 0 < F < 1,
+ * scales the tokens/s this process measured (runs after run id `after`) by
+ * 1 - F, as a code change that made the forward pass that much slower
+ * would. It exists to measure the detection rate of the throughput check
+ * (tests/soak/nightly_noise.sh); a nightly run with it says so on stderr.
+ * The model has no knob that slows the forward pass; one (a sleep
+ * proportional to the forward time) would plant it where it happens. */
+static int plant_slowdown(lab_store *st, int64_t after, const char *host, int64_t pid, char *err, size_t errlen) {
+    const char *v = getenv("VTLAB_TEST_PLANT_SLOWDOWN");
+    if (!v || !*v) return LAB_OK;
+    char *end;
+    double f = strtod(v, &end);
+    if (*end || !(f > 0 && f < 1))
+        return lab_errf(err, errlen, LAB_EINPUT, "VTLAB_TEST_PLANT_SLOWDOWN must be a fraction in (0, 1), got \"%s\"", v);
+    fprintf(stderr, "vtlab nightly: TEST HOOK VTLAB_TEST_PLANT_SLOWDOWN=%g: throughput of this night's runs scaled by %g\n",
+            f, 1 - f);
+    char a[32], ps[32], k[32];
+    snprintf(a, sizeof a, "%lld", (long long)after);
+    snprintf(ps, sizeof ps, "%lld", (long long)pid);
+    snprintf(k, sizeof k, "%.17g", 1 - f);
+    const char *p[4] = {a, host, ps, k};
+    return lab_store_exec(st, "UPDATE metrics SET value = value * CAST(?4 AS REAL) WHERE name = 'tokens_per_s' AND run_id IN"
+                              " (SELECT id FROM runs WHERE id > ?1 AND host = ?2 AND pid = ?3)", 4, p, err, errlen);
+}
+
+/* Largest run id so far (0 when none). */
+static int64_t max_run_id(lab_store *st) {
+    sqlite3_stmt *s;
+    int64_t v = 0;
+    if (sqlite3_prepare_v2(lab_store_db(st), "SELECT coalesce(max(id), 0) FROM runs", -1, &s, NULL) != SQLITE_OK) return 0;
+    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+/* Confirmation of throughput drops: every arm whose throughput tonight is a
+ * suspected drop (perf_evaluate, the same judgement as the comparison) is
+ * measured once more, right away (its experiment rerun with --force, only
+ * that arm when it is the only suspect: the reference arm comes along). The
+ * new runs go to nightly_remeasure_runs; the comparison flags a drop only
+ * when the re-measurement shows it too. Failures here are reported and
+ * leave the drops unconfirmed-but-flagged (as without this step). */
+static void remeasure_suspects(lab_store *st, int64_t id, char **files, char **ids, int nf, const char *db_path,
+                               const lab_nightly_opts *o, const char *host, int64_t pid) {
+    for (int i = 0; i < nf && !lab_interrupted; i++) {
+        int64_t prev = previous_nightly(st, id, ids[i]);
+        if (!prev) continue;
+        nset cs = {0}, ps = {0};
+        char err[1024] = "";
+        if (load_runs(st, id, ids[i], &cs, err, sizeof err) || load_runs(st, prev, ids[i], &ps, err, sizeof err)) {
+            nset_free(&cs);
+            nset_free(&ps);
+            continue;
+        }
+        int n_sus = 0;
+        const char *arm = NULL;
+        for (int k = 0; k < cs.n; k++) {
+            if (k > 0 && !strcmp(cs.r[k - 1].arm, cs.r[k].arm)) continue;
+            perf_eval pe;
+            if (perf_evaluate(st, id, ids[i], cs.r[k].arm, &cs, &ps, o, &pe) && perf_suspect(&pe)) {
+                n_sus++;
+                arm = cs.r[k].arm;
+            }
+        }
+        char only[128] = "";
+        if (n_sus == 1) snprintf(only, sizeof only, "%s", arm);
+        nset_free(&cs);
+        nset_free(&ps);
+        if (!n_sus) continue;
+        printf("== %s: a throughput drop on %s: measuring it again\n", files[i], only[0] ? only : "several arms");
+        fflush(stdout);
+        int64_t before = max_run_id(st);
+        lab_run_opts ro = {db_path, only[0] ? only : NULL, 1, isatty(2)};
+        lab_run_summary sum = {0};
+        int r = lab_run_experiment(files[i], &ro, &sum, err, sizeof err);
+        if (r) fprintf(stderr, "vtlab nightly: re-measuring %s: %s\n", files[i], err);
+        char b[32], ps2[32], idt[32];
+        snprintf(b, sizeof b, "%lld", (long long)before);
+        snprintf(ps2, sizeof ps2, "%lld", (long long)pid);
+        snprintf(idt, sizeof idt, "%lld", (long long)id);
+        const char *p4[4] = {idt, b, host, ps2};
+        if (plant_slowdown(st, before, host, pid, err, sizeof err) ||
+            lab_store_exec(st, "INSERT OR IGNORE INTO nightly_remeasure_runs (nightly_id, run_id) SELECT ?1, id FROM runs"
+                               " WHERE id > ?2 AND host = ?3 AND pid = ?4", 4, p4, err, sizeof err))
+            fprintf(stderr, "vtlab nightly: re-measuring %s: %s\n", files[i], err);
+    }
+}
+
 /* The experiment files of dir, sorted, each parsed (bad input stops here). */
-static int list_experiments(const char *dir, char ***files, int *n, char *err, size_t errlen) {
+static int list_experiments(const char *dir, char ***files, char ***ids, int *n, char *err, size_t errlen) {
     int64_t n64 = 0;
     int rc = lab_list_json(dir, 0, files, &n64, err, errlen);
     *n = (int)n64;
     if (rc) return rc;
     if (!*n) return lab_errf(err, errlen, LAB_EINPUT, "%s: no *.json experiment files", dir);
+    if (!(*ids = calloc((size_t)*n, sizeof **ids))) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     for (int i = 0; i < *n; i++) {
         lab_experiment *e = NULL;
         rc = lab_experiment_load(&e, (*files)[i], err, errlen);
+        if (!rc && !((*ids)[i] = lab_strdup(e->id))) rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
         lab_experiment_free(e);
         if (rc) return rc;
     }
@@ -911,9 +1266,9 @@ static int list_experiments(const char *dir, char ***files, int *n, char *err, s
 }
 
 static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_reg, char *err, size_t errlen) {
-    char **files = NULL;
+    char **files = NULL, **ids = NULL;
     int nf = 0;
-    int rc = list_experiments(o->exp_dir, &files, &nf, err, errlen);
+    int rc = list_experiments(o->exp_dir, &files, &ids, &nf, err, errlen);
     lab_store *st = NULL;
     int64_t id = 0, before = 0, pid = getpid();
     char host[256] = "unknown", now[32];
@@ -921,6 +1276,7 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = 0;
     if ((rc = lab_store_open(&st, o->db_path, err, errlen))) goto out;
+    if ((rc = nightly_tables(st, err, errlen))) goto out;
 
     /* A nightly left RUNNING by a dead process on this host failed. */
     sqlite3_stmt *s;
@@ -968,6 +1324,14 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     *id_out = id;
     printf("nightly %lld: %d experiment file(s) in %s, code %s\n", (long long)id, nf, o->exp_dir, vt_build_info());
     fflush(stdout);
+    /* --out must be writable before the sweep, and last night's files must
+     * not look like tonight's while it runs (or if it dies). */
+    if ((rc = lab_mkdirs(o->out_dir, err, errlen)) ||
+        (rc = write_unfinished(o->out_dir, id, "RUNNING", "the nightly is running, or died before it finished", err,
+                               errlen))) {
+        lab_err_prefix(err, errlen, rc, "outputs");
+        goto out;
+    }
 
     /* The sweep: the same runner as `vtlab sweep`, every run redone. */
     lab_install_signals();
@@ -992,6 +1356,9 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     const char *p4[4] = {idt, b, host, ps};
     if ((rc = lab_store_exec(st, "INSERT OR IGNORE INTO nightly_runs (nightly_id, run_id) SELECT ?1, id FROM runs"
                                  " WHERE id > ?2 AND host = ?3 AND pid = ?4", 4, p4, err, errlen))) goto out;
+    if ((rc = plant_slowdown(st, before, host, pid, err, errlen))) goto out;
+    /* A throughput drop is confirmed by a second measurement before it is flagged. */
+    if (!lab_interrupted) remeasure_suspects(st, id, files, ids, nf, o->db_path, o, host, pid);
 
     /* The audit: flags for every run, ours included. */
     char audit[256] = "not run (--no-audit)";
@@ -1025,23 +1392,37 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     if (sweep_rc) snprintf(error, sizeof error, "%s", sweep_err);
     if (lab_interrupted) snprintf(error, sizeof error, "interrupted by a signal");
     const char *p6[6] = {idt, now, status, nr_s, audit, error[0] ? error : NULL};
-    if ((rc = lab_store_exec(st, "UPDATE nightlies SET finished_at = ?2, status = ?3, n_regressions = ?4, audit = ?5,"
-                                 " error = ?6, n_runs = (SELECT count(*) FROM nightly_runs WHERE nightly_id = ?1)"
-                                 " WHERE id = ?1", 6, p6, err, errlen))) goto out;
-
-    /* The outputs. */
-    if ((rc = lab_mkdirs(o->out_dir, err, errlen))) goto out;
+    /* The status and the outputs are one unit: the status is committed only
+     * once every output is written (the outputs read it inside the same
+     * transaction), junit.xml last, so that until then CI finds the
+     * "not finished" junit.xml. A failure rolls the status back to RUNNING,
+     * and the code below records FAILED with the error. */
+    if ((rc = exec_sql(st, "BEGIN IMMEDIATE", err, errlen))) goto out;
     char path[4200];
     lab_report_opts ro = {o->out_dir, o->db_path, o->plots};
     lab_report_result rr;
-    if ((rc = lab_report_write(st, &ro, &rr, err, errlen))) goto out;
-    snprintf(path, sizeof path, "%s/junit.xml", o->out_dir);
-    if ((rc = lab_nightly_write_junit(st, id, path, err, errlen))) goto out;
+    int in_outputs = 0;
+    if ((rc = lab_store_exec(st, "UPDATE nightlies SET finished_at = ?2, status = ?3, n_regressions = ?4, audit = ?5,"
+                                 " error = ?6, n_runs = (SELECT count(*) FROM nightly_runs WHERE nightly_id = ?1)"
+                                 " WHERE id = ?1", 6, p6, err, errlen))) goto rollback;
+    in_outputs = 1;
+    if ((rc = lab_report_write(st, &ro, &rr, err, errlen))) goto rollback;
     snprintf(path, sizeof path, "%s/nightly.md", o->out_dir);
-    if ((rc = lab_nightly_write_md(st, id, path, err, errlen))) goto out;
+    if ((rc = lab_nightly_write_md(st, id, path, err, errlen))) goto rollback;
     snprintf(path, sizeof path, "%s/regressions.atom", o->out_dir);
-    if ((rc = lab_nightly_write_atom(st, path, err, errlen))) goto out;
+    if ((rc = lab_nightly_write_atom(st, path, err, errlen))) goto rollback;
+    snprintf(path, sizeof path, "%s/junit.xml", o->out_dir);
+    if ((rc = lab_nightly_write_junit(st, id, path, err, errlen))) goto rollback;
+    if ((rc = exec_sql(st, "COMMIT", err, errlen))) goto rollback;
     if (sweep_rc && !nreg) { rc = sweep_rc; snprintf(err, errlen, "%s", sweep_err); }
+    goto out;
+rollback:
+    sqlite3_exec(lab_store_db(st), "ROLLBACK", NULL, NULL, NULL);
+    if (in_outputs) lab_err_prefix(err, errlen, rc, "outputs");
+    {   /* what CI finds: this nightly's failure, or nothing (never last night's) */
+        char e2[256];
+        write_unfinished(o->out_dir, id, "FAILED", err, e2, sizeof e2);
+    }
 out:
     if (rc && st && id) {
         char idt2[32];
@@ -1053,7 +1434,9 @@ out:
     }
     lab_store_close(st);
     for (int i = 0; i < nf; i++) free(files[i]);
+    for (int i = 0; ids && i < nf; i++) free(ids[i]);
     free(files);
+    free(ids);
     return rc;
 }
 

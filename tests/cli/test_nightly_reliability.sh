@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# test_nightly_reliability.sh — issue 13, items 5 and 6, end to end on a tiny
+# experiment (8 sequences x 16 tokens, two arms, two repeats):
+#   - outputs: a nightly whose outputs cannot be written is recorded FAILED
+#     (never PASSED), exits 1, and leaves no junit.xml from an earlier night
+#     looking current;
+#   - throughput: noise is not flagged (a short no-change campaign under a CPU
+#     burner), a planted 20% slowdown is (VTLAB_TEST_PLANT_SLOWDOWN, a
+#     test-only hook), a persistent regression says so, and `vtlab ack`
+#     silences a known one until it changes.
+#
+# Usage (from the repository root): bash tests/cli/test_nightly_reliability.sh ./vtlab
+# Prints "ok - ..." / "not ok - ..." per case and "N passed, M failed".
+set -u
+VTLAB=${1:-./vtlab}
+case "$VTLAB" in /*) ;; *) VTLAB="$PWD/$VTLAB" ;; esac
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/vtlab-nightly-rel.XXXXXX)
+BURN=""
+trap '[ -n "$BURN" ] && kill $BURN 2>/dev/null; rm -rf "$T"' EXIT
+OUT_FILE="$T/stdout"; ERR="$T/stderr"
+. tests/cli/lib.sh
+check() { if eval "$2"; then ok "$1"; else not_ok "$1" "${3:-}"; fi; }
+q() { "$PY" - "$1" "$2" <<'PYEOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+for row in c.execute(sys.argv[2]):
+    print("|".join("" if v is None else str(v) for v in row))
+PYEOF
+}
+# junit_nightly FILE -> "NIGHTLY ERRORS+FAILURES" of the file's <testsuites>
+junit_nightly() { "$PY" - "$1" <<'PYEOF'
+import re, sys, xml.dom.minidom as m
+top = m.parse(sys.argv[1]).documentElement
+n = re.search(r"nightly (\d+)", top.getAttribute("name"))
+print(n.group(1) if n else "?", int(top.getAttribute("failures") or 0) + int(top.getAttribute("errors") or 0))
+PYEOF
+}
+
+mkdir -p "$T/exp"
+cat > "$T/exp/tiny.json" <<'JSON'
+{
+  "id": "tiny",
+  "model": {"synth": "model/configs/kimi-linear-tiny.json", "seed": 1},
+  "dataset": {"generate": {"n_sequences": 8, "length": 16, "seed": 5}},
+  "score": "all",
+  "top_k": 8,
+  "reference": "f32",
+  "arms": [
+    {"name": "f32"},
+    {"name": "cand", "knobs": {"VT_KIMI_BF16_STREAM": 1}}
+  ],
+  "decision": {"metric": "top1_agreement", "threshold": 0.9, "direction": ">="},
+  "repeats": 2
+}
+JSON
+
+# ------------------------------------------------------------ item 5: outputs
+DB="$T/o.db"; R="$T/rep"
+NIGHTLY=("$VTLAB" nightly "$T/exp" --db "$DB" --out "$R" --specs specs --no-plots --perf-min-drop 0.95)
+expect_exit "outputs: nightly 1 exits 0" 0 "${NIGHTLY[@]}"
+check "outputs: nightly 1 wrote junit.xml for nightly 1" "[ \"\$(junit_nightly $R/junit.xml)\" = '1 0' ]"
+
+# The report cannot be written (a directory where index.html goes).
+rm -f "$R/index.html"; mkdir -p "$R/index.html/x"
+expect_exit "outputs: nightly 2, index.html unwritable, exits 1" 1 "${NIGHTLY[@]}"
+stderr_has "outputs: ... the error names the path" "index.html"
+check "outputs: ... nightly 2 is recorded FAILED, not PASSED" "[ \"\$(q $DB 'select status from nightlies where id = 2')\" = FAILED ]" \
+  "$(q $DB 'select id, status, error from nightlies')"
+check "outputs: ... its error says the outputs failed" "q $DB 'select error from nightlies where id = 2' | grep -q index.html"
+check "outputs: ... no junit.xml of nightly 1 is left for CI (absent, or nightly 2's with an error)" \
+  "[ ! -e $R/junit.xml ] || [ \"\$(junit_nightly $R/junit.xml)\" = '2 1' ]" "$(head -c 400 $R/junit.xml 2>/dev/null)"
+check "outputs: ... no nightly.md of nightly 1 left either" "[ ! -e $R/nightly.md ] || ! grep -q 'nightly 1' $R/nightly.md"
+check "outputs: ... a FAILED nightly is never a baseline" \
+  "[ \"\$(q $DB 'select count(*) from nightlies where status in (\"PASSED\",\"REGRESSED\")')\" = 1 ]"
+rm -rf "$R/index.html"
+
+# junit.xml itself cannot be written (a directory in its place): found before the sweep.
+rm -f "$R/junit.xml"; mkdir -p "$R/junit.xml/x"
+expect_exit "outputs: nightly 3, junit.xml unwritable, exits 1" 1 "${NIGHTLY[@]}"
+stderr_has "outputs: ... the error names junit.xml" "junit.xml"
+check "outputs: ... nightly 3 recorded FAILED before running anything" \
+  "[ \"\$(q $DB 'select status, n_runs from nightlies where id = 3')\" = 'FAILED|0' ]" "$(q $DB 'select id, status, n_runs, error from nightlies')"
+rm -rf "$R/junit.xml"
+
+# --out under a regular file.
+touch "$T/plain"
+expect_exit "outputs: --out under a regular file exits 1" 1 "$VTLAB" nightly "$T/exp" --db "$DB" --out "$T/plain/rep" --specs specs --no-plots
+check "outputs: ... recorded FAILED" "[ \"\$(q $DB 'select status from nightlies order by id desc limit 1')\" = FAILED ]"
+
+expect_exit "outputs: a nightly with writable outputs passes again" 0 "${NIGHTLY[@]}"
+check "outputs: ... and its junit.xml is current" "[ \"\$(junit_nightly $R/junit.xml)\" = \"\$(q $DB 'select max(id) from nightlies') 0\" ]"
+
+finish
