@@ -818,7 +818,14 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
         if (lab_interrupted) status = "KILLED";   /* Ctrl-C while the reference was recomputed */
         goto failed;
     }
-    int compare = !fill && x->ref.ready;
+    /* Every run but the reference's repeat 0 is compared with it: without
+     * the reference there is nothing to finish (run_pass waits for it). */
+    if (!fill && !x->ref.ready) {
+        snprintf(rerr, sizeof rerr, "no FINISHED reference run (%s, repeat 0) to compare with",
+                 e->arms[e->ref_index].name);
+        goto failed;
+    }
+    int compare = !fill;
     pg.label = label;
     pg.t0 = lab_mono();
     pg.tokens_done = 0;
@@ -871,7 +878,15 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
     res.verdict = compare && arm != e->ref_index && e->has_decision ? &rec.vr : NULL;
     res.wall_s = lab_mono() - t0;
     rc = lab_store_finish(x->st, run_id, &res, err, errlen);
-    if (!rc) {
+    if (rc) {
+        /* Nothing of the result was written; say why on the run rather than
+         * leave it RUNNING for the next sweep to find dead (best effort: the
+         * database may be what failed). */
+        char aerr[256];
+        x->sum->runs_failed++;
+        printf("run %-4lld %-34s FAILED  %s\n", (long long)run_id, label, err);
+        lab_store_abort(x->st, run_id, "FAILED", err, aerr, sizeof aerr);
+    } else {
         const lab_comparison *c = &rec.cmp;
         *finished = 1;
         *assert_ok = rec.ok;
@@ -975,13 +990,15 @@ static int run_pass(exp_ctx *x, int *busy, char *err, size_t errlen) {
             if (lab_interrupted) { rc = lab_errf(err, errlen, LAB_EINTERNAL, "interrupted by a signal"); break; }
             lab_identity id;
             fill_identity(x, arm, rep, &id);
-            /* A non-reference arm is compared with a FINISHED reference run. */
-            if (!is_ref && !x->ref.ready && !x->ref.run_id) {
+            /* Every run but the reference's repeat 0 (a non-reference arm, or a
+             * repeat of the reference) is compared with the FINISHED reference
+             * repeat 0: while another process holds that run, wait for it. */
+            if (!(is_ref && rep == 0) && !x->ref.ready && !x->ref.run_id) {
                 if (x->ref_failed) {
                     *tried = 1;
                     x->sum->runs_failed++;
-                    fprintf(stderr, "vtlab: %s: arm %s not run: the reference arm %s failed\n", e->path, a->name,
-                            e->arms[e->ref_index].name);
+                    fprintf(stderr, "vtlab: %s: arm %s repeat %lld not run: the reference arm %s failed\n", e->path,
+                            a->name, (long long)rep, e->arms[e->ref_index].name);
                     continue;
                 }
                 lab_identity rid;
@@ -994,8 +1011,14 @@ static int run_pass(exp_ctx *x, int *busy, char *err, size_t errlen) {
             pv.backend = vt_knobset_get(x->ks[arm], "VT_BACKEND");
             pv.expected_assertions = a->expect_fail ? "fail" : "pass";
             int kind = 0;
-            int64_t run_id = 0, stale = 0;
-            if ((rc = lab_store_claim(x->st, &id, &pv, x->o->force, &kind, &run_id, &stale, err, errlen))) break;
+            int64_t run_id = 0, stale = 0, redone = 0;
+            if ((rc = lab_store_claim_ex(x->st, &id, &pv, x->o->force, &kind, &run_id, &stale, &redone, err, errlen)))
+                break;
+            if (redone) {
+                x->sum->stale_redone++;
+                fprintf(stderr, "vtlab: run %lld (%s/%s #%lld) was FINISHED but incomplete: marked FAILED, redoing\n",
+                        (long long)redone, e->id, a->name, (long long)rep);
+            }
             if (stale) {
                 x->sum->stale_redone++;
                 fprintf(stderr, "vtlab: run %lld (%s/%s) was left RUNNING by a dead process: marked KILLED, redoing\n",

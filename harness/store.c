@@ -610,6 +610,82 @@ int lab_store_reap(lab_store *st, const char *host, int64_t *n, char *err, size_
     return LAB_OK;
 }
 
+/* ------------------------------------------------------------ completeness */
+
+/* Reads one integer of a one-row query with run_id bound as ?1. */
+static int q_count(lab_store *st, const char *sql, int64_t run_id, int64_t *v, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prep(st, sql, &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, run_id);
+    int step = sqlite3_step(s);
+    *v = step == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    rc = (step == SQLITE_ROW || step == SQLITE_DONE) ? LAB_OK : db_err(st, err, errlen, "completeness check");
+    sqlite3_finalize(s);
+    return rc;
+}
+
+int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t whatlen, char *err, size_t errlen) {
+    what[0] = 0;
+    sqlite3_stmt *s;
+    int rc = prep(st, "SELECT is_reference, repeat_idx, logits_sha256 IS NOT NULL, coalesce(n_sequences, 0)"
+                      " FROM runs WHERE id = ?1", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, run_id);
+    int step = sqlite3_step(s);
+    if (step != SQLITE_ROW) {
+        sqlite3_finalize(s);
+        if (step != SQLITE_DONE) return db_err(st, err, errlen, "completeness check");
+        snprintf(what, whatlen, "no such run");
+        return LAB_OK;
+    }
+    int is_ref = sqlite3_column_int(s, 0), has_logits = sqlite3_column_int(s, 2);
+    int64_t rep = sqlite3_column_int64(s, 1), n_seq = sqlite3_column_int64(s, 3);
+    sqlite3_finalize(s);
+    /* A benchmark run (record-bench) keeps no logits and compares with nothing. */
+    if (!has_logits) return LAB_OK;
+    int64_t n = 0;
+    if ((rc = q_count(st, "SELECT count(*) FROM logits_topk WHERE run_id = ?1", run_id, &n, err, errlen))) return rc;
+    if (n != n_seq) {
+        snprintf(what, whatlen, "%lld of its %lld logits_topk rows", (long long)n, (long long)n_seq);
+        return LAB_OK;
+    }
+    if (is_ref && rep == 0) return LAB_OK;   /* the reference's repeat 0 is what the others compare with */
+    /* Every other run is compared with the FINISHED repeat 0 of its
+     * experiment's reference arm. */
+    int64_t ref = 0;
+    if ((rc = q_count(st, "SELECT c.reference_run_id FROM comparisons c JOIN runs f ON f.id = c.reference_run_id"
+                          " JOIN runs r ON r.id = c.run_id WHERE c.run_id = ?1 AND f.status = 'FINISHED'"
+                          " AND f.is_reference = 1 AND f.repeat_idx = 0 AND f.experiment = r.experiment"
+                          " ORDER BY c.reference_run_id DESC LIMIT 1", run_id, &ref, err, errlen))) return rc;
+    if (!ref) {
+        snprintf(what, whatlen, "its comparison with the reference run (repeat 0 of the reference arm, FINISHED)");
+        return LAB_OK;
+    }
+    /* Per-layer divergence, when measured: one row per (layer, site) for
+     * layers 0..max, i.e. 2 * (max + 1) rows. */
+    int64_t div = 0, rows = 0, span = 0;
+    sqlite3_stmt *d;
+    if ((rc = prep(st, "SELECT c.div_sequences, (SELECT count(*) FROM layer_divergence l WHERE l.run_id = c.run_id"
+                       " AND l.reference_run_id = c.reference_run_id), (SELECT 2 * (max(layer) + 1) FROM"
+                       " layer_divergence l WHERE l.run_id = c.run_id AND l.reference_run_id = c.reference_run_id)"
+                       " FROM comparisons c WHERE c.run_id = ?1 AND c.reference_run_id = ?2", &d, err, errlen)))
+        return rc;
+    sqlite3_bind_int64(d, 1, run_id);
+    sqlite3_bind_int64(d, 2, ref);
+    if ((step = sqlite3_step(d)) == SQLITE_ROW) {
+        div = sqlite3_column_int64(d, 0);
+        rows = sqlite3_column_int64(d, 1);
+        span = sqlite3_column_int64(d, 2);
+    }
+    sqlite3_finalize(d);
+    if (step != SQLITE_ROW) return db_err(st, err, errlen, "completeness check");
+    if (div > 0 && (rows == 0 || rows != span))
+        snprintf(what, whatlen, "its layer_divergence rows (%lld present; the comparison measured %lld sequence(s))",
+                 (long long)rows, (long long)div);
+    return LAB_OK;
+}
+
 /* ------------------------------------------------------------ claims */
 
 static void bind_identity(sqlite3_stmt *s, const lab_identity *id) {
@@ -626,29 +702,75 @@ static void bind_identity(sqlite3_stmt *s, const lab_identity *id) {
     "experiment = ?1 AND arm = ?2 AND knob_hash = ?3 AND model_sha256 = ?4 AND " \
     "dataset_sha256 = ?5 AND code_version = ?6 AND repeat_idx = ?7"
 
+/* Marks a FINISHED run that lacks rows a FINISHED run must have as FAILED,
+ * saying what it lacks (inside the caller's transaction). */
+static int mark_incomplete(lab_store *st, int64_t run_id, const char *what, char *err, size_t errlen) {
+    char now[32], msg[512];
+    lab_now_iso(now);
+    snprintf(msg, sizeof msg, "incomplete: FINISHED without %s; marked FAILED and redone (pid %lld at %s)", what,
+             (long long)getpid(), now);
+    sqlite3_stmt *s;
+    int rc = prep(st, "UPDATE runs SET status = 'FAILED', error = ?1 WHERE id = ?2 AND status = 'FINISHED'", &s, err,
+                  errlen);
+    if (rc) return rc;
+    sqlite3_bind_text(s, 1, msg, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(s, 2, run_id);
+    rc = step_done(st, s, err, errlen, "mark incomplete run");
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                     int *kind, int64_t *run_id, int64_t *stale_id, char *err, size_t errlen) {
+    return lab_store_claim_ex(st, id, pv, force, kind, run_id, stale_id, NULL, err, errlen);
+}
+
+int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+                       int *kind, int64_t *run_id, int64_t *stale_id, int64_t *redone_id, char *err, size_t errlen) {
     *kind = 0;
     *run_id = 0;
     *stale_id = 0;
+    if (redone_id) *redone_id = 0;
     int rc = begin_immediate(st, err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s = NULL;
-    if (!force) {
+    int64_t redone = 0;
+    /* The newest FINISHED run of the identity makes the run done, if it is
+     * complete; one that is not (left by an older vtlab) is marked FAILED
+     * and the next older one looked at, so an incomplete run is redone
+     * instead of skipped for ever. */
+    while (!force) {
+        int64_t done_id = 0;
         if ((rc = prep(st, "SELECT id FROM runs WHERE " IDENTITY_WHERE " AND status = 'FINISHED' "
                            "ORDER BY id DESC LIMIT 1", &s, err, errlen))) goto fail;
         bind_identity(s, id);
         int step = sqlite3_step(s);
-        if (step == SQLITE_ROW) {
-            *kind = LAB_DONE;
-            *run_id = sqlite3_column_int64(s, 0);
-        } else if (step != SQLITE_DONE) {   /* an I/O error must not read as "not finished yet" */
+        if (step == SQLITE_ROW) done_id = sqlite3_column_int64(s, 0);
+        else if (step != SQLITE_DONE) {   /* an I/O error must not read as "not finished yet" */
             rc = lab_errf(err, errlen, LAB_EIO, "claim run: %s", sqlite3_errmsg(st->db));
             goto fail;
         }
         sqlite3_finalize(s);
         s = NULL;
-        if (*kind) { rollback(st); return LAB_OK; }
+        if (!done_id) break;
+        char what[256];
+        if ((rc = lab_store_run_missing(st, done_id, what, sizeof what, err, errlen))) goto fail;
+        if (what[0]) {
+            if ((rc = mark_incomplete(st, done_id, what, err, errlen))) goto fail;
+            redone = done_id;
+            continue;
+        }
+        *kind = LAB_DONE;
+        *run_id = done_id;
+        /* Nothing to keep, unless an incomplete run was marked on the way
+         * (in a batch, a DONE claim fails the batch either way, as documented). */
+        if (redone && !st->batch) {
+            if ((rc = commit(st, err, errlen))) goto fail;
+            if (redone_id) *redone_id = redone;
+        } else {
+            rollback(st);
+        }
+        return LAB_OK;
     }
     if ((rc = prep(st, "SELECT id, pid, pid_start, host FROM runs WHERE " IDENTITY_WHERE
                        " AND status = 'RUNNING'", &s, err, errlen))) goto fail;
@@ -712,6 +834,7 @@ int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance 
     *run_id = sqlite3_last_insert_rowid(st->db);
     if ((rc = commit(st, err, errlen))) goto fail;
     *kind = LAB_CLAIMED;
+    if (redone_id) *redone_id = redone;
     return LAB_OK;
 fail:
     sqlite3_finalize(s);
@@ -1012,6 +1135,18 @@ int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, cha
     if ((rc = step_done(st, s, err, errlen, "finish run"))) goto fail;
     sqlite3_finalize(s);
     s = NULL;
+    /* FINISHED means complete: checked here, on the rows now in the
+     * transaction, so no caller can mark a run FINISHED without them (a
+     * reference repeat finished before the reference it compares with was). */
+#ifndef VT_MUTATE_NO_FINISH_CHECK
+    char what[256];
+    if ((rc = lab_store_run_missing(st, run_id, what, sizeof what, err, errlen))) goto fail;
+    if (what[0]) {
+        rc = lab_errf(err, errlen, LAB_EINTERNAL, "%s: run %lld lacks %s: not marked FINISHED", st->path,
+                      (long long)run_id, what);
+        goto fail;
+    }
+#endif
     if ((rc = commit(st, err, errlen))) goto fail;
     return LAB_OK;
 fail:

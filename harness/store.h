@@ -15,7 +15,10 @@
  *     both run it, and a RUNNING row whose process is dead (same host, pid
  *     gone or reused) is marked KILLED and the run redone;
  *   - a run's result rows and its FINISHED status commit together, so a
- *     killed process leaves only a RUNNING row, never a half-written FINISHED.
+ *     killed process leaves only a RUNNING row, never a half-written FINISHED;
+ *     and the finishing transaction checks that the run is complete (its
+ *     comparison with the reference, per-layer divergence, top-k rows)
+ *     before it commits, so FINISHED means complete by construction.
  *
  * Schema: versioned with PRAGMA user_version; migrations[] in store.c take
  * version v to v + 1 and run in one transaction each. The tables and columns
@@ -75,6 +78,23 @@ enum { LAB_CLAIMED = 1, LAB_DONE, LAB_BUSY };
  * LAB_CLAIMED: a new RUNNING row was inserted, *run_id is its id. */
 int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                     int *kind, int64_t *run_id, int64_t *stale_id, char *err, size_t errlen);
+/* lab_store_claim, and: a FINISHED row that is not complete (see
+ * lab_store_run_missing; an older vtlab could leave one) does not make the
+ * run LAB_DONE: it is marked FAILED, its error saying what it lacks, and the
+ * run claimed again (or an older complete FINISHED row found). *redone_id
+ * (may be NULL) receives the last run so marked, 0 when none. */
+int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+                       int *kind, int64_t *run_id, int64_t *stale_id, int64_t *redone_id, char *err, size_t errlen);
+
+/* What a FINISHED run must have, checked on the rows of run_id as they are
+ * (also inside lab_store_finish's transaction): a run with logits has one
+ * logits_topk row per sequence; every such run except the reference arm's
+ * repeat 0 has a comparison with the FINISHED repeat 0 of its experiment's
+ * reference arm, and, when that comparison measured per-layer divergence,
+ * its layer_divergence rows (layers 0..max, both sites). Benchmark runs (no
+ * logits) need nothing more. what[0] = 0 when complete; otherwise what names
+ * the missing rows ("its comparison with the reference run ..."). */
+int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t whatlen, char *err, size_t errlen);
 
 /* A batch makes every write between begin and commit one transaction: the
  * claims, finishes and specs of several runs land together or not at all.
@@ -174,7 +194,9 @@ typedef struct lab_run_result {
 } lab_run_result;
 
 /* Writes every row of the result and sets status FINISHED, in one
- * transaction. On failure nothing of it is visible. */
+ * transaction. On failure nothing of it is visible. A run the rows would
+ * leave incomplete (lab_store_run_missing: e.g. no cmp for a run that must
+ * be compared with its reference) is refused: LAB_EINTERNAL, still RUNNING. */
 int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, char *err, size_t errlen);
 
 /* Sets a RUNNING run to FAILED or KILLED with an error text. */

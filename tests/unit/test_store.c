@@ -119,8 +119,12 @@ static lab_identity ident(const char *arm) {
     return id;
 }
 
+/* Each identity of these tests is its own experiment's reference repeat 0:
+ * the one run a FINISHED run need not be compared with (see
+ * test_finish_requires_completeness for the others). */
 static lab_provenance prov(int64_t pid) {
     lab_provenance p = {0};
+    p.is_reference = 1;
     p.host = "testhost";
     p.pid = pid;
     p.pid_start = lab_pid_start(pid);
@@ -431,6 +435,160 @@ static void test_concurrent_fresh_open(void **state) {
     if (failures) fail_msg("%d opener(s) of a fresh database failed: %s", failures, firsterr);
 }
 
+static int64_t claim_new(lab_store *st, const char *arm, int64_t repeat, int is_reference) {
+    lab_identity id = ident(arm);
+    id.repeat = repeat;
+    lab_provenance pv = prov(getpid());
+    pv.is_reference = is_reference;
+    int kind;
+    int64_t run, stale;
+    char err[1024] = "";
+    if (lab_store_claim(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err) || kind != LAB_CLAIMED)
+        fail_msg("claim %s #%lld: %s", arm, (long long)repeat, err);
+    return run;
+}
+
+static const char *run_status(lab_store *st, int64_t run, char *buf, size_t n) {
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)run);
+    return q_text(st, sql, buf, n);
+}
+
+/* Reliability item 3: concurrent sweeps finished reference repeats before the
+ * reference's repeat 0 existed, with no comparison, and FINISHED said nothing
+ * about it. The finishing transaction itself must refuse a run that lacks
+ * what a FINISHED run must have, leaving it RUNNING with nothing written;
+ * a run with those rows finishes. Guards VT_MUTATE_NO_FINISH_CHECK. */
+static void test_finish_requires_completeness(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "", buf[64];
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    const char *mn[] = {"perplexity", "tokens_per_s"};
+    lab_run_result r;
+    int64_t layers[4] = {0, 0, 1, 1};
+    int sites[4] = {0, 1, 0, 1};
+    double vals[4] = {0, 0.01, 0.02, 0.5};
+    lab_comparison c = {0};
+    c.top1_k = c.top1_n = c.n_scored = 3;
+    c.reference_hash_match = -1;
+    c.first_div_layer = -1;
+    c.div_sequences = 1;
+    c.div_tolerance = 0.02;
+    c.n_div = 4;
+    c.div_layer = layers;
+    c.div_site = sites;
+    c.div_value = vals;
+
+    /* A reference repeat finished while no reference repeat 0 is FINISHED:
+     * no comparison, refused. */
+    int64_t ref = claim_new(st, "f32", 0, 1);
+    int64_t rep1 = claim_new(st, "f32", 1, 1);
+    small_result(&r, mn);
+    assert_int_equal(lab_store_finish(st, rep1, &r, err, sizeof err), LAB_EINTERNAL);
+    VT_ASSERT_CONTAINS(err, "comparison with the reference run");
+    VT_ASSERT_CONTAINS(err, "not marked FINISHED");
+    assert_string_equal(run_status(st, rep1, buf, sizeof buf), "RUNNING");
+    assert_int_equal(q_int(st, "SELECT count(*) FROM run_knobs"), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM logits_topk"), 0);
+
+    /* The reference's repeat 0 needs no comparison. */
+    small_result(&r, mn);
+    assert_int_equal(lab_store_finish(st, ref, &r, err, sizeof err), 0);
+    /* A comparison with a run that is not the FINISHED reference repeat 0
+     * (here: the unfinished repeat itself) is not one. */
+    c.reference_run_id = rep1;
+    r.cmp = &c;
+    assert_int_not_equal(lab_store_finish(st, rep1, &r, err, sizeof err), 0);
+    VT_ASSERT_CONTAINS(err, "comparison with the reference run");
+    /* Divergence measured but its rows missing: refused. */
+    c.reference_run_id = ref;
+    c.n_div = 0;
+    assert_int_not_equal(lab_store_finish(st, rep1, &r, err, sizeof err), 0);
+    VT_ASSERT_CONTAINS(err, "layer_divergence");
+    /* Only some of them (layer 1's rows without layer 0's): refused. */
+    c.n_div = 2;
+    c.div_layer = layers + 2;
+    c.div_site = sites + 2;
+    c.div_value = vals + 2;
+    assert_int_not_equal(lab_store_finish(st, rep1, &r, err, sizeof err), 0);
+    VT_ASSERT_CONTAINS(err, "layer_divergence");
+    assert_string_equal(run_status(st, rep1, buf, sizeof buf), "RUNNING");
+    /* Every row: FINISHED. */
+    c.n_div = 4;
+    c.div_layer = layers;
+    c.div_site = sites;
+    c.div_value = vals;
+    assert_int_equal(lab_store_finish(st, rep1, &r, err, sizeof err), 0);
+    assert_string_equal(run_status(st, rep1, buf, sizeof buf), "FINISHED");
+    char what[256];
+    assert_int_equal(lab_store_run_missing(st, rep1, what, sizeof what, err, sizeof err), 0);
+    assert_string_equal(what, "");
+
+    /* A non-reference arm without its comparison: refused. */
+    int64_t arm = claim_new(st, "bf16", 0, 0);
+    small_result(&r, mn);
+    assert_int_not_equal(lab_store_finish(st, arm, &r, err, sizeof err), 0);
+    VT_ASSERT_CONTAINS(err, "comparison with the reference run");
+    /* Top-k rows missing (one sequence, none stored): refused even for the reference. */
+    int64_t ref2 = claim_new(st, "f32b", 0, 1);
+    small_result(&r, mn);
+    r.topk_ids = NULL;
+    assert_int_not_equal(lab_store_finish(st, ref2, &r, err, sizeof err), 0);
+    VT_ASSERT_CONTAINS(err, "logits_topk");
+    /* A benchmark run (no logits at all) needs no comparison. */
+    int64_t bench = claim_new(st, "bench", 0, 0);
+    memset(&r, 0, sizeof r);
+    r.assertions_ok = -1;
+    assert_int_equal(lab_store_finish(st, bench, &r, err, sizeof err), 0);
+    lab_store_close(st);
+}
+
+/* A FINISHED run that is incomplete (as the defect left them in existing
+ * databases) is not "done": the next claim marks it FAILED, saying what it
+ * lacks, and claims the run again; a complete one is still skipped. */
+static void test_claim_redoes_incomplete(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "", buf[256];
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    const char *mn[] = {"perplexity", "tokens_per_s"};
+    lab_run_result r;
+    int64_t ref = claim_new(st, "f32", 0, 1);
+    small_result(&r, mn);
+    assert_int_equal(lab_store_finish(st, ref, &r, err, sizeof err), 0);
+    int64_t arm = claim_new(st, "bf16", 0, 0);
+    lab_comparison c = {0};
+    c.reference_run_id = ref;
+    c.reference_hash_match = -1;
+    c.first_div_layer = -1;
+    small_result(&r, mn);
+    r.cmp = &c;
+    assert_int_equal(lab_store_finish(st, arm, &r, err, sizeof err), 0);
+
+    lab_identity id = ident("bf16");
+    lab_provenance pv = prov(getpid());
+    pv.is_reference = 0;
+    int kind;
+    int64_t run, stale, redone;
+    assert_int_equal(lab_store_claim_ex(st, &id, &pv, 0, &kind, &run, &stale, &redone, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_DONE);
+    assert_int_equal(run, arm);
+    assert_int_equal(redone, 0);
+
+    char sql[128];
+    snprintf(sql, sizeof sql, "DELETE FROM comparisons WHERE run_id = %lld", (long long)arm);
+    assert_int_equal(lab_store_exec(st, sql, 0, NULL, err, sizeof err), 0);
+    assert_int_equal(lab_store_claim_ex(st, &id, &pv, 0, &kind, &run, &stale, &redone, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_CLAIMED);
+    assert_int_equal(redone, arm);
+    assert_true(run != arm);
+    assert_string_equal(run_status(st, arm, buf, sizeof buf), "FAILED");
+    snprintf(sql, sizeof sql, "SELECT error FROM runs WHERE id = %lld", (long long)arm);
+    VT_ASSERT_CONTAINS(q_text(st, sql, buf, sizeof buf), "incomplete: FINISHED without its comparison");
+    lab_store_close(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fresh_schema, setup, teardown),
@@ -441,6 +599,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_stale_running_redone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_writers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_fresh_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_finish_requires_completeness, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_redoes_incomplete, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
