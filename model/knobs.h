@@ -22,6 +22,7 @@ typedef struct vt_knobs {
     int bf16_act;           /* VT_KIMI_BF16_ACT: bf16 rounding at the public implementations' points */
     int router_biased;      /* VT_KIMI_ROUTER_WEIGHTS=biased */
     int kv_norm_eps_config; /* VT_KIMI_MLA_KV_NORM_EPS=config: rms_norm_eps instead of 1e-6 */
+    int router_renorm_always; /* VT_KIMI_ROUTER_RENORM=always: renormalise top-1 too */
     int threads;            /* VT_THREADS; 0 = all cores */
     vt_backend_kind backend;
     vt_probe_mode probe;

@@ -7,7 +7,8 @@
  *
  *   route    sigmoid router in f32; the bias chooses (top-k of s + bias), the
  *            weights are s (transformers, vLLM) or s + bias (Moonshot's remote
- *            code, VT_KIMI_ROUTER_WEIGHTS=biased); renormalise; scale.
+ *            code, VT_KIMI_ROUTER_WEIGHTS=biased); renormalise (with top-k > 1,
+ *            or always with VT_KIMI_ROUTER_RENORM=always); scale.
  *   gather   the N*K (token, slot) pairs sorted by expert; each pair's token
  *            row copied into xg [N*K, D] so every expert's rows are contiguous.
  *   experts  SwiGLU per expert over its rows -> y [N*K, D], f32, or the
@@ -103,8 +104,10 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         }
         for (int64_t k = 0; k < K; k++) {
             float v = wts[t * K + k];
-            /* as Moonshot's and transformers' gate: renormalise only with top-k > 1 */
-            if (cfg->moe_renormalize && K > 1) v = (float)(v / (sum + 1e-20));
+            /* Two conventions (VT_KIMI_ROUTER_RENORM): Moonshot's original gate
+             * renormalises only with top-k > 1 (the default); the transformers
+             * port renormalises for every top-k, so a top-1 weight becomes 1. */
+            if (cfg->moe_renormalize && (K > 1 || s->k.router_renorm_always)) v = (float)(v / (sum + 1e-20));
             wts[t * K + k] = v * (float)cfg->routed_scaling_factor;
         }
     }

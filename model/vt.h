@@ -46,6 +46,8 @@ typedef struct vt_knob_info {
     const char  *allowed;     /* "0|1", "unbiased|biased", "1..256", ... */
     const char  *doc;         /* one line */
     int          numeric;     /* 1 when the knob changes the model's numbers */
+    int          hash_omits_default; /* 1: hashed only when set away from its default, so that a
+                                        knob added later leaves every recorded identity unchanged */
 } vt_knob_info;
 
 int                 vt_knob_count(void);

@@ -121,9 +121,10 @@ int cu_moe_forward(vt_cuda *c, int layer, const float *x, int64_t N, float *out,
     /* route */
     TRY(cu_gemm_xwT(c, x, N, D, &w->router, logits, err));
     if (N > 0) {   /* a grid of 0 blocks is an invalid launch configuration */
-        /* moe.c renormalises only with top-k > 1 (Moonshot's and transformers' gate): never for top-1 */
+        /* as moe.c: renormalise with top-k > 1 (Moonshot's gate), or for every
+         * top-k with VT_KIMI_ROUTER_RENORM=always (the transformers port) */
         router_kernel<<<(unsigned)((N + 3) / 4), 128>>>(logits, w->router_bias, N, (int)E, (int)K, c->k.router_biased,
-                                                        cfg->moe_renormalize && K > 1,
+                                                        cfg->moe_renormalize && (K > 1 || c->k.router_renorm_always),
                                                         (float)cfg->routed_scaling_factor, sel_d, wts);
         LAUNCH_CHECK();
     }

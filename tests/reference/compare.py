@@ -47,8 +47,9 @@ def ref_opts(args_str):
     ap = argparse.ArgumentParser(prog="--ref-args")
     ap.add_argument("--router-weights", default="unbiased", choices=["unbiased", "biased"])
     ap.add_argument("--kv-norm-eps", default="transformers", choices=["transformers", "config"])
+    ap.add_argument("--router-renorm", default="moonshot", choices=["moonshot", "always"])
     a = ap.parse_args(shlex.split(args_str or ""))
-    return kimi_ref.Opts(a.router_weights, a.kv_norm_eps)
+    return kimi_ref.Opts(a.router_weights, a.kv_norm_eps, a.router_renorm)
 
 
 def parse_env(items):

@@ -175,9 +175,12 @@ def load_model(model_dir):
 
 
 class Opts:
-    def __init__(self, router_weights="unbiased", kv_norm_eps="transformers"):
+    def __init__(self, router_weights="unbiased", kv_norm_eps="transformers", router_renorm="moonshot"):
         if router_weights not in ("unbiased", "biased"):
             raise ValueError("router_weights: unbiased|biased")
+        if router_renorm not in ("moonshot", "always"):
+            raise ValueError("router_renorm: moonshot|always")
+        self.router_renorm = router_renorm
         if kv_norm_eps not in ("transformers", "config"):
             raise ValueError("kv_norm_eps: transformers|config")
         self.router_weights = router_weights
@@ -370,7 +373,9 @@ def route(c, s, bias, opts):
         sc = np.where(np.repeat(m, c.E // c.n_group), sc, -np.inf)
     idx = topk_lower_index(sc, c.topk)
     w = (s + bias)[idx] if opts.router_weights == "biased" else s[idx]
-    if c.renorm and c.topk > 1:   # transformers' KimiMoEGate: only with top_k > 1
+    # Moonshot's original gate renormalises only with top_k > 1; the transformers port
+    # renormalises for every top_k (a top-1 weight becomes 1)
+    if c.renorm and (c.topk > 1 or opts.router_renorm == "always"):
         w = w / (w.sum() + 1e-20)
     return idx, w * c.scale
 

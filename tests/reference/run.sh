@@ -71,10 +71,15 @@ for entry in "${CONFIGS[@]}"; do
         fi
     fi
     lengths="1 7 64 130"
-    [ "$name" = shape-d-top1 ] && lengths=64   # top-1 routing: no renormalisation (transformers' gate)
+    [ "$name" = shape-d-top1 ] && lengths=64   # top-1 routing: no renormalisation (Moonshot's gate)
     for T in $lengths; do
         case_compare "$name T=$T default knobs" "$dir" "$(tokens "$dir" "$T" "$seed")" --label "$name"
     done
+    if [ "$name" = shape-d-top1 ]; then   # the transformers port's rule: top-1 renormalised too
+        case_compare "$name T=64 VT_KIMI_ROUTER_RENORM=always vs --router-renorm always" "$dir" \
+            "$(tokens "$dir" 64 "$seed")" --env VT_KIMI_ROUTER_RENORM=always --ref-args "--router-renorm always" \
+            --baseline-ref-args "--router-renorm moonshot" --label "$name"
+    fi
 done
 
 tiny=$TMP/tiny

@@ -60,6 +60,14 @@ static void test_hash_covers_numeric_knobs_only(void **state) {
     assert_int_equal(vt_knobset_set(b, "VT_KIMI_BF16_STREAM", "1", err, sizeof err), 0);
     vt_knobset_hash(b, hb);
     assert_string_not_equal(ha, hb);
+    /* Every recorded run's identity depends on this: the default set hashes as
+     * it did before VT_KIMI_ROUTER_RENORM existed (sha256 of the eight sorted
+     * "NAME=default\n" lines of the numeric knobs of that time, computed with
+     * Python's hashlib), and the new knob counts only when set. */
+    assert_string_equal(ha, "b07a111f31e8ffb9c7244bad1c144881d26e882a9a092ce5996d6c8513f64a63");
+    assert_int_equal(vt_knobset_set(a, "VT_KIMI_ROUTER_RENORM", "always", err, sizeof err), 0);
+    vt_knobset_hash(a, hb);
+    assert_string_not_equal(ha, hb);
     vt_knobset_free(a);
     vt_knobset_free(b);
 }
