@@ -51,7 +51,14 @@ $(info vtlab: nvcc found ($(NVCC)) but no libcublas.so under $(CUDA_HOME); build
 NVCC :=
 endif
 endif
-ifneq ($(NVCC),)
+# nvcc found is not enough to build the CUDA objects into this build: they are
+# built where they can run (a GPU is present) or when asked (CUDA=1; `make cuda`
+# builds them in $(BUILD)/cuda). So `make run` and the CPU tests never wait for
+# nvcc on a machine without a GPU; `make test` still checks that they compile.
+HAVE_GPU  := $(shell { nvidia-smi -L 2>/dev/null | grep -q '^GPU'; } || [ -e /dev/nvidia0 ] && echo 1)
+CUDA      ?= $(HAVE_GPU)
+BUILD_CUDA := $(if $(NVCC),$(filter 1,$(CUDA)))
+ifeq ($(BUILD_CUDA),1)
 CUDA_SRC  := $(wildcard model/cuda/*.cu)
 CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 NVFLAGS   := -O2 -std=c++17 -I. -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
@@ -68,7 +75,20 @@ all: deps vtlab
 
 # What the CUDA detection above decided (tests/cli/test_build.sh checks it).
 cuda-info:
-	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "CUDA_LIBDIR=$(CUDA_LIBDIR)"
+	@echo "NVCC=$(NVCC)"; echo "CUDA_HOME=$(CUDA_HOME)"; echo "CUDA_LIBDIR=$(CUDA_LIBDIR)"; \
+	 echo "HAVE_GPU=$(HAVE_GPU)"; echo "BUILD_CUDA=$(BUILD_CUDA)"
+
+# The CUDA backend in its own build dir (the same sources, with -DVT_HAVE_CUDA):
+# the binaries a GPU machine runs, and on any machine with nvcc the check that
+# the .cu files compile and link (a `make test` suite).
+.PHONY: cuda cuda-compile
+cuda: deps
+	@if [ -z "$(NVCC)" ]; then echo "make cuda: no usable nvcc (see make cuda-info)" >&2; exit 1; fi
+	$(MAKE) --no-print-directory CUDA=1 BUILD=$(BUILD)/cuda $(BUILD)/cuda/vtlab $(BUILD)/cuda/tests/test_cuda $(BUILD)/cuda/bench_cuda
+cuda-compile:
+	@mkdir -p $(BUILD)/logs; if [ -z "$(NVCC)" ]; then echo "cuda: 0 passed, 0 failed (no nvcc: not checked)" > $(BUILD)/logs/cuda.log; \
+	elif $(MAKE) --no-print-directory cuda > $(BUILD)/logs/cuda-build.log 2>&1; then echo "cuda: 1 passed, 0 failed" | tee $(BUILD)/logs/cuda.log; \
+	else tail -30 $(BUILD)/logs/cuda-build.log; echo "cuda: 0 passed, 1 failed" | tee $(BUILD)/logs/cuda.log; exit 1; fi
 
 # ---------------------------------------------------------------- dependencies
 # Quiet and idempotent: dpkg -s decides what is missing; only that is installed.
@@ -84,6 +104,8 @@ deps:
 	fi
 ifeq ($(NVCC),)
 	@echo "make: nvcc not found; building the CPU backend only"
+else ifneq ($(BUILD_CUDA),1)
+	@echo "make: no GPU here; building the CPU backend only (make cuda builds the CUDA one)"
 endif
 
 # ---------------------------------------------------------------------- build
@@ -94,7 +116,7 @@ endif
 # commit, so two different uncommitted states never share a code version.
 VT_DIRTY := $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo 0 || echo 1)
 VT_GIT   := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(if $(filter 1,$(VT_DIRTY)),+dirty.$(shell { git diff HEAD; git ls-files --others --exclude-standard | xargs -r cat; } 2>/dev/null | sha256sum | cut -c1-12))
-BUILD_INFO_TEXT := \#define VT_GIT_COMMIT "$(VT_GIT)"\n\#define VT_GIT_DIRTY $(VT_DIRTY)\n\#define VT_COMPILER "$(shell $(CC) -dumpfullversion 2>/dev/null) $(CC)"\n\#define VT_BUILD_FLAGS "$(OPT) $(EXTRA_CFLAGS)$(if $(NVCC), cuda,)"\n
+BUILD_INFO_TEXT := \#define VT_GIT_COMMIT "$(VT_GIT)"\n\#define VT_GIT_DIRTY $(VT_DIRTY)\n\#define VT_COMPILER "$(shell $(CC) -dumpfullversion 2>/dev/null) $(CC)"\n\#define VT_BUILD_FLAGS "$(OPT) $(EXTRA_CFLAGS)$(if $(BUILD_CUDA), cuda,)"\n
 $(BUILD)/gen/build_info.h: FORCE
 	@mkdir -p $(dir $@)
 	@printf '$(BUILD_INFO_TEXT)' > $@.tmp
@@ -169,7 +191,7 @@ fuzz: deps $(FUZZ_TARGETS)
 # Every suite runs even when an earlier one fails (each in its own make, its
 # exit status noted in logs/suites); the summary's last line is always
 # "tests: N passed, M failed, S skipped" and its status is the run's.
-TEST_SUITES := unit cli-test reference-test fuzz
+TEST_SUITES := unit cli-test reference-test fuzz cuda-compile
 test: deps vtlab
 	@rm -rf $(BUILD)/logs; mkdir -p $(BUILD)/logs; \
 	for s in $(TEST_SUITES); do \
@@ -216,6 +238,14 @@ $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 
 bench: deps vtlab $(BUILD)/bench
 	BUILD=$(BUILD) bash tests/bench/run.sh ./vtlab
+
+# The kill campaign as a bounded soak (tests/soak/kill_campaign.sh): SOAK_KILLS
+# random SIGKILLs over a small sweep, report, nightly and reopen, each checked,
+# then a resume compared with an uninterrupted run. `make test` runs 6 of them.
+SOAK_KILLS ?= 60
+.PHONY: soak
+soak: deps vtlab
+	bash tests/soak/kill_campaign.sh ./vtlab --kills $(SOAK_KILLS)
 
 # The CI job (docs/nightly.md): rerun experiments/, audit, compare with the
 # previous nightly in results.db; report/ gets junit.xml, nightly.md,
