@@ -23,6 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cblas.h>
+
 #include "audit.h"
 #include "cli.h"
 #include "experiment.h"
@@ -73,6 +75,7 @@ typedef struct nrun {
     int     is_ref, expect_fail, assertions_ok;   /* assertions_ok -1: unknown */
     char    backend[16], model[65], dataset[65], knob_hash[65], logits[65], code_version[160];
     double  tps;
+    double  host;        /* host_sgemm_gflops measured around the run (NaN: none) */
     int     has_cmp;
     int64_t ref_run, k, n;
     double  lo, hi;
@@ -101,14 +104,16 @@ static int load_runs_of(lab_store *st, int64_t nightly, const char *eid, int rem
                   " r.expected_assertions = 'fail', r.assertions_ok, coalesce(r.backend, ''), r.model_sha256,"
                   " r.dataset_sha256, r.knob_hash, coalesce(r.logits_sha256, ''), r.code_version,"
                   " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s'),"
-                  " NULL, NULL, NULL, NULL, NULL"
+                  " NULL, NULL, NULL, NULL, NULL,"
+                  " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'host_sgemm_gflops')"
                   " FROM nightly_remeasure_runs nr JOIN runs r ON r.id = nr.run_id"
                   " WHERE nr.nightly_id = ?1 AND r.experiment = ?2 ORDER BY r.arm, r.repeat_idx, r.id" :
                   "SELECT r.id, r.repeat_idx, r.arm, r.status, coalesce(r.error, ''), r.is_reference,"
                   " r.expected_assertions = 'fail', r.assertions_ok, coalesce(r.backend, ''), r.model_sha256,"
                   " r.dataset_sha256, r.knob_hash, coalesce(r.logits_sha256, ''), r.code_version,"
                   " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s'),"
-                  " c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi"
+                  " c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi,"
+                  " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'host_sgemm_gflops')"
                   " FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id"
                   " LEFT JOIN comparisons c ON c.run_id = r.id"
                   " WHERE nr.nightly_id = ?1 AND r.experiment = ?2 ORDER BY r.arm, r.repeat_idx, r.id", &s, err, errlen);
@@ -136,6 +141,7 @@ static int load_runs_of(lab_store *st, int64_t nightly, const char *eid, int rem
         snprintf(r->logits, sizeof r->logits, "%s", lab_col_text(s, 12));
         snprintf(r->code_version, sizeof r->code_version, "%s", lab_col_text(s, 13));
         r->tps = sqlite3_column_type(s, 14) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 14);
+        r->host = sqlite3_column_type(s, 20) == SQLITE_NULL ? NAN : sqlite3_column_double(s, 20);
         if (sqlite3_column_type(s, 15) != SQLITE_NULL) {
             r->has_cmp = 1;
             r->ref_run = sqlite3_column_int64(s, 15);
@@ -396,7 +402,12 @@ static int compare_numerics(lab_store *st, int64_t nightly, const char *eid, con
 
 /* Pooled within-night SD of log(tokens/s) over the (nightly, arm) groups of
  * an experiment with two or more repeats; NaN when there is no such group. */
-static double within_sd(const nset *a, const nset *b) {
+static double perf_log(const nrun *r, int norm) { return norm ? log(r->tps) - log(r->host) : log(r->tps); }
+static int perf_ok(const nrun *r, int norm) {
+    return !strcmp(r->status, "FINISHED") && r->tps > 0 && (!norm || r->host > 0);
+}
+
+static double within_sd(const nset *a, const nset *b, int norm) {
     double ss = 0;
     int64_t dof = 0;
     const nset *sets[2] = {a, b};
@@ -407,14 +418,14 @@ static double within_sd(const nset *a, const nset *b) {
             double sum = 0;
             int m = 0;
             while (j < s->n && !strcmp(s->r[j].arm, s->r[i].arm)) {
-                if (!strcmp(s->r[j].status, "FINISHED") && s->r[j].tps > 0) { sum += log(s->r[j].tps); m++; }
+                if (perf_ok(&s->r[j], norm)) { sum += perf_log(&s->r[j], norm); m++; }
                 j++;
             }
             if (m >= 2) {
                 double mean = sum / m;
                 for (int t = i; t < j; t++)
-                    if (!strcmp(s->r[t].status, "FINISHED") && s->r[t].tps > 0)
-                        ss += (log(s->r[t].tps) - mean) * (log(s->r[t].tps) - mean);
+                    if (perf_ok(&s->r[t], norm))
+                        ss += (perf_log(&s->r[t], norm) - mean) * (perf_log(&s->r[t], norm) - mean);
                 dof += m - 1;
             }
             i = j;
@@ -427,9 +438,14 @@ static double within_sd(const nset *a, const nset *b) {
  * (PASSED or REGRESSED) before cur, newest first; returns how many were
  * found (at most max). Only the first measurement of a night counts (the
  * re-measurements of a suspected drop are in nightly_remeasure_runs). */
-static int night_means(lab_store *st, int64_t cur, const char *eid, const char *arm, double *v, int max) {
+static int night_means(lab_store *st, int64_t cur, const char *eid, const char *arm, int norm, double *v, int max) {
     sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(lab_store_db(st),
+    if (sqlite3_prepare_v2(lab_store_db(st), norm ?
+                           "SELECT n.id, avg(ln(m.value) - ln(h.value)) FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id"
+                           " JOIN runs r ON r.id = nr.run_id JOIN metrics m ON m.run_id = r.id AND m.name = 'tokens_per_s'"
+                           " JOIN metrics h ON h.run_id = r.id AND h.name = 'host_sgemm_gflops' AND h.value > 0"
+                           " WHERE n.id < ?1 AND n.status IN ('PASSED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
+                           " AND r.status = 'FINISHED' AND m.value > 0 GROUP BY n.id ORDER BY n.id DESC LIMIT ?4" :
                            "SELECT n.id, avg(ln(m.value)) FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id"
                            " JOIN runs r ON r.id = nr.run_id JOIN metrics m ON m.run_id = r.id AND m.name = 'tokens_per_s'"
                            " WHERE n.id < ?1 AND n.status IN ('PASSED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
@@ -448,9 +464,9 @@ static int night_means(lab_store *st, int64_t cur, const char *eid, const char *
 
 /* SD over the nightlies before cur (at most 8) of the nightly mean of
  * log(tokens/s) of one arm: the night-to-night noise. NaN below 3 nights. */
-static double between_sd(lab_store *st, int64_t cur, const char *eid, const char *arm) {
+static double between_sd(lab_store *st, int64_t cur, const char *eid, const char *arm, int norm) {
     double v[8];
-    int n = night_means(st, cur, eid, arm, v, 8);
+    int n = night_means(st, cur, eid, arm, norm, v, 8);
     if (n < 3) return NAN;
     double mean = 0, ss = 0;
     for (int i = 0; i < n; i++) mean += v[i];
@@ -466,13 +482,13 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Mean of log(tokens/s) over the FINISHED runs of arm in s; *n runs, *first
  * the first run's id. NaN when there is none. */
-static double arm_log_mean(const nset *s, const char *arm, int *n, int64_t *first) {
+static double arm_log_mean(const nset *s, const char *arm, int norm, int *n, int64_t *first) {
     double sum = 0;
     *n = 0;
     if (first) *first = 0;
     for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->r[i].arm, arm) && !strcmp(s->r[i].status, "FINISHED") && s->r[i].tps > 0) {
-            sum += log(s->r[i].tps);
+        if (!strcmp(s->r[i].arm, arm) && perf_ok(&s->r[i], norm)) {
+            sum += perf_log(&s->r[i], norm);
             if (first && !*first) *first = s->r[i].id;
             (*n)++;
         }
@@ -493,18 +509,35 @@ typedef struct perf_eval {
     double  d;               /* cur - base: the log of the ratio */
     double  sw, sb, se;      /* within-night SD, night-to-night SD, standard error of d (NaN: none) */
     double  thr;             /* a drop beyond -thr is suspected (NaN when se is) */
+    int     norm;            /* 1: judged on tokens/s per host GFLOP/s (both nights have it) */
 } perf_eval;
+
+/* 1 when every finished run of arm in s with a throughput has the host speed. */
+static int has_host(const nset *s, const char *arm) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->r[i].arm, arm) && perf_ok(&s->r[i], 0) && !(s->r[i].host > 0)) return 0;
+    return 1;
+}
 
 /* 1 when there is something to compare (a finished run with throughput in
  * both nights), 0 when not. */
 static int perf_evaluate(lab_store *st, int64_t nightly, const char *eid, const char *arm, const nset *cs, const nset *ps,
                          const lab_nightly_opts *o, perf_eval *pe) {
     memset(pe, 0, sizeof *pe);
-    pe->cur = arm_log_mean(cs, arm, &pe->nc, &pe->cid);
-    double prev = arm_log_mean(ps, arm, &pe->np, &pe->pid);
+    /* Per host speed only where it measurably helps: when the night-to-night
+     * spread of tokens/s per host GFLOP/s is smaller than that of tokens/s
+     * (3 or more nights of both). On the tiny CI model it is not (its time
+     * is not in sgemm), and raw tokens/s is judged. */
+    pe->norm = 0;
+    if (has_host(cs, arm) && has_host(ps, arm)) {
+        double sn = between_sd(st, nightly, eid, arm, 1), sr = between_sd(st, nightly, eid, arm, 0);
+        pe->norm = !isnan(sn) && !isnan(sr) && sn < sr;
+    }
+    pe->cur = arm_log_mean(cs, arm, pe->norm, &pe->nc, &pe->cid);
+    double prev = arm_log_mean(ps, arm, pe->norm, &pe->np, &pe->pid);
     if (!pe->nc || !pe->np) return 0;
     double v[5];
-    pe->nb = night_means(st, nightly, eid, arm, v, 5);
+    pe->nb = night_means(st, nightly, eid, arm, pe->norm, v, 5);
     if (pe->nb) {
         qsort(v, (size_t)pe->nb, sizeof v[0], cmp_double);
         pe->base = pe->nb % 2 ? v[pe->nb / 2] : 0.5 * (v[pe->nb / 2 - 1] + v[pe->nb / 2]);
@@ -513,8 +546,8 @@ static int perf_evaluate(lab_store *st, int64_t nightly, const char *eid, const 
         pe->nb = 1;
     }
     pe->d = pe->cur - pe->base;
-    pe->sw = within_sd(cs, ps);
-    pe->sb = between_sd(st, nightly, eid, arm);
+    pe->sw = within_sd(cs, ps, pe->norm);
+    pe->sb = between_sd(st, nightly, eid, arm, pe->norm);
     pe->se = NAN;
     if (!isnan(pe->sw)) pe->se = pe->sw * sqrt(1.0 / pe->nc + 1.0 / pe->np);
     if (!isnan(pe->sb) && (isnan(pe->se) || pe->sb * sqrt(2.0) > pe->se)) pe->se = pe->sb * sqrt(2.0);
@@ -602,23 +635,24 @@ static int compare_perf(lab_store *st, int64_t nightly, const char *eid, const c
     f.value = exp(pe.cur);
     f.prev_value = exp(pe.base);
     double ratio = exp(pe.d);
+    const char *unit = pe.norm ? "tokens/s per host sgemm GFLOP/s" : "tokens/s";
     if (isnan(pe.thr)) {
         snprintf(f.message, sizeof f.message,
-                 "throughput %.4g -> %.4g tokens/s (x%.3f); not judged: no noise estimate (one repeat per night and fewer "
-                 "than 3 earlier nightlies; set \"repeats\" >= 2 in the experiment)", f.prev_value, f.value, ratio);
+                 "throughput %.4g -> %.4g %s (x%.3f); not judged: no noise estimate (one repeat per night and fewer "
+                 "than 3 earlier nightlies; set \"repeats\" >= 2 in the experiment)", f.prev_value, f.value, unit, ratio);
         snprintf(f.evidence, sizeof f.evidence, "{\"ratio\":%.6g,\"n\":%d,\"prev_n\":%d}", ratio, pe.nc, pe.np);
         return put_finding(st, nightly, &f, n_reg, err, errlen);
     }
     /* The re-measurement of a suspected drop (runs of the arm made after the
      * comparison first saw it): a drop is flagged only if it is confirmed. */
     int nr = 0;
-    double rlog = rs ? arm_log_mean(rs, arm, &nr, NULL) : NAN;
+    double rlog = rs && has_host(rs, arm) == pe.norm ? arm_log_mean(rs, arm, pe.norm, &nr, NULL) : NAN;
     int suspect = perf_suspect(&pe), confirmed = suspect && (!nr || rlog - pe.base < -pe.thr);
     f.regression = confirmed;
     snprintf(f.evidence, sizeof f.evidence,
              "{\"ratio\":%.6g,\"threshold_ratio\":%.6g,\"se_log\":%.6g,\"within_sd_log\":%.6g,\"between_sd_log\":%.6g,"
-             "\"n\":%d,\"prev_n\":%d,\"baseline_nights\":%d}", ratio, exp(-pe.thr), pe.se, isnan(pe.sw) ? -1.0 : pe.sw,
-             isnan(pe.sb) ? -1.0 : pe.sb, pe.nc, pe.np, pe.nb);
+             "\"n\":%d,\"prev_n\":%d,\"baseline_nights\":%d,\"per_host_speed\":%d}", ratio, exp(-pe.thr), pe.se, isnan(pe.sw) ? -1.0 : pe.sw,
+             isnan(pe.sb) ? -1.0 : pe.sb, pe.nc, pe.np, pe.nb, pe.norm);
     if (nr) evidence_add(f.evidence, sizeof f.evidence, "\"remeasured_ratio\":%.6g,\"remeasured_n\":%d", exp(rlog - pe.base), nr);
     if (!suspect && fabs(pe.d) < pe.thr) return LAB_OK;    /* within noise: nothing to say */
     const char *noise = !isnan(pe.sb) && pe.sb * sqrt(2.0) >= pe.se ? "night-to-night spread" : "spread of repeats";
@@ -629,8 +663,8 @@ static int compare_perf(lab_store *st, int64_t nightly, const char *eid, const c
     else if (suspect)
         snprintf(conf, sizeof conf, "; not re-measured");
     snprintf(f.message, sizeof f.message,
-             "throughput %.4g -> %.4g tokens/s (x%.3f over %d repeats vs the median of %d nightlies); noise: standard "
-             "error %.1f%% (%s), so a drop below x%.3f is flagged%s%s", f.prev_value, f.value, ratio, pe.nc, pe.nb,
+             "throughput %.4g -> %.4g %s (x%.3f over %d repeats vs the median of %d nightlies); noise: standard "
+             "error %.1f%% (%s), so a drop below x%.3f is flagged%s%s", f.prev_value, f.value, unit, ratio, pe.nc, pe.nb,
              100 * (exp(pe.se) - 1), noise, exp(-pe.thr), suspect ? "" : "; a speedup, noted", conf);
     /* An acknowledged throughput drop stays silent while tonight is not
      * significantly below the level that was acknowledged. */
@@ -1184,6 +1218,44 @@ static int plant_slowdown(lab_store *st, int64_t after, const char *host, int64_
                               " (SELECT id FROM runs WHERE id > ?1 AND host = ?2 AND pid = ?3)", 4, p, err, errlen);
 }
 
+/* The host's speed now, measured in the same run as the forward passes it
+ * calibrates: the best of 5 timings of 4 sgemm 256x256x256 (the BLAS the
+ * forward pass uses, with its threads), in GFLOP/s; NaN if out of memory.
+ * Throughput per host GFLOP/s cancels a machine that is slower tonight for
+ * every program (load, frequency), not a slower forward pass. */
+static double host_sgemm_gflops(void) {
+    enum { N = 256, ITER = 4, REPS = 5 };
+    float *a = malloc(sizeof(float) * N * N * 3);
+    if (!a) return NAN;
+    float *b = a + N * N, *c = b + N * N;
+    for (int i = 0; i < N * N; i++) a[i] = (float)(i % 17) / 17.0f, b[i] = (float)(i % 13) / 13.0f;
+    double best = INFINITY;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = lab_mono();
+        for (int k = 0; k < ITER; k++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N);
+        double dt = lab_mono() - t0;
+        if (dt > 0 && dt < best) best = dt;
+    }
+    free(a);
+    return isinf(best) ? NAN : 2.0 * N * N * N * ITER / best / 1e9;
+}
+
+/* Records the host speed (geometric mean of the measurements before and
+ * after) as the metric host_sgemm_gflops of the runs this process made
+ * after run id `after`. */
+static int record_host(lab_store *st, int64_t after, const char *host, int64_t pid, double g0, double g1, char *err,
+                       size_t errlen) {
+    if (!(g0 > 0) || !(g1 > 0)) return LAB_OK;
+    char a[32], ps[32], g[64];
+    snprintf(a, sizeof a, "%lld", (long long)after);
+    snprintf(ps, sizeof ps, "%lld", (long long)pid);
+    snprintf(g, sizeof g, "%.17g", sqrt(g0 * g1));
+    const char *p[4] = {a, host, ps, g};
+    return lab_store_exec(st, "INSERT OR REPLACE INTO metrics (run_id, name, value) SELECT id, 'host_sgemm_gflops',"
+                              " CAST(?4 AS REAL) FROM runs WHERE id > ?1 AND host = ?2 AND pid = ?3", 4, p, err, errlen);
+}
+
 /* Largest run id so far (0 when none). */
 static int64_t max_run_id(lab_store *st) {
     sqlite3_stmt *s;
@@ -1233,8 +1305,12 @@ static void remeasure_suspects(lab_store *st, int64_t id, char **files, char **i
         int64_t before = max_run_id(st);
         lab_run_opts ro = {db_path, only[0] ? only : NULL, 1, isatty(2)};
         lab_run_summary sum = {0};
+        double g0 = host_sgemm_gflops();
         int r = lab_run_experiment(files[i], &ro, &sum, err, sizeof err);
+        double g1 = host_sgemm_gflops();
         if (r) fprintf(stderr, "vtlab nightly: re-measuring %s: %s\n", files[i], err);
+        if (record_host(st, before, host, pid, g0, g1, err, sizeof err))
+            fprintf(stderr, "vtlab nightly: re-measuring %s: %s\n", files[i], err);
         char b[32], ps2[32], idt[32];
         snprintf(b, sizeof b, "%lld", (long long)before);
         snprintf(ps2, sizeof ps2, "%lld", (long long)pid);
@@ -1342,7 +1418,13 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
         lab_run_opts ro = {o->db_path, NULL, 1, isatty(2)};
         printf("== %s\n", files[i]);
         fflush(stdout);
+        int64_t before_exp = max_run_id(st);
+        double g0 = host_sgemm_gflops();
         int r = lab_run_experiment(files[i], &ro, &sum, sweep_err, sizeof sweep_err);
+        double g1 = host_sgemm_gflops();
+        char herr[512];
+        if (record_host(st, before_exp, host, pid, g0, g1, herr, sizeof herr))
+            fprintf(stderr, "vtlab nightly: host speed of %s not recorded: %s\n", files[i], herr);
         if (r) {
             fprintf(stderr, "vtlab nightly: %s\n", sweep_err);
             if (!sweep_rc) sweep_rc = r;
@@ -1496,5 +1578,112 @@ int lab_nightly_main(int argc, char **argv) {
                 (long long)nreg, o.out_dir);
         return 1;
     }
+    return 0;
+}
+
+/* `vtlab ack FINDING --reason TEXT [--db PATH]`, argv[0] = "ack". FINDING is
+ * EXPERIMENT/ARM/KIND (kind: check, accuracy, numerics, performance, audit),
+ * or the id of a row of nightly_findings; it must name a regression some
+ * nightly found. The acknowledgement (nightly_acks) turns later regressions
+ * of that key into notes until a nightly of the experiment no longer has it;
+ * a performance one holds only down to the throughput acknowledged (a
+ * further drop beyond the noise alerts again). Exit 0, or 2 on bad input
+ * (nothing written). */
+int lab_cmd_ack(int argc, char **argv) {
+    const char *db = "results.db", *reason = NULL, *key = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--db") || !strcmp(a, "--reason")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "vtlab ack: %s needs a value\n", a);
+                return 2;
+            }
+            if (!strcmp(a, "--db")) db = argv[++i];
+            else reason = argv[++i];
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "vtlab ack: unknown option %s (usage: vtlab ack EXPERIMENT/ARM/KIND --reason TEXT [--db PATH])\n", a);
+            return 2;
+        } else if (!key) key = a;
+        else {
+            fprintf(stderr, "vtlab ack: unexpected argument %s (one finding at most)\n", a);
+            return 2;
+        }
+    }
+    if (!key || !*key) {
+        fprintf(stderr, "vtlab ack: which finding? (usage: vtlab ack EXPERIMENT/ARM/KIND --reason TEXT [--db PATH])\n");
+        return 2;
+    }
+    if (!reason || !*reason) {
+        fprintf(stderr, "vtlab ack: --reason TEXT is required (why this regression is known and accepted)\n");
+        return 2;
+    }
+    if (!*db || !lab_path_exists(db)) {
+        fprintf(stderr, "vtlab ack: %s: no such database\n", *db ? db : "(empty --db)");
+        return 2;
+    }
+    lab_store *st = NULL;
+    char err[1024] = "";
+    int rc = lab_store_open(&st, db, err, sizeof err);
+    if (!rc) rc = nightly_tables(st, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab ack: %s\n", err);
+        lab_store_close(st);
+        return lab_exit_code(rc);
+    }
+    /* The latest regression with that key (or that id). */
+    sqlite3_stmt *s = NULL;
+    const char *sel = "SELECT experiment, arm, kind, nightly_id, value FROM nightly_findings WHERE ";
+    char sql[512];
+    int by_id = key[strspn(key, "0123456789")] == 0;
+    snprintf(sql, sizeof sql, "%s%s", sel,
+             by_id ? "id = CAST(?1 AS INTEGER) AND regression = 1"
+                   : "experiment || '/' || arm || '/' || kind = ?1 AND"
+                     " (regression = 1 OR json_extract(evidence, '$.acknowledged') = 1) ORDER BY id DESC LIMIT 1");
+    char eid[128] = "", arm[128] = "", kind[32] = "";
+    int64_t nightly = 0;
+    double value = NAN;
+    int found = 0;
+    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(s) == SQLITE_ROW) {
+            found = 1;
+            snprintf(eid, sizeof eid, "%s", lab_col_text(s, 0));
+            snprintf(arm, sizeof arm, "%s", lab_col_text(s, 1));
+            snprintf(kind, sizeof kind, "%s", lab_col_text(s, 2));
+            nightly = sqlite3_column_int64(s, 3);
+            if (sqlite3_column_type(s, 4) != SQLITE_NULL) value = sqlite3_column_double(s, 4);
+        }
+        sqlite3_finalize(s);
+    } else {
+        fprintf(stderr, "vtlab ack: %s: %s\n", db, sqlite3_errmsg(lab_store_db(st)));
+        lab_store_close(st);
+        return 1;
+    }
+    if (!found) {
+        fprintf(stderr, "vtlab ack: %s: no regression found by a nightly in %s (name it EXPERIMENT/ARM/KIND, as in "
+                        "nightly.md, or by the id of its nightly_findings row)\n", key, db);
+        lab_store_close(st);
+        return 2;
+    }
+    char fkey[300], now[32], nt[32], vt[64];
+    snprintf(fkey, sizeof fkey, "%s/%s/%s", eid, arm, kind);
+    lab_now_iso(now);
+    snprintf(nt, sizeof nt, "%lld", (long long)nightly);
+    snprintf(vt, sizeof vt, "%.17g", value);
+    int perf = !strcmp(kind, "performance") && !isnan(value);
+    const char *p[8] = {fkey, eid, arm, kind, reason, now, nt, perf ? vt : NULL};
+    rc = lab_store_exec(st, "INSERT OR REPLACE INTO nightly_acks (finding, experiment, arm, kind, reason, acked_at, nightly_id,"
+                            " value) VALUES (?1, ?2, ?3, ?4, ?5, ?6, CAST(?7 AS INTEGER), CAST(?8 AS REAL))", 8, p, err,
+                        sizeof err);
+    lab_store_close(st);
+    if (rc) {
+        fprintf(stderr, "vtlab ack: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    if (perf)
+        printf("acknowledged %s (nightly %lld, %.4g tokens/s; a further drop alerts again): %s\n", fkey, (long long)nightly,
+               value, reason);
+    else
+        printf("acknowledged %s (nightly %lld; until a nightly no longer has it): %s\n", fkey, (long long)nightly, reason);
     return 0;
 }

@@ -71,4 +71,11 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
  * status: 0 nothing regressed, 1 a regression (or a failed run), 2 bad input. */
 int lab_nightly_main(int argc, char **argv);
 
+/* `vtlab ack FINDING --reason TEXT [--db PATH]`, argv[0] = "ack": acknowledge
+ * a known regression (FINDING: EXPERIMENT/ARM/KIND, or a nightly_findings
+ * id) so that later nightlies record it as a note, not a regression, until
+ * it changes (a performance one: drops further; any: goes away). Exit 0, or
+ * 2 on bad input (no such finding, no reason, no database: nothing written). */
+int lab_cmd_ack(int argc, char **argv);
+
 #endif
