@@ -11,11 +11,11 @@ sum() { grep -hoE "$1" "$2" 2>/dev/null | grep -oE '[0-9]+' | awk '{s += $1} END
 up=$(sum '\[  PASSED  \] [0-9]+ test' "$D/unit.log")
 uf=$(sum '\[  FAILED  \] [0-9]+ test' "$D/unit.log")
 us=$(sum '\[  SKIPPED \] [0-9]+ test' "$D/unit.log")
-line() { grep -E "^(cli: |fuzz: )?[0-9]+ passed, [0-9]+ failed$" "$1" 2>/dev/null | tail -1; }
+line() { grep -E "^(cli: |fuzz: |cuda: )?[0-9]+ passed, [0-9]+ failed" "$1" 2>/dev/null | tail -1; }
 num() { echo "$1" | grep -oE "[0-9]+ $2" | grep -oE '[0-9]+' || echo 0; }
 p=$up; f=$uf
-declare -A logof=([unit]=unit.log [cli-test]=cli.log [reference-test]=reference.log [fuzz]=fuzz.log)
-for suite in cli-test reference-test fuzz; do
+declare -A logof=([unit]=unit.log [cli-test]=cli.log [reference-test]=reference.log [fuzz]=fuzz.log [cuda-compile]=cuda.log)
+for suite in cli-test reference-test fuzz cuda-compile; do
   l=$(line "$D/${logof[$suite]}")
   p=$((p + $(num "$l" passed))); f=$((f + $(num "$l" failed)))
 done
