@@ -611,14 +611,14 @@ PYEOF
 
 # ----------------------------------------------------------------- cases
 PASS=0; FAIL=0
-# results NAME... : count the "CHECK name PASS|FAIL detail" lines of $CHK;
-# RES gets "name ok|FAIL" per check, DIAG the details of the failed ones.
+# Per kill, each check is tallied into PASS/FAIL; RES collects "name ok|FAIL"
+# for the kill's line, DIAG the details of the failed ones ("#   name: ...").
 RES=""; DIAG=""
 tally() { # name pass(0/1) detail
     if [ "$2" = 1 ]; then PASS=$((PASS + 1)); RES="$RES; $1 ok"
     else FAIL=$((FAIL + 1)); RES="$RES; $1 FAIL"; DIAG="$DIAG#   $1: $3"$'\n'; fi
 }
-tally_py() { # output of a python check command
+tally_py() { # the "CHECK name PASS|FAIL detail" lines of a python check
     local name res detail
     while read -r tag name res detail; do
         [ "$tag" = CHECK ] || continue
@@ -626,7 +626,7 @@ tally_py() { # output of a python check command
         else tally "$name" 0 "$detail"; fi
     done <<< "$1"
 }
-case_line() { # PREFIX-less text; prints ok/not ok with the collected results
+case_line() { # TEXT: the kill's line, "ok - TEXT: ..." or "not ok - TEXT: ..." and its diagnostics
     if [ -z "$DIAG" ]; then echo "ok - $1${RES:+:${RES#;}}"
     else echo "not ok - $1${RES:+:${RES#;}}"; printf '%s' "$DIAG"; fi
     RES=""; DIAG=""
