@@ -2,19 +2,25 @@
  * cmd_query.c — the read side of results.db: `vtlab runs`, `show`, `compare`
  * and `export`.
  *
- * These commands never write (they open the database through lab_store_open,
- * which only migrates an older schema forward), so they are safe to run while
- * a sweep is writing: WAL readers see the last committed state. Output for
- * people goes to stdout as aligned text; `export` writes JSON (built with
- * cJSON, so every string is escaped) or CSV for other tools.
+ * These commands never write the database (they are meant for a store opened
+ * with lab_store_open_readonly), so they are safe to run while a sweep is
+ * writing: WAL readers see the last committed state. Every query is read to
+ * its end and checked: a corrupt page or an I/O error met half-way is an
+ * error naming the file (lab_store_error), never a partial answer with exit
+ * 0. Output for people goes to stdout as aligned text; `export` writes JSON
+ * (built with cJSON, so every string is escaped) or CSV for other tools, to
+ * a stream or, atomically, to a file (lab_cmd_export_file).
  */
 #include "cmd_query.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "store.h"
@@ -22,12 +28,24 @@
 
 
 static int query_err(lab_store *st, const char *what, char *err, size_t errlen) {
-    return lab_errf(err, errlen, LAB_EIO, "%s: %s", what, sqlite3_errmsg(lab_store_db(st)));
+    return lab_store_error(st, what, err, errlen);
 }
 
 static int prepare(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
-    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, s, NULL) != SQLITE_OK) return query_err(st, "query", err, errlen);
+    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, s, NULL) != SQLITE_OK) {
+        *s = NULL;
+        return query_err(st, "query", err, errlen);
+    }
     return LAB_OK;
+}
+
+/* Ends a loop over sqlite3_step whose last answer was step: SQLITE_DONE is
+ * the only good end; anything else (a corrupt page, an I/O error) is an
+ * error. Finalizes s either way. */
+static int rows_done(lab_store *st, sqlite3_stmt *s, int step, const char *what, char *err, size_t errlen) {
+    int rc = step == SQLITE_DONE ? LAB_OK : query_err(st, what, err, errlen);
+    sqlite3_finalize(s);
+    return rc;
 }
 
 /* ------------------------------------------------------------ runs */
@@ -65,8 +83,7 @@ int lab_cmd_runs(lab_store *st, const char *experiment, char *err, size_t errlen
                lab_col_text(s, 13));
         n++;
     }
-    sqlite3_finalize(s);
-    if (rc != SQLITE_DONE) return query_err(st, "runs", err, errlen);
+    if ((rc = rows_done(st, s, rc, "runs", err, errlen))) return rc;
     if (!n) printf("(no runs)\n");
     else printf("asserts: ok / FAIL (runtime dtype assertions); * = the arm replays a defect and expects FAIL\n");
     return LAB_OK;
@@ -79,10 +96,13 @@ static int run_exists(lab_store *st, int64_t id, char *err, size_t errlen) {
     int rc = prepare(st, "SELECT 1 FROM runs WHERE id = ?1", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, id);
-    int found = sqlite3_step(s) == SQLITE_ROW;
-    sqlite3_finalize(s);
-    if (!found) return lab_errf(err, errlen, LAB_EINPUT, "run %lld: no such run in the database", (long long)id);
-    return LAB_OK;
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) {
+        sqlite3_finalize(s);
+        return LAB_OK;
+    }
+    if ((rc = rows_done(st, s, step, "find run", err, errlen))) return rc;
+    return lab_errf(err, errlen, LAB_EINPUT, "run %lld: no such run in the database", (long long)id);
 }
 
 int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
@@ -103,24 +123,26 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
                       " experiment_sha256 FROM runs WHERE id = ?1", &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
     printf("run %lld\n", (long long)id);
-    if (sqlite3_step(s) == SQLITE_ROW)
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
         for (int i = 0; i < (int)(sizeof fields / sizeof fields[0]); i++)
             if (sqlite3_column_type(s, i) != SQLITE_NULL) printf("  %-20s %s\n", fields[i], lab_col_text(s, i));
-    sqlite3_finalize(s);
+    if ((rc = rows_done(st, s, step, "show run", err, errlen))) return rc;
 
     printf("knobs (resolved; * = changes numerics)\n");
     if ((rc = prepare(st, "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY name", &s, err, errlen)))
         return rc;
     sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW)
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
         printf("  %s%-28s %s\n", sqlite3_column_int(s, 2) ? "*" : " ", lab_col_text(s, 0), lab_col_text(s, 1));
-    sqlite3_finalize(s);
+    if ((rc = rows_done(st, s, step, "show knobs", err, errlen))) return rc;
 
     printf("metrics\n");
     if ((rc = prepare(st, "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW) printf("  %-28s %.6g\n", lab_col_text(s, 0), sqlite3_column_double(s, 1));
-    sqlite3_finalize(s);
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
+        printf("  %-28s %.6g\n", lab_col_text(s, 0), sqlite3_column_double(s, 1));
+    if ((rc = rows_done(st, s, step, "show metrics", err, errlen))) return rc;
 
     if ((rc = prepare(st,
                       "SELECT reference_run_id, top1_k, top1_n, top1_lo, top1_hi, kl_mean, kl_p99, kl_max,"
@@ -128,7 +150,7 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
                       " first_div_value, div_tolerance, reference_recomputed, reference_hash_match"
                       " FROM comparisons WHERE run_id = ?1", &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         printf("comparison with reference run %lld%s\n", sqlite3_column_int64(s, 0),
                sqlite3_column_int(s, 17) ? (sqlite3_column_int(s, 18) ? " (recomputed, hash matches)"
                                                                        : " (recomputed, HASH DIFFERS)") : "");
@@ -149,40 +171,40 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
         else if (sqlite3_column_type(s, 16) != SQLITE_NULL)
             printf("  first divergence       none above tolerance %.3g\n", sqlite3_column_double(s, 16));
     }
-    sqlite3_finalize(s);
+    if ((rc = rows_done(st, s, step, "show comparisons", err, errlen))) return rc;
 
     if ((rc = prepare(st, "SELECT layer, site, rel_l2 FROM layer_divergence WHERE run_id = ?1 ORDER BY layer, site",
                       &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
     int first = 1;
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         if (first) printf("per-layer divergence (relative L2 of the residual stream)\n  layer  after-attn  after-ffn\n");
         if (sqlite3_column_int(s, 1) == 0) printf("  %5lld  %10.3g", sqlite3_column_int64(s, 0), sqlite3_column_double(s, 2));
         else printf("  %10.3g\n", sqlite3_column_double(s, 2));
         first = 0;
     }
-    sqlite3_finalize(s);
+    if ((rc = rows_done(st, s, step, "show layer divergence", err, errlen))) return rc;
 
     if ((rc = prepare(st, "SELECT metric, threshold, direction, k, n, lo, hi, verdict FROM verdicts WHERE run_id = ?1",
                       &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
-    while (sqlite3_step(s) == SQLITE_ROW)
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
         printf("verdict: %s  (%s %s %.3g; evidence %lld/%lld, Wilson 95%% [%.4f, %.4f])\n", lab_col_text(s, 7), lab_col_text(s, 0),
                lab_col_text(s, 2), sqlite3_column_double(s, 1), sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4),
                sqlite3_column_double(s, 5), sqlite3_column_double(s, 6));
-    sqlite3_finalize(s);
+    if ((rc = rows_done(st, s, step, "show verdicts", err, errlen))) return rc;
 
     if ((rc = prepare(st, "SELECT site, expected_dtype, seen_dtypes, records, ok, reason FROM expectations WHERE run_id = ?1",
                       &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
     first = 1;
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         if (first) printf("expectations\n");
         printf("  %-18s expects %-5s saw %-10s %s %s\n", lab_col_text(s, 0), lab_col_text(s, 1), lab_col_text(s, 2),
                sqlite3_column_int(s, 4) ? "ok" : "FAIL", lab_col_text(s, 5));
         first = 0;
     }
-    sqlite3_finalize(s);
+    if ((rc = rows_done(st, s, step, "show expectations", err, errlen))) return rc;
 
     /* Probes: one line per site and dtype pair, with violations summed. */
     if ((rc = prepare(st,
@@ -194,7 +216,7 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
                       &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, id);
     first = 1;
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         if (first)
             printf("probes (records per site; bytes/row copied vs src/dst row bytes)\n"
                    "  %-16s %-5s %-5s %7s %10s %7s %7s %7s %10s %9s %s\n", "site", "dtype", "src", "records", "rows",
@@ -207,8 +229,7 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
         if (sqlite3_column_int(s, 10) && *lab_col_text(s, 13)) printf("      first: %s\n", lab_col_text(s, 13));
         first = 0;
     }
-    sqlite3_finalize(s);
-    return LAB_OK;
+    return rows_done(st, s, step, "show probes", err, errlen);
 }
 
 /* ------------------------------------------------------------ compare */
@@ -228,8 +249,9 @@ static int load_brief(lab_store *st, int64_t id, run_brief *b, char *err, size_t
                      &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, id);
-    if (sqlite3_step(s) != SQLITE_ROW) {
-        sqlite3_finalize(s);
+    int step = sqlite3_step(s);
+    if (step != SQLITE_ROW) {
+        if ((rc = rows_done(st, s, step, "compare", err, errlen))) return rc;
         return lab_errf(err, errlen, LAB_EINPUT, "run %lld: no such run in the database", (long long)id);
     }
     snprintf(b->arm, sizeof b->arm, "%s", lab_col_text(s, 0));
@@ -271,17 +293,19 @@ int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errle
                       &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, a);
     sqlite3_bind_int64(s, 2, b);
-    while (sqlite3_step(s) == SQLITE_ROW) printf("knob %-11s %-40s %-40s\n", lab_col_text(s, 0), lab_col_text(s, 1), lab_col_text(s, 2));
-    sqlite3_finalize(s);
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
+        printf("knob %-11s %-40s %-40s\n", lab_col_text(s, 0), lab_col_text(s, 1), lab_col_text(s, 2));
+    if ((rc = rows_done(st, s, step, "compare knobs", err, errlen))) return rc;
     /* Metrics side by side. */
     if ((rc = prepare(st,
                       "SELECT ma.name, ma.value, mb.value FROM metrics ma JOIN metrics mb ON mb.name = ma.name"
                       " AND mb.run_id = ?2 WHERE ma.run_id = ?1 ORDER BY ma.name", &s, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, a);
     sqlite3_bind_int64(s, 2, b);
-    while (sqlite3_step(s) == SQLITE_ROW)
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
         printf("%-16s %-40.6g %-40.6g\n", lab_col_text(s, 0), sqlite3_column_double(s, 1), sqlite3_column_double(s, 2));
-    sqlite3_finalize(s);
+    if ((rc = rows_done(st, s, step, "compare metrics", err, errlen))) return rc;
 
     /* Top-1 agreement between A and B on the same positions, and McNemar on
      * agreement with their common reference. */
@@ -346,13 +370,14 @@ static int add_rows(lab_store *st, cJSON *root, const char *key, const char *sql
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, id);
     cJSON *arr = single ? NULL : cJSON_AddArrayToObject(root, key);
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         cJSON *o = row_object(s);
-        if (single) { cJSON_AddItemToObject(root, key, o); break; }
+        if (!o) { sqlite3_finalize(s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+        if (single) { cJSON_AddItemToObject(root, key, o); step = SQLITE_DONE; break; }
         cJSON_AddItemToArray(arr, o);
     }
-    sqlite3_finalize(s);
-    return LAB_OK;
+    return rows_done(st, s, step, key, err, errlen);
 }
 
 int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, char *err, size_t errlen) {
@@ -366,7 +391,8 @@ int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, cha
                           &s, err, errlen))) return rc;
         sqlite3_bind_int64(s, 1, id);
         fprintf(out, "run_id,seq,pos,rank,token_id,logprob\n");
-        while (sqlite3_step(s) == SQLITE_ROW) {
+        int step;
+        while ((step = sqlite3_step(s)) == SQLITE_ROW) {
             int64_t q = sqlite3_column_int64(s, 0), np = sqlite3_column_int64(s, 1), k = sqlite3_column_int64(s, 2);
             const char *ids = sqlite3_column_blob(s, 3), *lp = sqlite3_column_blob(s, 4);
             if (sqlite3_column_bytes(s, 3) != np * k * 4 || sqlite3_column_bytes(s, 4) != np * k * 4) continue;
@@ -380,7 +406,7 @@ int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, cha
                             (long long)r, t, v);
                 }
         }
-        sqlite3_finalize(s);
+        if ((rc = rows_done(st, s, step, "export top-k", err, errlen))) return rc;
         return ferror(out) ? lab_errf(err, errlen, LAB_EIO, "export: write failed") : LAB_OK;
     }
     cJSON *root = cJSON_CreateObject();
@@ -400,7 +426,8 @@ int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, cha
                               &s, err, errlen))) {
         sqlite3_bind_int64(s, 1, id);
         cJSON *arr = cJSON_AddArrayToObject(root, "topk");
-        while (sqlite3_step(s) == SQLITE_ROW) {
+        int step;
+        while ((step = sqlite3_step(s)) == SQLITE_ROW) {
             int64_t np = sqlite3_column_int64(s, 1), k = sqlite3_column_int64(s, 2);
             const char *ids = sqlite3_column_blob(s, 3), *lp = sqlite3_column_blob(s, 4);
             if (sqlite3_column_bytes(s, 3) != np * k * 4 || sqlite3_column_bytes(s, 4) != np * k * 4) continue;
@@ -421,7 +448,7 @@ int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, cha
             }
             cJSON_AddItemToArray(arr, o);
         }
-        sqlite3_finalize(s);
+        rc = rows_done(st, s, step, "export top-k", err, errlen);
     }
     if (!rc) {
         char *text = cJSON_Print(root);
@@ -433,5 +460,100 @@ int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, cha
         }
     }
     cJSON_Delete(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------ export to a file */
+
+/* The message for a failed write of path with errno e: a full disk and the
+ * file size limit said in words. */
+static int write_err(const char *path, int e, const char *what, char *err, size_t errlen) {
+    if (e == ENOSPC || e == EDQUOT)
+        return lab_errf(err, errlen, LAB_EIO, "--out %s: %s: the disk is full (%s); the previous file is unchanged",
+                        path, what, strerror(e));
+    if (e == EFBIG)
+        return lab_errf(err, errlen, LAB_EIO,
+                        "--out %s: %s: file too large (%s; see `ulimit -f`); the previous file is unchanged", path,
+                        what, strerror(e));
+    return lab_errf(err, errlen, LAB_EIO, "--out %s: %s: %s; the previous file is unchanged", path, what,
+                    strerror(e ? e : EIO));
+}
+
+/* fsync of the directory holding path, so that the rename survives a crash
+ * (best effort: some file systems refuse to fsync a directory). */
+static void sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const char *path, char *err, size_t errlen) {
+    int rc = run_exists(st, id, err, errlen);   /* before any file is touched */
+    if (rc) return rc;
+    size_t pl = strlen(path);
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    char *tmp = malloc(pl + 48), fdpath[64];
+    if (!dir || !tmp) {
+        free(dir);
+        free(tmp);
+        return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    }
+    snprintf(tmp, pl + 48, "%s.%ld.tmp", path, (long)getpid());
+    /* An unnamed file in the target directory (O_TMPFILE): a process killed
+     * while writing leaves nothing behind. File systems without it get a
+     * named temp file, removed on every failure this process sees. */
+    int named = 0;
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        named = 1;
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    }
+    if (fd < 0) {
+        int e = errno;
+        rc = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS
+                 ? lab_errf(err, errlen, LAB_EINPUT, "--out %s: cannot create: %s", path, strerror(e))
+                 : write_err(path, e, "cannot create", err, errlen);
+        free(dir);
+        free(tmp);
+        return rc;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        rc = write_err(path, errno, "cannot create", err, errlen);
+        close(fd);
+        goto cleanup;
+    }
+    errno = 0;
+    rc = lab_cmd_export(st, id, format, f, err, errlen);
+    int e = 0;   /* errno of the first write that failed: said in words below */
+    if (ferror(f)) {
+        e = errno ? errno : EIO;
+        rc = LAB_OK;
+    }
+    if (!rc && !e && fflush(f) != 0) e = errno ? errno : EIO;
+    if (!rc && !e && fsync(fd) != 0) e = errno ? errno : EIO;
+    if (!rc && !e && !named) {
+        /* Give the finished unnamed file a name beside its target, then
+         * rename that over the target: both steps are atomic. */
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+        if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) e = errno ? errno : EIO;
+        else named = 1;
+    }
+    if (fclose(f) != 0 && !rc && !e) e = errno ? errno : EIO;
+    if (!rc && e) rc = write_err(path, e, "write failed", err, errlen);
+    if (!rc && rename(tmp, path) != 0) rc = write_err(path, errno, "cannot rename into place", err, errlen);
+    if (!rc) {
+        sync_dir(dir);
+        free(dir);
+        free(tmp);
+        return LAB_OK;
+    }
+cleanup:
+    if (named) unlink(tmp);
+    free(dir);
+    free(tmp);
     return rc;
 }

@@ -1,7 +1,9 @@
 /*
  * cmd_query.h — read-only commands over results.db: runs, show, compare,
  * export. Each returns 0 or a status with err filled (LAB_EINPUT for a run
- * id that does not exist).
+ * id that does not exist; a corrupt page or an I/O error met while reading is
+ * an error too, never a partial answer). The store is meant to be opened with
+ * lab_store_open_readonly.
  */
 #ifndef LAB_CMD_QUERY_H
 #define LAB_CMD_QUERY_H
@@ -21,5 +23,15 @@ int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen);
 int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errlen);
 /* format "json" (everything, top-k included) or "csv" (per-position top-k). */
 int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, char *err, size_t errlen);
+/* lab_cmd_export into the file path, atomically (`vtlab export --out`): the
+ * export is written to an unnamed temp file in path's directory (O_TMPFILE;
+ * a named PATH.<pid>.tmp where the file system lacks it), flushed, fsynced,
+ * then renamed onto path. On any failure path is left as it was (the
+ * previous file byte-identical, or still absent) and no temp file remains;
+ * a process killed while writing leaves none either (O_TMPFILE). A run that
+ * does not exist is LAB_EINPUT before any file is touched; a directory that
+ * cannot take the file is LAB_EINPUT; a full disk ("the disk is full") or the
+ * file size limit ("file too large") is LAB_EIO, named in err with path. */
+int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const char *path, char *err, size_t errlen);
 
 #endif

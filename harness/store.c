@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -297,11 +298,32 @@ static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migrati
 
 /* ------------------------------------------------------------ helpers */
 
+/* The error of the connection's last call, named by the database path and
+ * what was being done. Two causes a person must act on are said in words, as
+ * SQLite's own text ("database or disk is full", "disk I/O error") does not:
+ * a full disk (SQLITE_FULL, or an I/O error whose errno is ENOSPC) and a
+ * corrupt file (SQLITE_CORRUPT, SQLITE_NOTADB). */
 static int db_err(lab_store *st, char *err, size_t errlen, const char *what) {
-    int code = sqlite3_errcode(st->db);
-    int status = (code == SQLITE_NOMEM) ? LAB_ENOMEM : LAB_EIO;
+    int code = sqlite3_extended_errcode(st->db), primary = code & 0xff;
+    if (primary == SQLITE_FULL || (primary == SQLITE_IOERR && sqlite3_system_errno(st->db) == ENOSPC))
+        return lab_errf(err, errlen, LAB_EIO,
+                        "%s: %s: the disk is full (no space left on the device holding the database or its -wal "
+                        "file); free space and rerun (%s)", st->path, what, sqlite3_errmsg(st->db));
+    if (primary == SQLITE_IOERR && sqlite3_system_errno(st->db) == EFBIG)
+        return lab_errf(err, errlen, LAB_EIO, "%s: %s: file too large: the process's file size limit (ulimit -f) "
+                        "was reached (%s)", st->path, what, sqlite3_errmsg(st->db));
+    if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: the database file is corrupt or not a vtlab database (%s)",
+                        st->path, what, sqlite3_errmsg(st->db));
+    int status = (primary == SQLITE_NOMEM) ? LAB_ENOMEM : LAB_EIO;
     return lab_errf(err, errlen, status, "%s: %s: %s", st->path, what, sqlite3_errmsg(st->db));
 }
+
+int lab_store_error(lab_store *st, const char *what, char *err, size_t errlen) {
+    return db_err(st, err, errlen, what);
+}
+
+const char *lab_store_path(lab_store *st) { return st->path; }
 
 /* Runs a static multi-statement script (schema text, never data) statement by
  * statement through prepare/step. */
@@ -485,6 +507,9 @@ int lab_store_open_version(lab_store **out, const char *path, int version, char 
     *out = NULL;
     if (version < 1 || version > LAB_SCHEMA_VERSION)
         return lab_errf(err, errlen, LAB_EINTERNAL, "schema version %d out of range", version);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: is a directory, not a database file", path);
     lab_store *st = calloc(1, sizeof *st);
     if (!st) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     st->path = lab_strdup(path);
@@ -514,6 +539,177 @@ fail:
 
 int lab_store_open(lab_store **out, const char *path, char *err, size_t errlen) {
     return lab_store_open_version(out, path, LAB_SCHEMA_VERSION, err, errlen);
+}
+
+/* ------------------------------------------------------------ read-only */
+
+/* "file:" URI of path with immutable=1 (RFC 3986: everything but unreserved
+ * characters and '/' percent-encoded). Caller frees. */
+static char *immutable_uri(const char *path) {
+    size_t n = strlen(path);
+    char *u = malloc(3 * n + 32);
+    if (!u) return NULL;
+    char *o = u + sprintf(u, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-._~/", *p))
+            *o++ = (char)*p;
+        else
+            o += sprintf(o, "%%%02X", *p);
+    }
+    strcpy(o, "?immutable=1");
+    return u;
+}
+
+static int open_ro_connection(lab_store *st, const char *name, int uri, char *err, size_t errlen) {
+    if (st->db) sqlite3_close(st->db);
+    st->db = NULL;
+    int rc = sqlite3_open_v2(name, &st->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | (uri ? SQLITE_OPEN_URI : 0),
+                             NULL);
+    if (rc != SQLITE_OK)
+        return lab_errf(err, errlen, LAB_EIO, "%s: cannot open database: %s", st->path,
+                        st->db ? sqlite3_errmsg(st->db) : "out of memory");
+    sqlite3_busy_timeout(st->db, 30000);
+    sqlite3_extended_result_codes(st->db, 1);
+    return LAB_OK;
+}
+
+/* 1 when path-SUFFIX exists. */
+static int sidecar_exists(const char *path, const char *suffix) {
+    size_t n = strlen(path) + strlen(suffix) + 1;
+    char *p = malloc(n);
+    if (!p) return 1;   /* unknown: assume it does (the safe answer below) */
+    snprintf(p, n, "%s%s", path, suffix);
+    int yes = access(p, F_OK) == 0;
+    free(p);
+    return yes;
+}
+
+/* 1 when this process may write both the file and its directory (a
+ * read-only mount answers no: access() reports EROFS). */
+static int writable_here(const char *path) {
+    if (access(path, W_OK) != 0) return 0;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return 0;
+    int w = access(dir, W_OK) == 0;
+    free(dir);
+    return w;
+}
+
+int lab_store_open_readonly(lab_store **out, const char *path, char *err, size_t errlen) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: no such database (run an experiment first, or pass --db PATH)",
+                            path);
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot open database: %s", path, strerror(e));
+    }
+    if (S_ISDIR(sb.st_mode))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: is a directory, not a database file", path);
+    if (!S_ISREG(sb.st_mode)) return lab_errf(err, errlen, LAB_EINPUT, "%s: not a regular file", path);
+    if (access(path, R_OK) != 0)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot read the database: %s", path, strerror(errno));
+
+    /* An older schema is migrated first when this process may write the
+     * file (as every vtlab command always has: a database is upgraded once,
+     * by whoever opens it first); a read-only one is read as it is. */
+    int rc;
+    lab_store *st = NULL;
+    if (writable_here(path)) {
+        sqlite3 *peek = NULL;
+        int v = -1;
+        if (sqlite3_open_v2(path, &peek, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) == SQLITE_OK) {
+            sqlite3_stmt *s = NULL;
+            sqlite3_busy_timeout(peek, 30000);
+            if (sqlite3_prepare_v2(peek, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+                v = sqlite3_column_int(s, 0);
+            sqlite3_finalize(s);
+        }
+        sqlite3_close(peek);
+        if (v >= 1 && v < LAB_SCHEMA_VERSION) {
+            if ((rc = lab_store_open(&st, path, err, errlen))) return rc;
+            lab_store_close(st);
+            st = NULL;
+        }
+    }
+
+    st = calloc(1, sizeof *st);
+    if (!st || !(st->path = lab_strdup(path))) {
+        lab_store_close(st);
+        return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    }
+    int v = 0;
+    if ((rc = open_ro_connection(st, path, 0, err, errlen))) goto fail;
+    if ((rc = read_version(st, &v, err, errlen))) {
+        /* A WAL database needs its -shm (and -wal) files. With neither there
+         * and a directory this process cannot write, SQLite cannot create
+         * them (SQLITE_READONLY_DIRECTORY / SQLITE_CANTOPEN): then no
+         * connection has the file open (a connection keeps its -wal while
+         * open), and it is read as immutable. With a -wal there (a writer is
+         * active, or died), SQLite reads it through a read-only -shm itself;
+         * immutable would ignore the -wal, so it is never used then. */
+        int code = sqlite3_extended_errcode(st->db);
+        if ((code == SQLITE_READONLY_DIRECTORY || (code & 0xff) == SQLITE_CANTOPEN) && !sidecar_exists(path, "-wal")) {
+            char *uri = immutable_uri(path);
+            if (!uri) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); goto fail; }
+            rc = open_ro_connection(st, uri, 1, err, errlen);
+            free(uri);
+            if (!rc) rc = read_version(st, &v, err, errlen);
+        }
+        if (rc) goto fail;
+    }
+    if (v > LAB_SCHEMA_VERSION) {
+        rc = lab_errf(err, errlen, LAB_EINPUT, "%s: schema version %d is newer than this vtlab (%d); use a newer build",
+                      path, v, LAB_SCHEMA_VERSION);
+        goto fail;
+    }
+    if (v < 2) {
+        rc = v == 0 ? lab_errf(err, errlen, LAB_EINPUT, "%s: not a vtlab results database (no schema)", path)
+                    : lab_errf(err, errlen, LAB_EINPUT,
+                               "%s: schema version %d is too old to read, and this process cannot write the file to "
+                               "migrate it: copy it somewhere writable and open it there", path, v);
+        goto fail;
+    }
+    st->version = v;
+    if ((rc = lab_store_check(st, err, errlen))) goto fail;
+    *out = st;
+    return LAB_OK;
+fail:
+    lab_store_close(st);
+    return rc;
+}
+
+int lab_store_check(lab_store *st, char *err, size_t errlen) {
+    sqlite3_stmt *s = NULL;
+    int64_t pages = 0, page_size = 0;
+    int rc = prep(st, "SELECT (SELECT page_count FROM pragma_page_count), (SELECT page_size FROM pragma_page_size)",
+                  &s, err, errlen);
+    if (rc) return rc;
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        pages = sqlite3_column_int64(s, 0);
+        page_size = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_finalize(s);
+    if (pages * page_size > LAB_STORE_CHECK_MAX_BYTES) return LAB_OK;
+    if ((rc = prep(st, "PRAGMA quick_check", &s, err, errlen))) return rc;
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW && !strcmp(lab_col_text(s, 0), "ok")) {
+        sqlite3_finalize(s);
+        return LAB_OK;
+    }
+    if (step != SQLITE_ROW) {
+        rc = db_err(st, err, errlen, "integrity check");
+        sqlite3_finalize(s);
+        return rc;
+    }
+    char first[256];
+    snprintf(first, sizeof first, "%s", lab_col_text(s, 0));
+    sqlite3_finalize(s);
+    return lab_errf(err, errlen, LAB_EINPUT,
+                    "%s: the database file is corrupt (PRAGMA quick_check: %s); restore it from a copy, or recover "
+                    "what is readable with `sqlite3 %s .recover`", st->path, first, st->path);
 }
 
 void lab_store_close(lab_store *st) {
@@ -747,7 +943,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
         int step = sqlite3_step(s);
         if (step == SQLITE_ROW) done_id = sqlite3_column_int64(s, 0);
         else if (step != SQLITE_DONE) {   /* an I/O error must not read as "not finished yet" */
-            rc = lab_errf(err, errlen, LAB_EIO, "claim run: %s", sqlite3_errmsg(st->db));
+            rc = db_err(st, err, errlen, "claim run");
             goto fail;
         }
         sqlite3_finalize(s);
@@ -777,7 +973,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
     bind_identity(s, id);
     int step = sqlite3_step(s);
     if (step != SQLITE_ROW && step != SQLITE_DONE) {
-        rc = lab_errf(err, errlen, LAB_EIO, "claim run: %s", sqlite3_errmsg(st->db));
+        rc = db_err(st, err, errlen, "claim run");
         goto fail;
     }
     if (step == SQLITE_ROW) {

@@ -39,7 +39,8 @@
 typedef struct lab_store lab_store;
 
 /* Opens (creating if needed) the database at path and migrates it to
- * LAB_SCHEMA_VERSION. A database newer than this build is LAB_EINPUT. */
+ * LAB_SCHEMA_VERSION, for writing. A database newer than this build, or a
+ * directory at path, is LAB_EINPUT. Readers use lab_store_open_readonly. */
 int  lab_store_open(lab_store **out, const char *path, char *err, size_t errlen);
 /* Test hook: like lab_store_open but migrates only up to version
  * (0 < version <= LAB_SCHEMA_VERSION). Used to build "older" databases. */
@@ -47,6 +48,46 @@ int  lab_store_open_version(lab_store **out, const char *path, int version, char
 void lab_store_close(lab_store *st);
 sqlite3 *lab_store_db(lab_store *st);
 int  lab_store_version(lab_store *st);
+const char *lab_store_path(lab_store *st);
+
+/* Opens an existing database for reading only (SQLITE_OPEN_READONLY): what
+ * every reader (runs, show, compare, export, report, audit's reads, nightly's
+ * reads) should use. It never creates a file, and on a current schema it
+ * never writes one.
+ *   - path missing, a directory, not a regular file or not readable:
+ *     LAB_EINPUT naming the path (nothing created);
+ *   - WAL on a read-only directory or mount: SQLite reads a WAL database
+ *     through its -shm; when this process cannot create the -shm and no -wal
+ *     exists (so no connection has the file open), the file is opened with
+ *     immutable=1 instead. With a -wal present (a writer is active, or died)
+ *     SQLite reads it through a read-only -shm; immutable is never used then;
+ *   - an older schema is migrated first when this process may write the file
+ *     and its directory (what every command did before: a database is
+ *     upgraded once, by whoever opens it first), else read as it is (version
+ *     2 or later; lab_store_has_table tells what it lacks); version 1 or an
+ *     empty file without write access, or a newer schema: LAB_EINPUT;
+ *   - integrity: lab_store_check runs before it returns, so a corrupt file is
+ *     LAB_EINPUT naming it, not a partial answer with exit 0.
+ * A disk that is full or a corrupt page met later by a query is reported by
+ * lab_store_error in those words. */
+int  lab_store_open_readonly(lab_store **out, const char *path, char *err, size_t errlen);
+
+/* Databases up to this size (pages x page size) get PRAGMA quick_check when
+ * opened read-only: it reads every page once, about 0.04 s for the 4 MB of
+ * the default sweep (see docs or the test for the figures). Larger files skip
+ * it; a corrupt page a query then meets is still an error
+ * (SQLITE_CORRUPT through lab_store_error), never a silent partial answer. */
+#define LAB_STORE_CHECK_MAX_BYTES ((int64_t)256 << 20)
+
+/* PRAGMA quick_check when the file is at most LAB_STORE_CHECK_MAX_BYTES:
+ * LAB_EINPUT "PATH: the database file is corrupt (...)" when it fails. */
+int  lab_store_check(lab_store *st, char *err, size_t errlen);
+
+/* The error of the last SQLite call on st as "PATH: WHAT: ...", with a full
+ * disk (SQLITE_FULL or ENOSPC: "the disk is full", LAB_EIO) and a corrupt
+ * file (SQLITE_CORRUPT / SQLITE_NOTADB: "the database file is corrupt",
+ * LAB_EINPUT) said in words. Returns the status. */
+int  lab_store_error(lab_store *st, const char *what, char *err, size_t errlen);
 
 /* The identity of a run: a FINISHED run with the same identity is not redone
  * (unless forced). repeat distinguishes the repeats of one identity. */

@@ -46,7 +46,7 @@ mk_rep() { # file id n_seq len repeats
   "id": "$2",
   "model": {"synth": "$TINY", "seed": 1},
   "dataset": {"generate": {"n_sequences": $3, "length": $4, "seed": 5}},
-  "score": "all", "top_k": 4, "probe": "audit", "reference": "f32", "repeats": $5,
+  "score": "all", "top_k": 16, "probe": "audit", "reference": "f32", "repeats": $5,
   "arms": [
     {"name": "f32"},
     {"name": "bf16", "knobs": {"VT_KIMI_BF16_STREAM": 1}}
@@ -119,6 +119,159 @@ check "repair: the incomplete run is no longer FINISHED, and its error says why"
 check "repair: it was redone; every FINISHED run is complete again" \
     "[ \"$(q $RDB "select count(*) from runs where status='FINISHED'")\" = 8 ] && [ -z \"$(q $RDB "$INCOMPLETE_SQL")\" ]" \
     "$(q $RDB 'select id, arm, repeat_idx, status from runs')"
+
+# ------------------------------------------------------------ item 1: export --out is atomic
+RA=$(q "$CDB" "select min(id) from runs where arm='bf16' and status='FINISHED'")
+RB=$(q "$CDB" "select max(id) from runs where arm='f32' and status='FINISHED'")
+mkdir -p "$T/xo"
+"$VTLAB" export "$RA" --db "$CDB" --out "$T/xo/x.json" >"$T/out" 2>"$T/err"; rc=$?
+check "export --out: exit 0, valid JSON of the run, nothing else left in the directory" \
+    "[ $rc -eq 0 ] && $PY -c 'import json,sys; assert json.load(open(sys.argv[1]))[\"run\"][\"id\"]==$RA' $T/xo/x.json && [ \"\$(ls -A $T/xo)\" = x.json ]" \
+    "rc=$rc $(cat $T/err); $(ls -A $T/xo)"
+cp "$T/xo/x.json" "$T/x.before"
+# A write that fails half-way: the file size limit (ulimit -f, in KiB) with
+# SIGXFSZ ignored, so write() answers EFBIG and vtlab sees the failure. 64 KiB:
+# room for the database's 32 KiB -shm, not for the export (~98 KB).
+[ "$(wc -c < $T/xo/x.json)" -gt 70000 ] || notok "export --out: the export is too small for the size-limit cases" "$(wc -c < $T/xo/x.json)"
+( trap '' XFSZ; ulimit -f 64; exec "$VTLAB" export "$RB" --db "$CDB" --out "$T/xo/x.json" ) >"$T/out" 2>"$T/err"; rc=$?
+check "export --out: a failing write (EFBIG) is an error naming the file" \
+    "[ $rc -ne 0 ] && grep -qF -- '$T/xo/x.json' $T/err && grep -qi 'too large' $T/err" "rc=$rc $(cat $T/err)"
+check "export --out: after the failed write the previous file is byte-identical, no temp file left" \
+    "cmp -s $T/x.before $T/xo/x.json && [ \"\$(ls -A $T/xo)\" = x.json ]" "$(ls -la $T/xo)"
+# The process killed in the middle of its write (SIGXFSZ's default action;
+# the shell's "File size limit exceeded" notice is silenced).
+{ ( ulimit -f 64; exec "$VTLAB" export "$RB" --db "$CDB" --out "$T/xo/x.json" ) >"$T/out" 2>"$T/err"; rc=$?; } 2>/dev/null
+check "export --out: killed mid-write (SIGXFSZ), the previous file is byte-identical, no temp file left" \
+    "[ $rc -ne 0 ] && cmp -s $T/x.before $T/xo/x.json && [ \"\$(ls -A $T/xo)\" = x.json ]" "rc=$rc $(ls -la $T/xo)"
+"$VTLAB" export 99999 --db "$CDB" --out "$T/xo/none.json" >"$T/out" 2>"$T/err"; rc=$?
+check "export --out of an unknown run: exit 2, no file created" \
+    "[ $rc -eq 2 ] && [ ! -e $T/xo/none.json ] && [ \"\$(ls -A $T/xo)\" = x.json ]" "rc=$rc $(cat $T/err)"
+"$VTLAB" export "$RA" --db "$CDB" --out "$T/nodir/x.json" >"$T/out" 2>"$T/err"; rc=$?
+check "export --out into a missing directory: exit 2 naming the path" \
+    "[ $rc -eq 2 ] && grep -qF -- '$T/nodir/x.json' $T/err" "rc=$rc $(cat $T/err)"
+"$VTLAB" export "$RB" --db "$CDB" --out "$T/xo/x.json" --format csv >"$T/out" 2>"$T/err"; rc=$?
+check "export --out over an existing file replaces it whole" \
+    "[ $rc -eq 0 ] && head -1 $T/xo/x.json | grep -q '^run_id,seq,pos,rank' && [ \"\$(ls -A $T/xo)\" = x.json ]" "rc=$rc $(cat $T/err)"
+
+# A full disk: a tiny tmpfs (needs root and mount; skipped otherwise).
+FULL="$T/full"
+mkdir -p "$FULL"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=256k tmpfs "$FULL" 2>/dev/null; then
+    trap 'umount "$FULL" 2>/dev/null; chmod -R u+w "$T" 2>/dev/null; rm -rf "$T"' EXIT
+    printf 'previous export\n' > "$FULL/x.json"
+    dd if=/dev/zero of="$FULL/filler" bs=4k 2>/dev/null   # until the disk is full
+    "$VTLAB" export "$RA" --db "$CDB" --out "$FULL/x.json" >"$T/out" 2>"$T/err"; rc=$?
+    check "export --out on a full disk: exit 1, 'the disk is full', naming the file" \
+        "[ $rc -eq 1 ] && grep -q 'the disk is full' $T/err && grep -qF -- '$FULL/x.json' $T/err" "rc=$rc $(cat $T/err)"
+    check "export --out on a full disk: the previous file is unchanged, no temp file left" \
+        "[ \"\$(cat $FULL/x.json)\" = 'previous export' ] && [ \"\$(ls -A $FULL | sort | tr '\n' ' ')\" = 'filler x.json ' ]" "$(ls -la $FULL)"
+    # A writer on a full disk says so, naming the database.
+    rm -f "$FULL/filler" "$FULL/x.json"
+    mkdir -p "$T/fullexp"
+    mk_rep "$T/fullexp/rep.json" full 12 16 1
+    "$VTLAB" run "$T/fullexp/rep.json" --db "$FULL/r.db" >"$T/out" 2>"$T/err"; rc=$?
+    check "a writer on a full disk: exit non-zero, 'the disk is full', naming the database" \
+        "[ $rc -ne 0 ] && grep -q 'the disk is full' $T/err && grep -qF -- '$FULL/r.db' $T/err" "rc=$rc $(cat $T/err)"
+    umount "$FULL"
+else
+    ok "full-disk cases skipped: not root, or tmpfs cannot be mounted here # SKIP"
+fi
+
+# ------------------------------------------------------------ item 9: readers open read-only
+"$VTLAB" runs --db "$T/none.db" >"$T/out" 2>"$T/err"; rc=$?
+check "reader on a missing database: exit 2 naming it, nothing created" \
+    "[ $rc -eq 2 ] && grep -qF -- '$T/none.db' $T/err && [ ! -e $T/none.db ] && [ ! -e $T/none.db-wal ] && [ ! -e $T/none.db-shm ]" \
+    "rc=$rc $(cat $T/err)"
+mkdir -p "$T/adir.db"
+"$VTLAB" show 1 --db "$T/adir.db" >"$T/out" 2>"$T/err"; rc=$?
+check "reader on a directory: exit 2, 'is a directory', naming it" \
+    "[ $rc -eq 2 ] && grep -qF -- '$T/adir.db: is a directory' $T/err" "rc=$rc $(cat $T/err)"
+: > "$T/empty.db"
+"$VTLAB" runs --db "$T/empty.db" >"$T/out" 2>"$T/err"; rc=$?
+check "reader on an empty file: exit 2, not a results database, the file left empty" \
+    "[ $rc -eq 2 ] && grep -qF -- '$T/empty.db' $T/err && [ ! -s $T/empty.db ]" "rc=$rc $(cat $T/err)"
+
+# A copy without -wal/-shm (checkpointed), then read as an unprivileged user.
+"$PY" -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('pragma wal_checkpoint(truncate)'); c.close()" "$CDB"
+"$VTLAB" runs --db "$CDB" >"$T/runs.root" 2>&1
+"$VTLAB" show "$RA" --db "$CDB" >"$T/show.root" 2>&1
+mkdir -p "$T/ro" "$T/rw" "$T/pub"
+cp "$CDB" "$T/ro/r.db"
+cp "$CDB" "$T/rw/r.db"
+chmod 444 "$T/ro/r.db" "$T/rw/r.db"
+chmod 555 "$T/ro"
+chmod 777 "$T/rw" "$T/pub"
+sum_ro=$(sha256sum < "$T/ro/r.db")
+AS_USER=""
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
+    AS_USER="setpriv --reuid=nobody --regid=nogroup --clear-groups"
+fi
+if [ -n "$AS_USER" ] || [ "$(id -u)" != 0 ]; then
+    who="$( [ -n "$AS_USER" ] && echo nobody || id -un )"
+    $AS_USER "$VTLAB" runs --db "$T/ro/r.db" >"$T/out" 2>"$T/err"; rc=$?
+    check "read-only directory and file ($who): runs exits 0 with the same listing" \
+        "[ $rc -eq 0 ] && cmp -s $T/out $T/runs.root" "rc=$rc $(cat $T/err)"
+    $AS_USER "$VTLAB" show "$RA" --db "$T/ro/r.db" >"$T/out" 2>"$T/err"; rc=$?
+    check "read-only directory and file ($who): show exits 0 with the same text" \
+        "[ $rc -eq 0 ] && cmp -s $T/out $T/show.root" "rc=$rc $(cat $T/err)"
+    $AS_USER "$VTLAB" compare "$RA" "$RB" --db "$T/ro/r.db" >"$T/out" 2>"$T/err"; rc=$?
+    check "read-only directory and file ($who): compare exits 0" "[ $rc -eq 0 ] && grep -q 'top-1 A vs B' $T/out" "rc=$rc $(cat $T/err)"
+    $AS_USER "$VTLAB" export "$RA" --db "$T/ro/r.db" --out "$T/pub/x.json" >"$T/out" 2>"$T/err"; rc=$?
+    check "read-only directory and file ($who): export exits 0" "[ $rc -eq 0 ] && [ -s $T/pub/x.json ]" "rc=$rc $(cat $T/err)"
+    check "read-only directory: nothing was created or changed there" \
+        "[ \"\$(ls -A $T/ro)\" = r.db ] && [ \"\$(sha256sum < $T/ro/r.db)\" = \"$sum_ro\" ]" "$(ls -la $T/ro)"
+    $AS_USER "$VTLAB" runs --db "$T/rw/r.db" >"$T/out" 2>"$T/err"; rc=$?
+    check "read-only file in a writable directory ($who): runs exits 0, the file unchanged" \
+        "[ $rc -eq 0 ] && cmp -s $T/out $T/runs.root && [ \"\$(sha256sum < $T/rw/r.db)\" = \"$sum_ro\" ]" "rc=$rc $(cat $T/err)"
+    # A writer holds the database open (its -wal and -shm exist) while the
+    # directory is read-only to the reader: SQLite reads through a read-only
+    # -shm (immutable would ignore the -wal, so it must not be used then).
+    chmod 755 "$T/ro"; chmod 644 "$T/ro/r.db"
+    rm -f "$T/held"
+    "$PY" - "$T/ro/r.db" "$T/held" <<'PYEOF' &
+import sqlite3, sys, time, os
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("pragma journal_mode=wal")
+c.execute("create table if not exists extra_rows(x)")   # committed in the -wal, not checkpointed
+c.execute("insert into extra_rows values (1)")
+c.execute("select count(*) from runs").fetchall()
+os.chmod(os.path.dirname(sys.argv[1]), 0o555)
+open(sys.argv[2], "w").close()
+for _ in range(600):                                     # hang guard: 60 s
+    if not os.path.exists(sys.argv[2]): break
+    time.sleep(0.1)
+os.chmod(os.path.dirname(sys.argv[1]), 0o755)
+c.close()
+PYEOF
+    holder=$!
+    for i in $(seq 1 600); do [ -e "$T/held" ] && break; sleep 0.1; done
+    $AS_USER "$VTLAB" runs --db "$T/ro/r.db" >"$T/out" 2>"$T/err"; rc=$?
+    check "read-only directory while a writer holds the database open ($who): runs exits 0" \
+        "[ $rc -eq 0 ] && cmp -s $T/out $T/runs.root" "rc=$rc $(cat $T/err) $(ls -la $T/ro)"
+    rm -f "$T/held"; wait $holder
+else
+    ok "read-only cases skipped: running as root without setpriv # SKIP"
+fi
+
+# A database whose pages are corrupt is refused (exit non-zero, naming it),
+# even by a command that would not read the corrupt pages.
+cp "$CDB" "$T/corrupt.db"
+"$PY" - "$T/corrupt.db" <<'PYEOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+ps = c.execute("pragma page_size").fetchone()[0]
+root = c.execute("select rootpage from sqlite_master where name='logits_topk'").fetchone()[0]
+c.close()
+with open(sys.argv[1], "r+b") as f:   # scribble over the logits_topk b-tree's root page
+    f.seek((root - 1) * ps + 8)
+    f.write(b"\xab" * (ps - 16))
+PYEOF
+"$VTLAB" runs --db "$T/corrupt.db" >"$T/out" 2>"$T/err"; rc=$?
+check "reader on a corrupt database: exit 2, 'corrupt', naming the file" \
+    "[ $rc -eq 2 ] && grep -q 'corrupt' $T/err && grep -qF -- '$T/corrupt.db' $T/err" "rc=$rc $(cat $T/err)"
+"$VTLAB" export "$RA" --db "$T/corrupt.db" --out "$T/xo/c.json" >"$T/out" 2>"$T/err"; rc=$?
+check "export from a corrupt database: refused, no file written" \
+    "[ $rc -ne 0 ] && [ ! -e $T/xo/c.json ] && grep -q 'corrupt' $T/err" "rc=$rc $(cat $T/err)"
 
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]
