@@ -5,17 +5,34 @@
  * design fixes gnuplot (a Debian package, no linking), and a script on disk
  * next to its data is something a person can rerun and tweak. The cost is a
  * process per chart (about 50 ms), negligible next to a run.
+ *
+ * A child must not outlive vtlab: a killed `vtlab report` used to leave
+ * gnuplot drawing into the output folder. On Linux the child asks for SIGKILL
+ * when its parent dies (PR_SET_PDEATHSIG) before it execs gnuplot, and exits
+ * at once if the parent already died in between; that covers every way vtlab
+ * can end (SIGKILL included), which no signal handler could. Elsewhere a
+ * killed vtlab can still leave a gnuplot finishing its chart.
+ *
+ * Temporary files carry the writer's pid (NAME.png.PID.tmp, and the atomic
+ * writes' NAME.gp.PID.tmp): the first chart drawn into a folder removes the
+ * temporary files whose process is gone, so a killed report leaves nothing
+ * behind after the next one, and a report running concurrently keeps its own.
  */
 #include "plot.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "cli.h"
 
@@ -27,9 +44,17 @@ static char g_why[256] = "";
  * stdout and stderr into log (NULL: /dev/null). Returns the exit status, or
  * -1 when it could not be started or died by a signal. */
 static int run_gnuplot(const char *dir, const char *script, const char *log) {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+#ifdef __linux__
+        /* Dies with the thread that forked it (the caller, which waits for
+         * it); the getppid check closes the window before the prctl. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(126);
+#else
+        (void)parent;
+#endif
         if (dir && chdir(dir) != 0) _exit(126);
         int fd = open(log ? log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0666);
         if (fd >= 0) {
@@ -114,6 +139,33 @@ char *lab_file_part(const char *s, char *out, size_t n) {
     return out;
 }
 
+/* 1 when name is "*.PID.tmp" with PID a process that no longer exists. */
+static int stale_tmp(const char *name) {
+    size_t n = strlen(name);
+    if (n < 6 || strcmp(name + n - 4, ".tmp")) return 0;
+    size_t end = n - 4, i = end;
+    while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9') i--;
+    if (i == end || i == 0 || name[i - 1] != '.' || end - i > 9) return 0;
+    long pid = strtol(name + i, NULL, 10);
+    if (pid <= 0 || pid == (long)getpid()) return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+int64_t lab_sweep_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int64_t removed = 0;
+    struct dirent *de;
+    char path[4400];
+    while ((de = readdir(d))) {
+        if (!stale_tmp(de->d_name)) continue;
+        int len = snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (len > 0 && (size_t)len < sizeof path && unlink(path) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
+}
+
 static long file_size(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
@@ -127,6 +179,13 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
     snprintf(src, sizeof src, "%s/src", dir);
     int rc = lab_mkdirs(src, err, errlen);
     if (rc) return rc;
+    static char swept[4096] = "";   /* once per folder per process: the first chart drawn there */
+    if (strcmp(swept, dir)) {
+        lab_sweep_stale_tmp(dir);
+        lab_sweep_stale_tmp(src);
+        snprintf(swept, sizeof swept, "%s", dir);
+    }
+    long me = (long)getpid();
     if (data) {
         snprintf(path, sizeof path, "%s/%s.dat", src, name);
         if ((rc = vt_cli_write_file_atomic(path, data, strlen(data), err, errlen))) return rc;
@@ -139,7 +198,7 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
         else
             lab_buf_printf(&s, "reset\nset terminal svg size %d,%d noenhanced font 'Sans,11' background rgb 'white'\n",
                            width, height);
-        lab_buf_printf(&s, "set output '%s.%s.tmp'\n%s\nunset output\n", name, ext[i], body);
+        lab_buf_printf(&s, "set output '%s.%s.%ld.tmp'\n%s\nunset output\n", name, ext[i], me, body);
     }
     if (s.oom) { lab_buf_free(&s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
     snprintf(path, sizeof path, "%s/%s.gp", src, name);
@@ -153,7 +212,7 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
     char out[4300], tmp[4400];
     int bad = st != 0;
     for (int i = 0; i < 2 && !bad; i++) {
-        snprintf(tmp, sizeof tmp, "%s/%s.%s.tmp", dir, name, ext[i]);
+        snprintf(tmp, sizeof tmp, "%s/%s.%s.%ld.tmp", dir, name, ext[i], me);
         if (file_size(tmp) <= 0) bad = 1;
     }
     if (bad) {
@@ -167,14 +226,14 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
         }
         first[strcspn(first, "\n")] = 0;
         for (int i = 0; i < 2; i++) {
-            snprintf(tmp, sizeof tmp, "%s/%s.%s.tmp", dir, name, ext[i]);
+            snprintf(tmp, sizeof tmp, "%s/%s.%s.%ld.tmp", dir, name, ext[i], me);
             remove(tmp);
         }
         return lab_errf(err, errlen, LAB_EIO, "%s/%s.gp: gnuplot exited %d%s%s (log: %s)", src, name, st,
                         first[0] ? ": " : "", first, log);
     }
     for (int i = 0; i < 2; i++) {
-        snprintf(tmp, sizeof tmp, "%s/%s.%s.tmp", dir, name, ext[i]);
+        snprintf(tmp, sizeof tmp, "%s/%s.%s.%ld.tmp", dir, name, ext[i], me);
         snprintf(out, sizeof out, "%s/%s.%s", dir, name, ext[i]);
         if (rename(tmp, out) != 0) return lab_errf(err, errlen, LAB_EIO, "%s: rename: %s", out, strerror(errno));
     }

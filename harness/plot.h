@@ -8,8 +8,11 @@
  * scales. Scripts and data stay in DIR/src/ so a chart can be redrawn or
  * inspected by hand; gnuplot's output and errors go to DIR/src/NAME.log.
  *
- * Images appear whole or not at all: gnuplot writes NAME.png.tmp and
- * NAME.svg.tmp, renamed only when it exits 0 and both are non-empty.
+ * Images appear whole or not at all: gnuplot writes NAME.png.PID.tmp and
+ * NAME.svg.PID.tmp, renamed only when it exits 0 and both are non-empty.
+ * gnuplot does not outlive vtlab (on Linux it is killed when vtlab dies, by
+ * any signal), and temporary files a killed vtlab left are removed by the
+ * next chart drawn into the folder (lab_sweep_stale_tmp).
  *
  * Every string that reaches a script (titles, arm names, commits) passes
  * through lab_gp_label, which keeps a safe character set: text from the
@@ -20,6 +23,7 @@
 #define LAB_PLOT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
 
@@ -34,6 +38,13 @@ int lab_plot_available(char *why, size_t whylen);
  * err naming the script and the first line of gnuplot's complaint. */
 int lab_plot_render(const char *dir, const char *name, const char *data, const char *body, int width,
                     int height, char *err, size_t errlen);
+
+/* Removes the files of dir named "*.PID.tmp" (the temporary files of
+ * vt_cli_write_file_atomic and of the charts) whose process PID no longer
+ * exists: what a killed writer left. Files of live processes, this one
+ * included, are kept. Not recursive. Returns how many were removed (a folder
+ * that cannot be read: 0). */
+int64_t lab_sweep_stale_tmp(const char *dir);
 
 /* Copies s into out (size n) keeping [A-Za-z0-9 ._:/+#=,()-], every other
  * byte becomes '_'; truncated to fit. Returns out. */

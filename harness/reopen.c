@@ -17,9 +17,18 @@
  */
 #include "reopen.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -31,6 +40,15 @@
 #include "runner.h"
 #include "store.h"
 #include "util.h"
+
+/* Test-only: VTLAB_TEST_KILL_AT=POINT raises SIGKILL at the named point, so that
+ * tests/cli/test_crash_safety.sh can show that a kill there leaves a ledger
+ * every command accepts. Not for any other use. (Not VT_*: those are knobs,
+ * and the runner refuses an undeclared one.) */
+static void test_kill_at(const char *point) {
+    const char *k = getenv("VTLAB_TEST_KILL_AT");
+    if (k && !strcmp(k, point)) raise(SIGKILL);
+}
 
 typedef struct arm_result {
     int64_t run, k, n;
@@ -185,10 +203,349 @@ static int mcnemar(lab_store *st, int64_t ref, int64_t a, int64_t b, double *p, 
     return rc;
 }
 
-int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *err, size_t errlen) {
-    lab_ledger l;
-    int rc = lab_ledger_load(o->specs_dir, &l, err, errlen);
+/* ------------------------------------------------ the ledger commit
+ *
+ * A reopen changes two claim files: the new claim (history.supersedes) and the
+ * old one (history.superseded_by). The loader requires both ends of that link
+ * to agree, so no order of two file writes keeps DIR/claims valid at every
+ * step: a kill between them used to leave a ledger that `specs check`, `audit`
+ * and `reopen` all refused. Instead the next claims directory is staged whole
+ * beside the current one — a copy of every entry, the new claim, the old one
+ * rewritten — and swapped in with one renameat2(RENAME_EXCHANGE): at every
+ * instant the claims directory is either the old ledger or the new one. The
+ * old tree, now under the staging name, is then removed.
+ *
+ * Staging directories are named .BASE.reopen.XXXXXX next to the claims
+ * directory BASE (the loader reads only DIR/claims and DIR/defects, and skips
+ * dot-files, so none is ever read as a claim). A kill leaves at most one; the
+ * next reopen removes it (lab_reopen_recover): before the swap it holds an
+ * uncommitted next ledger, after it the previous one.
+ *
+ * Where the filesystem has no RENAME_EXCHANGE (EINVAL/ENOSYS/EOPNOTSUPP: NFS,
+ * some FUSE mounts) the two files are renamed in from the staging directory
+ * one after the other, after a COMMIT_MARK file listing them is written there:
+ * a kill between those renames leaves the ledger inconsistent until the next
+ * lab_reopen_recover rolls the commit forward. Only that fallback has such a
+ * window.
+ *
+ * Concurrent reopens serialize their commits on flock() of the directory that
+ * holds the claims directory, and reload the ledger under the lock: a claim
+ * superseded meanwhile is refused rather than given a second successor, and no
+ * reopen's new claim is lost to another's swap. A person editing a claim file
+ * during the milliseconds between the copy and the swap would lose the edit.
+ */
+
+#define STAGE_TAG   ".reopen."
+#define COMMIT_MARK ".reopen-commit"   /* in a staging dir: names to rename in, one per line */
+
+/* The real claims directory of specs dir `specs`, split: parent (where the
+ * staging dirs and the lock live) and base name. */
+static int claims_dir(const char *specs, char parent[PATH_MAX], char base[NAME_MAX + 1], char *err, size_t errlen) {
+    char claims[PATH_MAX + 16], real[PATH_MAX];
+    snprintf(claims, sizeof claims, "%s/claims", specs);
+    if (!realpath(claims, real)) return lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", claims, strerror(errno));
+    char *slash = strrchr(real, '/');
+    snprintf(base, NAME_MAX + 1, "%s", slash + 1);
+    if (slash == real) snprintf(parent, PATH_MAX, "/");
+    else { *slash = '\0'; snprintf(parent, PATH_MAX, "%s", real); }
+    return LAB_OK;
+}
+
+/* Opens and exclusively locks dir (blocking). Returns the fd, or -1 with err. */
+static int lock_dir(const char *dir, char *err, size_t errlen) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) { lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", dir, strerror(errno)); return -1; }
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        lab_errf(err, errlen, LAB_EIO, "reopen: %s: lock: %s", dir, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void unlock_dir(int fd) {
+    if (fd >= 0) close(fd);   /* closing the last fd releases the flock */
+}
+
+static int fsync_path(const char *path, int dir) {
+    int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Removes dirfd/name and everything under it; never follows a symlink. */
+static int remove_tree_at(int dirfd, const char *name) {
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlinkat(dirfd, name, 0);
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) { close(fd); return -1; }
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && remove_tree_at(fd, de->d_name) != 0) rc = -1;
+    closedir(d);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) != 0) rc = -1;
+    return rc;
+}
+
+/* Copies directory src into the existing directory dst: regular files (bytes
+ * and mode, fsynced), symlinks (as links), subdirectories (recursively).
+ * Anything else is refused: the swap would drop it. */
+static int copy_tree(const char *src, const char *dst, char *err, size_t errlen) {
+    DIR *d = opendir(src);
+    if (!d) return lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", src, strerror(errno));
+    int rc = LAB_OK;
+    struct dirent *de;
+    char *buf = malloc(1 << 16);
+    if (!buf) { closedir(d); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+    while (!rc && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char from[PATH_MAX + NAME_MAX + 2], to[PATH_MAX + NAME_MAX + 2];
+        snprintf(from, sizeof from, "%s/%s", src, de->d_name);
+        snprintf(to, sizeof to, "%s/%s", dst, de->d_name);
+        struct stat st;
+        if (lstat(from, &st) != 0) { rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", from, strerror(errno)); break; }
+        if (S_ISLNK(st.st_mode)) {
+            char target[PATH_MAX];
+            ssize_t n = readlink(from, target, sizeof target - 1);
+            if (n < 0) { rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", from, strerror(errno)); break; }
+            target[n] = '\0';
+            if (symlink(target, to) != 0) rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            if (mkdir(to, st.st_mode & 07777) != 0) rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno));
+            else rc = copy_tree(from, to, err, errlen);
+        } else if (S_ISREG(st.st_mode)) {
+            int in = open(from, O_RDONLY | O_CLOEXEC);
+            int out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
+            ssize_t n = 0;
+            while (in >= 0 && out >= 0 && (n = read(in, buf, 1 << 16)) != 0) {
+                if (n < 0) { if (errno == EINTR) continue; break; }
+                ssize_t off = 0;
+                while (off < n) {
+                    ssize_t w = write(out, buf + off, (size_t)(n - off));
+                    if (w < 0) { if (errno == EINTR) continue; n = -1; break; }
+                    off += w;
+                }
+                if (n < 0) break;
+            }
+            if (in < 0 || out < 0 || n != 0 || fsync(out) != 0)
+                rc = lab_errf(err, errlen, LAB_EIO, "reopen: copying %s to %s: %s", from, to, strerror(errno));
+            if (in >= 0) close(in);
+            if (out >= 0 && close(out) != 0 && !rc)
+                rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno));
+        } else {
+            rc = lab_errf(err, errlen, LAB_EINPUT, "reopen: %s: neither a file, a link nor a directory; the claims "
+                          "directory is replaced whole on commit and cannot carry it", from);
+        }
+    }
+    free(buf);
+    closedir(d);
+    if (!rc && fsync_path(dst, 1) != 0) rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: fsync: %s", dst, strerror(errno));
+    return rc;
+}
+
+/* Swaps two paths atomically; -1 with errno (ENOSYS where the call is missing). */
+static int rename_exchange(const char *a, const char *b) {
+#if defined(__linux__) && defined(SYS_renameat2)
+    if (getenv("VTLAB_TEST_NO_RENAME_EXCHANGE")) { errno = EINVAL; return -1; }   /* test-only: the fallback */
+    return (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, 2 /* RENAME_EXCHANGE */);
+#else
+    (void)a; (void)b;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Under the lock: finishes or discards what a killed commit left next to the
+ * claims directory base in parent. A staging dir with COMMIT_MARK was being
+ * renamed in (the fallback): the files it still holds are renamed in, in the
+ * listed order. Any other staging dir is removed. */
+static int recover_locked(const char *parent, const char *base, char *err, size_t errlen) {
+    DIR *d = opendir(parent);
+    if (!d) return lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", parent, strerror(errno));
+    char prefix[NAME_MAX + 16];
+    snprintf(prefix, sizeof prefix, ".%s" STAGE_TAG, base);
+    int rc = LAB_OK;
+    struct dirent *de;
+    while (!rc && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix))) continue;
+        char stage[PATH_MAX + NAME_MAX + 2], mark[PATH_MAX + 2 * NAME_MAX + 4];
+        snprintf(stage, sizeof stage, "%s/%s", parent, de->d_name);
+        snprintf(mark, sizeof mark, "%s/" COMMIT_MARK, stage);
+        char *names = NULL;
+        if (lab_path_exists(mark)) {
+            if ((rc = lab_read_file(mark, &names, NULL, err, errlen))) break;   /* keep it: never discard a commit */
+            for (char *line = strtok(names, "\n"); line && !rc; line = strtok(NULL, "\n")) {
+                char from[sizeof stage + NAME_MAX + 2], to[PATH_MAX + 2 * NAME_MAX + 4];
+                snprintf(from, sizeof from, "%s/%s", stage, line);
+                snprintf(to, sizeof to, "%s/%s/%s", parent, base, line);
+                if (lab_path_exists(from) && rename(from, to) != 0)
+                    rc = lab_errf(err, errlen, LAB_EIO, "reopen: completing an interrupted commit: %s: %s", to,
+                                  strerror(errno));
+            }
+            free(names);
+        }
+        if (!rc && remove_tree_at(AT_FDCWD, stage) != 0)
+            rc = lab_errf(err, errlen, LAB_EIO, "reopen: removing %s: %s", stage, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+int lab_reopen_recover(const char *specs_dir, char *err, size_t errlen) {
+    char parent[PATH_MAX], base[NAME_MAX + 1];
+    char claims[PATH_MAX + 16];
+    snprintf(claims, sizeof claims, "%s/claims", specs_dir);
+    if (!lab_path_exists(claims)) return LAB_OK;   /* no ledger, nothing to recover */
+    int rc = claims_dir(specs_dir, parent, base, err, errlen);
     if (rc) return rc;
+    int lk = lock_dir(parent, err, errlen);
+    if (lk < 0) return LAB_EIO;
+    rc = recover_locked(parent, base, err, errlen);
+    unlock_dir(lk);
+    return rc;
+}
+
+/* What the reopen measured, for the new claim. */
+typedef struct reopen_record {
+    const char       *defect_id;
+    arm_result       *rerun;
+    int64_t           ref;
+    const char       *explanation;
+} reopen_record;
+
+/* Under the commit lock: reloads the ledger, picks the new claim's id
+ * (<old>-reopened-YYYYMMDD, then -2, -3 ...), stages the next claims
+ * directory and swaps it in (see above). id, file (the new claim's path) and
+ * old_file (the old claim's) are set on LAB_OK; on an error the ledger is
+ * unchanged. */
+static int commit_claims(const char *specs, const char *claim_id, const reopen_record *r, char id[128],
+                         char *file, size_t filelen, char *old_file, size_t oldlen, char *err, size_t errlen) {
+    char parent[PATH_MAX], base[NAME_MAX + 1];
+    int rc = claims_dir(specs, parent, base, err, errlen);
+    if (rc) return rc;
+    int lk = lock_dir(parent, err, errlen);
+    if (lk < 0) return LAB_EIO;
+    char stage[PATH_MAX + NAME_MAX + 2] = "";
+    lab_ledger l;
+    memset(&l, 0, sizeof l);
+    if ((rc = recover_locked(parent, base, err, errlen))) goto out;
+    if ((rc = lab_ledger_load(specs, &l, err, errlen))) goto out;
+    lab_claim *c = (lab_claim *)lab_ledger_claim(&l, claim_id);
+    if (!c) { rc = lab_errf(err, errlen, LAB_EINPUT, "reopen: claim %s disappeared from %s/claims meanwhile", claim_id, specs); goto out; }
+    if (c->superseded_by) {
+        rc = lab_errf(err, errlen, LAB_EINPUT, "reopen: claim %s was superseded by %s meanwhile (a concurrent reopen?); "
+                      "nothing recorded", c->id, c->superseded_by);
+        goto out;
+    }
+    char today[32];
+    lab_now_iso(today);
+    today[10] = '\0';
+    for (int i = 1;; i++) {
+        int len = snprintf(id, 128, "%s-reopened-%.4s%.2s%.2s", c->id, today, today + 5, today + 8);
+        if (i > 1 && len > 0 && len < 128) snprintf(id + len, 128 - (size_t)len, "-%d", i);
+        if (!lab_ledger_claim(&l, id)) break;
+    }
+    lab_claim nw = *c;   /* shallow: only the fields set below differ, the rest are borrowed */
+    char notes[1400], commit[64];
+    snprintf(commit, sizeof commit, "%s", vt_build_commit());
+    snprintf(notes, sizeof notes, "Reopened from %s (measured through defect %s). %s", c->id, r->defect_id, r->explanation);
+    nw.id = id;
+    nw.verdict = r->rerun->verdict;
+    nw.k = r->rerun->k;
+    nw.n = r->rerun->n;
+    nw.codebase = "vtlab";
+    nw.code.commit = commit;
+    nw.code.date = today;
+    nw.measured_at = today;
+    nw.supersedes = c->id;
+    nw.superseded_by = NULL;
+    nw.run_arm = r->rerun->run;
+    nw.run_ref = r->ref;
+    nw.notes = notes;
+
+    char real[PATH_MAX + NAME_MAX + 2], path[sizeof stage + NAME_MAX + 8], path2[sizeof path];
+    snprintf(real, sizeof real, "%s/%s", parent, base);
+    int sl = snprintf(stage, sizeof stage, "%s/.%s" STAGE_TAG "XXXXXX", parent, base);
+    if (sl < 0 || (size_t)sl >= sizeof stage) {
+        rc = lab_errf(err, errlen, LAB_EINPUT, "reopen: %s/%s: path too long", parent, base);
+        stage[0] = '\0';
+        goto out;
+    }
+    if (!mkdtemp(stage)) {
+        rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", stage, strerror(errno));
+        stage[0] = '\0';
+        goto out;
+    }
+    if ((rc = copy_tree(real, stage, err, errlen))) goto out;
+    snprintf(path, sizeof path, "%s/%s.json", stage, id);
+    if ((rc = lab_claim_write(&nw, path, err, errlen))) goto out;
+    test_kill_at("reopen-between-writes");
+    snprintf(path2, sizeof path2, "%s/%s.json", stage, c->id);
+    c->superseded_by = id;
+    rc = lab_claim_write(c, path2, err, errlen);
+    c->superseded_by = NULL;
+    if (rc) goto out;
+    if (fsync_path(path, 0) || fsync_path(path2, 0) || fsync_path(stage, 1)) {
+        rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: fsync: %s", stage, strerror(errno));
+        goto out;
+    }
+    test_kill_at("reopen-before-commit");
+    if (rename_exchange(stage, real) == 0) {
+        fsync_path(parent, 1);   /* the swap is done; durability of the directory entry is best effort */
+        test_kill_at("reopen-after-commit");
+    } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP || errno == ENOTSUP) {
+        /* No atomic swap here: mark the staging dir as a commit in progress
+         * (lab_reopen_recover completes it), then rename the two files in. */
+        char mark[sizeof stage + 32], list[300];
+        snprintf(mark, sizeof mark, "%s/" COMMIT_MARK, stage);
+        int n = snprintf(list, sizeof list, "%s.json\n%s.json\n", id, c->id);
+        if ((rc = vt_cli_write_file_atomic(mark, list, (size_t)n, err, errlen))) goto out;
+        if (fsync_path(mark, 0) || fsync_path(stage, 1)) {
+            rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: fsync: %s", mark, strerror(errno));
+            goto out;
+        }
+        char to[sizeof real + NAME_MAX + 8];
+        snprintf(to, sizeof to, "%s/%s.json", real, id);
+        if (rename(path, to) != 0) { rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno)); goto out; }
+        test_kill_at("reopen-between-renames");
+        snprintf(to, sizeof to, "%s/%s.json", real, c->id);
+        if (rename(path2, to) != 0) {
+            /* The new claim is in: complete rather than undo, as recovery would. */
+            rc = recover_locked(parent, base, err, errlen);
+            stage[0] = '\0';
+            if (!rc) rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno));
+            goto out;
+        }
+        fsync_path(real, 1);
+    } else {
+        rc = lab_errf(err, errlen, LAB_EIO, "reopen: swapping %s into %s: %s", stage, real, strerror(errno));
+        goto out;
+    }
+    /* committed: stage now holds the previous ledger (or, in the fallback, the
+     * untouched copies); removing it is housekeeping */
+    remove_tree_at(AT_FDCWD, stage);
+    stage[0] = '\0';
+    snprintf(file, filelen, "%s/claims/%s.json", specs, id);
+    snprintf(old_file, oldlen, "%s/claims/%s.json", specs, c->id);
+out:
+    if (rc && stage[0]) remove_tree_at(AT_FDCWD, stage);
+    lab_ledger_free(&l);
+    unlock_dir(lk);
+    return rc;
+}
+
+int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *err, size_t errlen) {
+    int rc = lab_reopen_recover(o->specs_dir, err, errlen);
+    if (rc) return rc;
+    lab_ledger l;
+    if ((rc = lab_ledger_load(o->specs_dir, &l, err, errlen))) return rc;
     lab_store *st = NULL;
     lab_experiment *dx = NULL;
     lab_claim *c = (lab_claim *)lab_ledger_claim(&l, o->claim_id);
@@ -242,39 +599,11 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
              number_inside ? "" : " (the direction is reproduced, not the number: the claim was measured on another "
                                   "model and code)");
 
-    /* (c) the new claim */
-    char today[32], id[128], file[4300];
-    lab_now_iso(today);
-    today[10] = '\0';
-    for (int i = 1;; i++) {   /* <old>-reopened-YYYYMMDD, then -2, -3 ... if taken */
-        int len = snprintf(id, sizeof id, "%s-reopened-%.4s%.2s%.2s", c->id, today, today + 5, today + 8);
-        if (i > 1 && len > 0 && (size_t)len < sizeof id) snprintf(id + len, sizeof id - (size_t)len, "-%d", i);
-        if (!lab_ledger_claim(&l, id)) break;
-    }
-    lab_claim nw = *c;   /* shallow: only the fields set below differ, the rest are borrowed */
-    char notes[1400], commit[64];
-    snprintf(commit, sizeof commit, "%s", vt_build_commit());
-    snprintf(notes, sizeof notes, "Reopened from %s (measured through defect %s). %s", c->id, d->id, explanation);
-    nw.id = id;
-    nw.verdict = rerun.verdict;
-    nw.k = rerun.k;
-    nw.n = rerun.n;
-    nw.codebase = "vtlab";
-    nw.code.commit = commit;
-    nw.code.date = today;
-    nw.measured_at = today;
-    nw.supersedes = c->id;
-    nw.superseded_by = NULL;
-    nw.run_arm = rerun.run;
-    nw.run_ref = ref;
-    nw.notes = notes;
-    snprintf(file, sizeof file, "%s/claims/%s.json", o->specs_dir, id);
-    if ((rc = lab_claim_write(&nw, file, err, errlen))) goto done;
-    char *old_sb = c->superseded_by;
-    c->superseded_by = id;
-    rc = lab_claim_write(c, c->file, err, errlen);
-    c->superseded_by = old_sb;
-    if (rc) { remove(file); goto done; }
+    /* (c) the new claim, and the old one's superseded_by, in one commit */
+    char id[128], file[4300], old_file[4300];
+    reopen_record record = {d->id, &rerun, ref, explanation};
+    if ((rc = commit_claims(o->specs_dir, c->id, &record, id, file, sizeof file, old_file, sizeof old_file, err, errlen)))
+        goto done;
     snprintf(new_claim, 128, "%s", id);
 
     sqlite3_stmt *s = NULL;
@@ -306,13 +635,13 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
         snprintf(b, sizeof b, "%lld/%lld [%.3f, %.3f]", (long long)rerun.k, (long long)rerun.n, rerun.lo, rerun.hi);
         fprintf(out, "%-14s %-34s %-34s\n", "top-1", a, b);
         snprintf(a, sizeof a, "%s", c->codebase);
-        snprintf(b, sizeof b, "vtlab %s", commit);
+        snprintf(b, sizeof b, "vtlab %s", vt_build_commit());
         fprintf(out, "%-14s %-34.34s %-34.34s\n", "code", a, b);
         snprintf(a, sizeof a, "through %s", d->id);
         snprintf(b, sizeof b, "run %lld (ref run %lld)", (long long)rerun.run, (long long)ref);
         fprintf(out, "%-14s %-34.34s %-34.34s\n", "measured", a, b);
         fprintf(out, "\nreplay (run %lld): %s\n", (long long)replay.run, explanation);
-        fprintf(out, "written: %s (new), %s (superseded_by set)\n", file, c->file);
+        fprintf(out, "written: %s (new), %s (superseded_by set)\n", file, old_file);
     }
 done:
     lab_experiment_free(dx);
