@@ -462,23 +462,28 @@ static int night_means(lab_store *st, int64_t cur, const char *eid, const char *
     return n;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* SD over the nightlies before cur (at most 8) of the nightly mean of
  * log(tokens/s) of one arm: the night-to-night noise. NaN below 3 nights. */
 static double between_sd(lab_store *st, int64_t cur, const char *eid, const char *arm, int norm) {
     double v[8];
     int n = night_means(st, cur, eid, arm, norm, v, 8);
     if (n < 3) return NAN;
-    double mean = 0, ss = 0;
-    for (int i = 0; i < n; i++) mean += v[i];
-    mean /= n;
-    for (int i = 0; i < n; i++) ss += (v[i] - mean) * (v[i] - mean);
-    return sqrt(ss / (n - 1));
+    /* Robust: 1.4826 x the median absolute deviation, so that one regressed
+     * night in the window does not inflate the noise (and hide the nights
+     * after it, which stay flagged as persistent until acknowledged). */
+    double med, dev[8];
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    for (int i = 0; i < n; i++) dev[i] = fabs(v[i] - med);
+    qsort(dev, (size_t)n, sizeof dev[0], cmp_double);
+    return 1.4826 * (n % 2 ? dev[n / 2] : 0.5 * (dev[n / 2 - 1] + dev[n / 2]));
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Mean of log(tokens/s) over the FINISHED runs of arm in s; *n runs, *first
  * the first run's id. NaN when there is none. */
@@ -512,27 +517,17 @@ typedef struct perf_eval {
     int     norm;            /* 1: judged on tokens/s per host GFLOP/s (both nights have it) */
 } perf_eval;
 
-/* 1 when every finished run of arm in s with a throughput has the host speed. */
-static int has_host(const nset *s, const char *arm) {
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->r[i].arm, arm) && perf_ok(&s->r[i], 0) && !(s->r[i].host > 0)) return 0;
-    return 1;
-}
-
 /* 1 when there is something to compare (a finished run with throughput in
  * both nights), 0 when not. */
 static int perf_evaluate(lab_store *st, int64_t nightly, const char *eid, const char *arm, const nset *cs, const nset *ps,
                          const lab_nightly_opts *o, perf_eval *pe) {
     memset(pe, 0, sizeof *pe);
-    /* Per host speed only where it measurably helps: when the night-to-night
-     * spread of tokens/s per host GFLOP/s is smaller than that of tokens/s
-     * (3 or more nights of both). On the tiny CI model it is not (its time
-     * is not in sgemm), and raw tokens/s is judged. */
+    /* Judged on raw tokens/s. The host speed measured around the sweep
+     * (host_sgemm_gflops) is recorded, but dividing by it made the spread
+     * worse on the tiny CI model under load (its time is not in sgemm), so
+     * the per-host-speed path (norm = 1) is off until a model where it
+     * helps is measured (docs/nightly.md). */
     pe->norm = 0;
-    if (has_host(cs, arm) && has_host(ps, arm)) {
-        double sn = between_sd(st, nightly, eid, arm, 1), sr = between_sd(st, nightly, eid, arm, 0);
-        pe->norm = !isnan(sn) && !isnan(sr) && sn < sr;
-    }
     pe->cur = arm_log_mean(cs, arm, pe->norm, &pe->nc, &pe->cid);
     double prev = arm_log_mean(ps, arm, pe->norm, &pe->np, &pe->pid);
     if (!pe->nc || !pe->np) return 0;
@@ -646,7 +641,7 @@ static int compare_perf(lab_store *st, int64_t nightly, const char *eid, const c
     /* The re-measurement of a suspected drop (runs of the arm made after the
      * comparison first saw it): a drop is flagged only if it is confirmed. */
     int nr = 0;
-    double rlog = rs && has_host(rs, arm) == pe.norm ? arm_log_mean(rs, arm, pe.norm, &nr, NULL) : NAN;
+    double rlog = rs ? arm_log_mean(rs, arm, pe.norm, &nr, NULL) : NAN;
     int suspect = perf_suspect(&pe), confirmed = suspect && (!nr || rlog - pe.base < -pe.thr);
     f.regression = confirmed;
     snprintf(f.evidence, sizeof f.evidence,
@@ -1561,6 +1556,15 @@ int lab_nightly_main(int argc, char **argv) {
         } else if (!have_dir) { o.exp_dir = a; have_dir = 1; }
         else {
             fprintf(stderr, "vtlab nightly: unexpected argument %s (one experiments DIR at most)\n", a);
+            return 2;
+        }
+    }
+    const char *plant = getenv("VTLAB_TEST_PLANT_SLOWDOWN");   /* test-only: checked before anything is written */
+    if (plant && *plant) {
+        char *end;
+        double f = strtod(plant, &end);
+        if (*end || !(f > 0 && f < 1)) {
+            fprintf(stderr, "vtlab nightly: VTLAB_TEST_PLANT_SLOWDOWN must be a fraction in (0, 1), got \"%s\"\n", plant);
             return 2;
         }
     }

@@ -91,4 +91,58 @@ check "outputs: ... recorded FAILED" "[ \"\$(q $DB 'select status from nightlies
 expect_exit "outputs: a nightly with writable outputs passes again" 0 "${NIGHTLY[@]}"
 check "outputs: ... and its junit.xml is current" "[ \"\$(junit_nightly $R/junit.xml)\" = \"\$(q $DB 'select max(id) from nightlies') 0\" ]"
 
+# ------------------------------------------------------------ item 6: throughput
+# History: 4 nightlies with no change. Then a planted slowdown far beyond any
+# noise of this machine (x0.0005: VTLAB_TEST_PLANT_SLOWDOWN is a test-only hook
+# that scales tonight's measured tokens/s), so the logic is tested, not luck.
+DB="$T/p.db"; R="$T/prep"
+NIGHTLY=("$VTLAB" nightly "$T/exp" --db "$DB" --out "$R" --specs "$T/nospecs" --no-plots)
+for i in 1 2 3 4; do "${NIGHTLY[@]}" >"$OUT_FILE" 2>"$ERR" || echo "# history nightly $i: exit $? $(tail -1 $ERR)"; done
+check "perf: 4 quiet nightlies flag no throughput regression" \
+  "[ \"\$(q $DB 'select count(*) from nightly_findings where kind = \"performance\" and regression = 1')\" = 0 ]" \
+  "$(q $DB 'select nightly_id, arm, message from nightly_findings where kind = "performance"')"
+export VTLAB_TEST_PLANT_SLOWDOWN=0.9995
+expect_exit "perf: nightly 5 (planted slowdown) exits 1" 1 "${NIGHTLY[@]}"
+stderr_has "perf: ... the test hook says it is on" "TEST HOOK VTLAB_TEST_PLANT_SLOWDOWN"
+check "perf: ... both arms flagged, each confirmed by a re-measurement" \
+  "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 5 and kind = \"performance\" and regression = 1 and message like \"%re-measured%confirmed%\"')\" = 2 ]" \
+  "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 5')"
+check "perf: ... the re-measurement runs are kept apart (not test cases, not repeats)" \
+  "[ \"\$(q $DB 'select count(*) > 0 from nightly_remeasure_runs where nightly_id = 5')\" = 1 ] && [ \"\$(q $DB 'select n_runs from nightlies where id = 5')\" = 4 ]"
+expect_exit "perf: nightly 6 (still slow) exits 1" 1 "${NIGHTLY[@]}"
+check "perf: ... shown as persistent since nightly 5, not new" \
+  "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 6 and kind = \"performance\" and regression = 1 and message like \"persistent since nightly 5%\"')\" = 2 ]" \
+  "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 6')"
+check "perf: ... the Atom feed announces only the new ones (nightly 5)" \
+  "grep -q 'nightly 5: tiny/cand: performance' $R/regressions.atom && ! grep -q 'nightly 6: ' $R/regressions.atom"
+if "$VTLAB" ack 2>&1 | grep -q 'which finding'; then
+  expect_exit "ack: no reason is exit 2" 2 "$VTLAB" ack tiny/cand/performance --db "$DB"
+  expect_exit "ack: an unknown finding is exit 2" 2 "$VTLAB" ack tiny/nope/performance --reason x --db "$DB"
+  stderr_has "ack: ... and names it" "tiny/nope/performance"
+  expect_exit "ack: a missing database is exit 2 (not created)" 2 "$VTLAB" ack tiny/cand/performance --reason x --db "$T/none.db"
+  check "ack: ... not created" "[ ! -e $T/none.db ]"
+  expect_exit "ack: tiny/cand/performance exits 0" 0 "$VTLAB" ack tiny/cand/performance --reason "known: slower kernel" --db "$DB"
+  expect_exit "ack: tiny/f32/performance exits 0" 0 "$VTLAB" ack tiny/f32/performance --reason "known: slower kernel" --db "$DB"
+  expect_exit "perf: nightly 7 (still slow, acknowledged) exits 0" 0 "${NIGHTLY[@]}"
+  check "perf: ... no throughput regression; the drop still seen is a note that says acknowledged" \
+    "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 7 and kind = \"performance\" and regression = 1')\" = 0 ] && [ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 7 and kind = \"performance\" and regression = 0 and message like \"acknowledged%known: slower kernel%\"')\" -ge 1 ]" \
+    "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 7')"
+  export VTLAB_TEST_PLANT_SLOWDOWN=0.999999
+  expect_exit "perf: nightly 8 (slower still: the acknowledged level is passed) exits 1" 1 "${NIGHTLY[@]}"
+  check "perf: ... flagged again" \
+    "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 8 and kind = \"performance\" and regression = 1')\" -ge 1 ]" \
+    "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 8')"
+else
+  echo "# vtlab has no 'ack' command (dispatch to lab_cmd_ack not wired in lab.c): ack cases skipped"
+fi
+unset VTLAB_TEST_PLANT_SLOWDOWN
+expect_exit "perf: a bad VTLAB_TEST_PLANT_SLOWDOWN is exit 2" 2 env VTLAB_TEST_PLANT_SLOWDOWN=2 "${NIGHTLY[@]}"
+
+# A short no-change campaign under a CPU burner (tests/soak/nightly_noise.sh
+# is the long one): no night may be marked REGRESSED for throughput noise.
+out=$(bash tests/soak/nightly_noise.sh "$VTLAB" 4 0 2>&1)
+fa=$(echo "$out" | sed -n 's/^false alarms: \([0-9]*\) of.*/\1/p')
+check "noise: 4 no-change nightlies under load: no throughput false alarm" "[ \"$fa\" = 0 ]" "$(echo "$out" | tail -8)"
+echo "$out" | grep -E '^(false alarms|detection):' | sed 's/^/# /'
+
 finish
