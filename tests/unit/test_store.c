@@ -589,6 +589,57 @@ static void test_claim_redoes_incomplete(void **state) {
     lab_store_close(st);
 }
 
+/* Reliability item 9: readers open the database read-only. A missing path
+ * is not created, a directory is named as one, writes are refused, an older
+ * writable schema is migrated first, and a corrupt file is refused at open. */
+static void test_open_readonly(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "";
+    assert_int_equal(lab_store_open_readonly(&st, dbpath, err, sizeof err), LAB_EINPUT);
+    VT_ASSERT_CONTAINS(err, dbpath);
+    VT_ASSERT_CONTAINS(err, "no such database");
+    assert_int_not_equal(access(dbpath, F_OK), 0);   /* nothing created */
+    assert_int_equal(lab_store_open_readonly(&st, "/tmp", err, sizeof err), LAB_EINPUT);
+    VT_ASSERT_CONTAINS(err, "/tmp: is a directory");
+
+    /* An older schema, writable: migrated, then read. */
+    assert_int_equal(lab_store_open_version(&st, dbpath, 2, err, sizeof err), 0);
+    int64_t ref = claim_new(st, "f32", 0, 1);
+    lab_run_result r;
+    const char *mn[] = {"perplexity", "tokens_per_s"};
+    small_result(&r, mn);
+    assert_int_equal(lab_store_finish(st, ref, &r, err, sizeof err), 0);
+    lab_store_close(st);
+    assert_int_equal(lab_store_open_readonly(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(lab_store_version(st), LAB_SCHEMA_VERSION);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs WHERE status = 'FINISHED'"), 1);
+    /* read-only: a write is refused */
+    assert_int_not_equal(lab_store_exec(st, "DELETE FROM runs", 0, NULL, err, sizeof err), 0);
+    VT_ASSERT_CONTAINS(err, "readonly");
+    assert_int_equal(q_int(st, "SELECT count(*) FROM runs"), 1);
+    int64_t pages = q_int(st, "PRAGMA page_count"), psize = q_int(st, "PRAGMA page_size");
+    int64_t root = q_int(st, "SELECT rootpage FROM sqlite_master WHERE name = 'logits_topk'");
+    lab_store_close(st);
+
+    /* Checkpoint so that the file holds every page, then scribble over the
+     * logits_topk b-tree's root page: refused at open, naming the file. */
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st, "PRAGMA wal_checkpoint(TRUNCATE)", 0, NULL, err, sizeof err), 0);
+    lab_store_close(st);
+    assert_true(root > 1 && root <= pages);
+    FILE *f = fopen(dbpath, "r+b");
+    assert_non_null(f);
+    char junk[4096];
+    memset(junk, 0xab, sizeof junk);
+    assert_int_equal(fseek(f, (long)((root - 1) * psize + 8), SEEK_SET), 0);
+    assert_int_equal(fwrite(junk, 1, (size_t)(psize - 16) < sizeof junk ? (size_t)(psize - 16) : sizeof junk, f) > 0, 1);
+    fclose(f);
+    assert_int_equal(lab_store_open_readonly(&st, dbpath, err, sizeof err), LAB_EINPUT);
+    VT_ASSERT_CONTAINS(err, dbpath);
+    VT_ASSERT_CONTAINS(err, "corrupt");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fresh_schema, setup, teardown),
@@ -601,6 +652,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_concurrent_fresh_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finish_requires_completeness, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_redoes_incomplete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_readonly, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
