@@ -22,14 +22,18 @@
  *               same model, dataset and knob hashes), reported with
  *               KL(previous || current) per position; or repeats of one
  *               identity in the same night with different logits;
- *   performance tokens/s dropped by more than the noise: the larger of a
- *               floor (5%) and 3 standard errors, the noise measured from the
- *               spread of repeats within nights and of the arm's throughput
+ *   performance tokens/s dropped below the median of the last <= 5 nightlies
+ *               by more than the noise: the larger of a floor (5%) and 3
+ *               standard errors, the noise measured from the spread of
+ *               repeats within nights and (robustly) of the arm's throughput
  *               over recent nights; with neither, it is noted, not judged;
+ *               and a re-measurement made right away must confirm the drop;
  *   audit       an open, unexpected confound flag that the previous nightly
  *               did not have.
  * Anything else worth knowing (a changed arm definition, a speedup, a first
- * nightly) is a note. Findings are stored in `nightly_findings`.
+ * nightly) is a note. Findings are stored in `nightly_findings`. A regression
+ * the previous nightly also had is marked persistent (not new); one that was
+ * acknowledged (`vtlab ack`, table nightly_acks) is a note until it changes.
  */
 #ifndef LAB_NIGHTLY_H
 #define LAB_NIGHTLY_H
