@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "metrics.h"
@@ -489,19 +490,40 @@ static void sync_dir(const char *dir) {
     }
 }
 
+/* --out naming something that is not a regular file (a terminal, a pipe,
+ * /dev/stdout): there is nothing to replace, so it is written directly. */
+static int export_stream(lab_store *st, int64_t id, const char *format, const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) return lab_errf(err, errlen, LAB_EINPUT, "--out %s: cannot open: %s", path, strerror(errno));
+    errno = 0;
+    int rc = lab_cmd_export(st, id, format, f, err, errlen);
+    int e = ferror(f) ? (errno ? errno : EIO) : 0;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    if (e) rc = write_err(path, e, "write failed", err, errlen);
+    return rc;
+}
+
 int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const char *path, char *err, size_t errlen) {
     int rc = run_exists(st, id, err, errlen);   /* before any file is touched */
     if (rc) return rc;
-    size_t pl = strlen(path);
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return lab_errf(err, errlen, LAB_EINPUT, "--out %s: is a directory", path);
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return export_stream(st, id, format, path, err, errlen);
+    /* A symlink stays a symlink: the file it points to is what is replaced. */
+    char *target = realpath(path, NULL);
+    if (!target) target = strdup(path);
+    size_t pl = target ? strlen(target) : 0;
+    const char *slash = target ? strrchr(target, '/') : NULL;
+    char *dir = !target ? NULL : slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
     char *tmp = malloc(pl + 48), fdpath[64];
-    if (!dir || !tmp) {
+    if (!target || !dir || !tmp) {
+        free(target);
         free(dir);
         free(tmp);
         return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     }
-    snprintf(tmp, pl + 48, "%s.%ld.tmp", path, (long)getpid());
+    snprintf(tmp, pl + 48, "%s.%ld.tmp", target, (long)getpid());
     /* An unnamed file in the target directory (O_TMPFILE): a process killed
      * while writing leaves nothing behind. File systems without it get a
      * named temp file, removed on every failure this process sees. */
@@ -516,6 +538,7 @@ int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const cha
         rc = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS
                  ? lab_errf(err, errlen, LAB_EINPUT, "--out %s: cannot create: %s", path, strerror(e))
                  : write_err(path, e, "cannot create", err, errlen);
+        free(target);
         free(dir);
         free(tmp);
         return rc;
@@ -544,15 +567,17 @@ int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const cha
     }
     if (fclose(f) != 0 && !rc && !e) e = errno ? errno : EIO;
     if (!rc && e) rc = write_err(path, e, "write failed", err, errlen);
-    if (!rc && rename(tmp, path) != 0) rc = write_err(path, errno, "cannot rename into place", err, errlen);
+    if (!rc && rename(tmp, target) != 0) rc = write_err(path, errno, "cannot rename into place", err, errlen);
     if (!rc) {
         sync_dir(dir);
+        free(target);
         free(dir);
         free(tmp);
         return LAB_OK;
     }
 cleanup:
     if (named) unlink(tmp);
+    free(target);
     free(dir);
     free(tmp);
     return rc;

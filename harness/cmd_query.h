@@ -31,7 +31,10 @@ int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, cha
  * a process killed while writing leaves none either (O_TMPFILE). A run that
  * does not exist is LAB_EINPUT before any file is touched; a directory that
  * cannot take the file is LAB_EINPUT; a full disk ("the disk is full") or the
- * file size limit ("file too large") is LAB_EIO, named in err with path. */
+ * file size limit ("file too large") is LAB_EIO, named in err with path.
+ * A symlink is kept (the file it points to is replaced); a path that is not a
+ * regular file (/dev/stdout, a pipe) is written directly, as there is nothing
+ * to replace; a directory is LAB_EINPUT. */
 int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const char *path, char *err, size_t errlen);
 
 #endif

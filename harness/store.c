@@ -544,12 +544,14 @@ int lab_store_open(lab_store **out, const char *path, char *err, size_t errlen) 
 /* ------------------------------------------------------------ read-only */
 
 /* "file:" URI of path with immutable=1 (RFC 3986: everything but unreserved
- * characters and '/' percent-encoded). Caller frees. */
+ * characters and '/' percent-encoded; an absolute path gets the empty
+ * authority, "file:///...", so that "//x" is never read as a host). Caller
+ * frees. */
 static char *immutable_uri(const char *path) {
     size_t n = strlen(path);
     char *u = malloc(3 * n + 32);
     if (!u) return NULL;
-    char *o = u + sprintf(u, "file:");
+    char *o = u + sprintf(u, path[0] == '/' ? "file://" : "file:");
     for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-._~/", *p))
             *o++ = (char)*p;

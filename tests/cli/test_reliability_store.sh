@@ -152,6 +152,15 @@ check "export --out into a missing directory: exit 2 naming the path" \
 "$VTLAB" export "$RB" --db "$CDB" --out "$T/xo/x.json" --format csv >"$T/out" 2>"$T/err"; rc=$?
 check "export --out over an existing file replaces it whole" \
     "[ $rc -eq 0 ] && head -1 $T/xo/x.json | grep -q '^run_id,seq,pos,rank' && [ \"\$(ls -A $T/xo)\" = x.json ]" "rc=$rc $(cat $T/err)"
+ln -s x.json "$T/xo/link.json"
+"$VTLAB" export "$RA" --db "$CDB" --out "$T/xo/link.json" >"$T/out" 2>"$T/err"; rc=$?
+check "export --out through a symlink: the link stays, the file it names is replaced" \
+    "[ $rc -eq 0 ] && [ -L $T/xo/link.json ] && cmp -s $T/x.before $T/xo/x.json && [ \"\$(ls -A $T/xo | sort | tr '\n' ' ')\" = 'link.json x.json ' ]" \
+    "rc=$rc $(cat $T/err) $(ls -la $T/xo)"
+rm -f "$T/xo/link.json"
+"$VTLAB" export "$RA" --db "$CDB" --out /dev/stdout >"$T/out" 2>"$T/err"; rc=$?
+check "export --out /dev/stdout (not a regular file) is written directly" \
+    "[ $rc -eq 0 ] && cmp -s $T/out $T/x.before" "rc=$rc $(cat $T/err)"
 
 # A full disk: a tiny tmpfs (needs root and mount; skipped otherwise).
 FULL="$T/full"
