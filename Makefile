@@ -7,13 +7,13 @@
 #                    builds use their own dirs so they never mix with the main one)
 #   EXTRA_CFLAGS     added to every C compile (e.g. -DVT_MUTATE_...)
 #   NO_CUDA=1        build CPU-only even when nvcc is present
-#   FUZZ_SECONDS=N   length of each fuzz run in `make test` (default 20)
+#   FUZZ_SECONDS=N   length of each fuzz run in `make test` (default 15)
 
 SHELL     := /bin/bash
 CC        ?= gcc
 BUILD     ?= build
 PYTHON    := /usr/bin/python3
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 15
 
 CSTD      := -std=c11 -D_GNU_SOURCE
 WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter
@@ -175,9 +175,17 @@ reference-test: deps vtlab
 	set -o pipefail; bash tests/reference/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/reference.log
 
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,$(BUILD)/fuzz/fuzz_%,$(wildcard tests/fuzz/fuzz_*.c))
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(MODEL_SRC) $(wildcard model/*.h) $(BUILD)/gen/build_info.h
+# The library sources are compiled once with the sanitizers and coverage
+# (fuzzer-no-link); each target links them with its own entry point.
+FUZZ_FLAGS := $(CSTD) -O1 -g -I. -I$(BUILD)/gen
+FUZZ_LIB_OBJ := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(MODEL_SRC) $(filter-out harness/main.c,$(HARNESS_SRC)))
+$(BUILD)/fuzz/obj/%.o: %.c $(wildcard model/*.h) $(wildcard harness/*.h) $(BUILD)/gen/build_info.h
 	@mkdir -p $(dir $@)
-	clang $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined -I. -I$(BUILD)/gen $< $(MODEL_SRC) -lcjson -lopenblas -lm -fopenmp -o $@
+	clang $(FUZZ_FLAGS) -fopenmp -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+.SECONDARY: $(FUZZ_LIB_OBJ)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_FLAGS) -fsanitize=fuzzer,address,undefined $< $(FUZZ_LIB_OBJ) -lcjson -lsqlite3 -lopenblas -lm -fopenmp -o $@
 
 fuzz: deps $(FUZZ_TARGETS)
 	@mkdir -p $(BUILD)/logs; pass=0; fail=0; for f in $(FUZZ_TARGETS); do \

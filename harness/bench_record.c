@@ -44,7 +44,7 @@ typedef struct report {
     const char *backend, *device, *model, *model_sha, *tokens_sha, *code;
     char        commit[128], compiler[512], flags[2048];   /* the parts of code */
     int         dirty;
-    char        experiment[96];
+    char        experiment[LAB_NAME_BUF];
     int64_t     n;
     phase       ph[MAX_PHASES];
 } report;
@@ -66,14 +66,17 @@ static int num_field(const cJSON *o, const char *key, double min, int strict, in
     return LAB_OK;
 }
 
-/* "bench-" + the model's last path component without ".json", in [A-Za-z0-9._-]. */
-static void experiment_id(const char *model, char *out, size_t outlen) {
+/* "bench-" + the model's last path component without ".json", in [A-Za-z0-9._-].
+ * -1 when that is longer than outlen - 1 (never truncated: it is the runs'
+ * experiment id). */
+static int experiment_id(const char *model, char *out, size_t outlen) {
     size_t len = strlen(model);
     while (len > 1 && model[len - 1] == '/') len--;
     size_t start = len;
     while (start > 0 && model[start - 1] != '/') start--;
     size_t n = len - start;
     if (n > 5 && !strncmp(model + start + n - 5, ".json", 5)) n -= 5;
+    if (6 + n >= outlen) return -1;
     size_t o = (size_t)snprintf(out, outlen, "bench-");
     for (size_t i = 0; i < n && o + 1 < outlen; i++) {
         char c = model[start + i];
@@ -84,6 +87,7 @@ static void experiment_id(const char *model, char *out, size_t outlen) {
     /* "/", "." or "..": nothing that names a model */
     if (n == 0 || (n == 1 && model[start] == '.') || (n == 2 && !strncmp(model + start, "..", 2)))
         snprintf(out, outlen, "bench-model");
+    return 0;
 }
 
 /* "COMMIT|dirty=N|COMPILER|FLAGS" (vt_build_info) into r's provenance parts. */
@@ -119,8 +123,13 @@ static void report_free(report *r) {
     cJSON_Delete(r->root);
 }
 
-static int parse(const char *path, const char *text, report *r, char *err, size_t errlen) {
+/* text: len bytes, text[len] == 0. */
+static int parse(const char *path, const char *text, size_t len, report *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
+    /* a NUL byte or a \u0000 escape would silently shorten a name or the
+     * code version: refused before cJSON sees the text */
+    int rc0 = lab_json_check_text(path, text, len, err, errlen);
+    if (rc0) return rc0;
     const char *end = NULL;
     if (!(r->root = cJSON_ParseWithOpts(text, &end, 1)))
         return lab_errf(err, errlen, LAB_EINPUT, "%s: not valid JSON (or text after the JSON value)", path);
@@ -152,7 +161,10 @@ static int parse(const char *path, const char *text, report *r, char *err, size_
     if (!vt_sha256_hex_ok(r->model_sha) || !vt_sha256_hex_ok(r->tokens_sha))
         return lab_errf(err, errlen, LAB_EINPUT, "%s: \"model_sha256\" and \"tokens_sha256\" must be 64 lowercase hex digits",
                         path);
-    experiment_id(r->model, r->experiment, sizeof r->experiment);
+    if (experiment_id(r->model, r->experiment, sizeof r->experiment) != 0)
+        return lab_errf(err, errlen, LAB_EINPUT,
+                        "%s: \"model\": its last path component makes an experiment id \"bench-...\" longer than the "
+                        "limit of %d characters", path, LAB_NAME_MAX);
 
     const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(o, "knobs"), *kv;
     if (!cJSON_IsObject(knobs)) return lab_errf(err, errlen, LAB_EINPUT, "%s: \"knobs\" must be an object", path);
@@ -240,12 +252,25 @@ static int64_t metrics(const phase *p, const char **mn, double *mv) {
     return n;
 }
 
+/* Validates a report from len bytes of text (text[len] == 0) without
+ * recording anything: what lab_record_bench checks before it opens the
+ * database. Fuzz target (declared there; bench_record.h has only the command). */
+int lab_bench_report_check(const char *path, const char *text, size_t len, char *err, size_t errlen);
+int lab_bench_report_check(const char *path, const char *text, size_t len, char *err, size_t errlen) {
+    if (text[len]) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: report text not NUL-terminated", path);
+    report r;
+    int rc = parse(path, text, len, &r, err, errlen);
+    report_free(&r);
+    return rc;
+}
+
 int lab_record_bench(const char *path, const char *db, FILE *out, char *err, size_t errlen) {
     char *text = NULL;
-    int rc = lab_read_file(path, &text, NULL, err, errlen);
+    size_t len = 0;
+    int rc = lab_read_json(path, &text, &len, err, errlen);
     if (rc) return rc;
     report r;
-    rc = parse(path, text, &r, err, errlen);
+    rc = parse(path, text, len, &r, err, errlen);
     free(text);
     if (rc) { report_free(&r); return rc; }
 

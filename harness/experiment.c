@@ -29,9 +29,13 @@
 #include "metrics.h"
 #include "util.h"
 
-#define MAX_TOKENS   100000000LL  /* 4e8 bytes of ids: far beyond what the lab is for */
-#define MAX_SEQS     1000000LL
-#define MAX_SEQ_LEN  65536LL
+/* Dataset limits, the same for every source (generate, inline, file) and
+ * documented in docs/experiments.md. They bound what parsing may allocate
+ * before the model is known; lab_dataset_prepare then bounds what a run will
+ * hold for this model's vocabulary (LAB_RUN_MAX_BYTES). */
+#define MAX_TOKENS     LAB_DS_MAX_TOKENS
+#define MAX_SEQS       LAB_DS_MAX_SEQS
+#define MAX_SEQ_LEN    LAB_DS_MAX_SEQ_LEN
 
 /* Parsing context: the file name for messages and the error buffer. */
 typedef struct pctx {
@@ -198,6 +202,7 @@ static int ds_inline(pctx *c, lab_dataset *ds, const cJSON *arr) {
     cJSON_ArrayForEach(seq, arr) {
         char field[96];
         snprintf(field, sizeof field, "dataset.inline[%lld]", (long long)s);
+        if (s >= MAX_SEQS) return BAD(c, field, "more than the limit of %lld sequences", MAX_SEQS);
         if (!cJSON_IsArray(seq) || cJSON_GetArraySize(seq) == 0)
             return BAD(c, field, "expected a non-empty array of token ids, got %s", json_type(seq));
         if (ds_begin_seq(ds, &cs)) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "%s: out of memory", c->path);
@@ -210,7 +215,10 @@ static int ds_inline(pctx *c, lab_dataset *ds, const cJSON *arr) {
                 return BAD(c, field, "expected a token id (integer >= 0), got %s",
                            cJSON_IsNumber(t) ? "an out-of-range number" : json_type(t));
             }
-            if (p >= MAX_SEQ_LEN) return BAD(c, field, "sequence longer than %lld tokens", MAX_SEQ_LEN);
+            if (p >= MAX_SEQ_LEN)
+                return BAD(c, field, "sequence %lld is longer than the limit of %lld tokens", (long long)s, MAX_SEQ_LEN);
+            if (ds->offsets[ds->n_seq + 1] >= MAX_TOKENS)
+                return BAD(c, field, "the dataset is over the limit of %lld tokens in all", MAX_TOKENS);
             if (ds_push(ds, &ct, &cs, (int32_t)t->valuedouble))
                 return lab_errf(c->err, c->errlen, LAB_ENOMEM, "%s: out of memory", c->path);
             p++;
@@ -225,8 +233,23 @@ static int ds_inline(pctx *c, lab_dataset *ds, const cJSON *arr) {
  * blanks; blank lines and lines starting with '#' are skipped. */
 static int ds_file(pctx *c, lab_dataset *ds, const char *shown) {
     char *text = NULL;
-    int rc = lab_read_file(ds->file, &text, NULL, c->err, c->errlen);
+    size_t len = 0;
+    /* Read with its length, and refused when it holds a NUL byte: walked as a
+     * C string, the text after a NUL would silently not be part of the
+     * dataset (nor of its hash). */
+    int rc = lab_read_text(ds->file, "dataset file", LAB_DS_MAX_FILE_BYTES, &text, &len, c->err, c->errlen);
     if (rc) return lab_err_prefix(c->err, c->errlen, rc, "%s: dataset.file", c->path);
+    rc = lab_ds_parse_text(ds, text, len, c->path, shown, c->err, c->errlen);
+    free(text);
+    return rc;
+}
+
+int lab_ds_parse_text(lab_dataset *ds, char *text, size_t len, const char *exp_path, const char *shown,
+                      char *err, size_t errlen) {
+    pctx cc = {exp_path, err, errlen}, *c = &cc;
+    int rc = LAB_OK;
+    if (memchr(text, 0, len))   /* the reader refuses these; a caller with its own buffer must too */
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: dataset.file: %s holds a NUL byte", exp_path, shown);
     int64_t cs = 0, ct = 0, line = 0;
     char *p = text;
     while (*p) {
@@ -236,11 +259,29 @@ static int ds_file(pctx *c, lab_dataset *ds, const char *shown) {
         char *q = p;
         while (*q == ' ' || *q == '\t' || *q == '\r') q++;
         if (*q && *q != '#') {
+            if (ds->n_seq >= MAX_SEQS) {
+                rc = lab_errf(c->err, c->errlen, LAB_EINPUT,
+                              "%s: dataset.file: %s line %lld: more than the limit of %lld sequences",
+                              c->path, shown, (long long)line, MAX_SEQS);
+                break;
+            }
             if (ds_begin_seq(ds, &cs)) { rc = LAB_ENOMEM; break; }
             int64_t pos = 0;
             while (*q) {
                 while (*q == ' ' || *q == '\t' || *q == ',' || *q == '\r') q++;
                 if (!*q) break;
+                if (pos >= MAX_SEQ_LEN) {
+                    rc = lab_errf(c->err, c->errlen, LAB_EINPUT,
+                                  "%s: dataset.file: %s line %lld (sequence %lld): more than the limit of %lld tokens "
+                                  "per sequence", c->path, shown, (long long)line, (long long)ds->n_seq, MAX_SEQ_LEN);
+                    break;
+                }
+                if (ds->offsets[ds->n_seq + 1] >= MAX_TOKENS) {
+                    rc = lab_errf(c->err, c->errlen, LAB_EINPUT,
+                                  "%s: dataset.file: %s line %lld: the dataset is over the limit of %lld tokens in all",
+                                  c->path, shown, (long long)line, MAX_TOKENS);
+                    break;
+                }
                 if (!isdigit((unsigned char)*q)) {
                     rc = lab_errf(c->err, c->errlen, LAB_EINPUT,
                                   "%s: dataset.file: %s line %lld position %lld: expected a token id, got '%c'",
@@ -271,7 +312,6 @@ static int ds_file(pctx *c, lab_dataset *ds, const char *shown) {
         if (!eol) break;
         p = eol + 1;
     }
-    free(text);
     if (rc == LAB_ENOMEM) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "%s: out of memory", c->path);
     if (rc) return rc;
     if (ds->n_seq == 0)
@@ -339,7 +379,7 @@ static int parse_dataset(pctx *c, lab_experiment *e, const cJSON *j) {
 /* Knob values may be written as strings, integers or booleans; all become
  * the text the model's knob table validates ("1", "biased", "8"). */
 static int knob_text(const cJSON *v, char *out, size_t n) {
-    if (cJSON_IsString(v)) { snprintf(out, n, "%s", v->valuestring); return 0; }
+    if (cJSON_IsString(v)) return snprintf(out, n, "%s", v->valuestring) < (int)n ? 0 : -1;
     if (cJSON_IsBool(v)) { snprintf(out, n, "%s", cJSON_IsTrue(v) ? "1" : "0"); return 0; }
     if (cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e15) {
         snprintf(out, n, "%lld", (long long)v->valuedouble);
@@ -364,9 +404,7 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx) {
     if (rc || (rc = check_dupes(c, j, where))) return rc;
     snprintf(field, sizeof field, "%s.name", where);
     if ((rc = get_string(c, j, "name", field, 1, &a->name))) return rc;
-    for (const char *p = a->name; *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
-            return BAD(c, field, "arm name \"%s\" may use only letters, digits, '.', '_' and '-'", a->name);
+    if ((rc = lab_check_name(c->path, field, "an arm name", a->name, c->err, c->errlen))) return rc;
     snprintf(field, sizeof field, "%s.description", where);
     if ((rc = get_string(c, j, "description", field, 0, &a->description))) return rc;
 
@@ -385,6 +423,9 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx) {
             snprintf(field, sizeof field, "%s.knobs.%s", where, it->string);
             if (strncmp(it->string, "VT_", 3))
                 return BAD(c, field, "knob names start with VT_ (see `vtlab knobs`)");
+            if (cJSON_IsString(it) && strlen(it->valuestring) >= sizeof val)
+                return BAD(c, field, "knob value is %zu characters, more than the limit of %zu",
+                           strlen(it->valuestring), sizeof val - 1);
             if (knob_text(it, val, sizeof val))
                 return BAD(c, field, "expected a string, integer or boolean knob value, got %s", json_type(it));
             a->knob_names[a->n_knobs] = lab_strdup(it->string);
@@ -525,9 +566,7 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     if (!cJSON_IsObject(root)) return BAD(c, "(top level)", "expected a JSON object, got %s", json_type(root));
     if ((rc = check_keys(c, root, "", keys)) || (rc = check_dupes(c, root, ""))) return rc;
     if ((rc = get_string(c, root, "id", "id", 1, &e->id))) return rc;
-    for (const char *p = e->id; *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
-            return BAD(c, "id", "\"%s\" may use only letters, digits, '.', '_' and '-'", e->id);
+    if ((rc = lab_check_name(c->path, "id", "an experiment id", e->id, c->err, c->errlen))) return rc;
     if ((rc = get_string(c, root, "description", "description", 0, &e->description))) return rc;
     if ((rc = get_string(c, root, "hypothesis", "hypothesis", 0, &e->hypothesis))) return rc;
     const cJSON *notes = cJSON_GetObjectItemCaseSensitive(root, "notes");
@@ -611,6 +650,19 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
 
 int lab_experiment_parse(lab_experiment **out, const char *path, const char *text, char *err, size_t errlen) {
     *out = NULL;
+    return lab_experiment_parse_n(out, path, text, strlen(text), err, errlen);
+}
+
+int lab_experiment_parse_n(lab_experiment **out, const char *path, const char *text, size_t len, char *err,
+                           size_t errlen) {
+    *out = NULL;
+    /* NUL bytes and \u0000 escapes first: either would make a string (an id,
+     * a name) or the document itself shorter than the file says. After this,
+     * strlen(text) == len and text ends at its NUL. */
+    int rc0 = lab_json_check_text(path, text, len, err, errlen);
+    if (rc0) return rc0;
+    if (text[len] != 0)
+        return lab_errf(err, errlen, LAB_EINTERNAL, "%s: lab_experiment_parse_n: text not NUL-terminated", path);
     pctx c = {path, err, errlen};
     lab_experiment *e = calloc(1, sizeof *e);
     if (!e) return lab_errf(err, errlen, LAB_ENOMEM, "%s: out of memory", path);
@@ -642,10 +694,11 @@ fail:
 
 int lab_experiment_load(lab_experiment **out, const char *path, char *err, size_t errlen) {
     char *text = NULL;
+    size_t len = 0;
     *out = NULL;
-    int rc = lab_read_file(path, &text, NULL, err, errlen);
+    int rc = lab_read_json(path, &text, &len, err, errlen);
     if (rc) return rc;
-    rc = lab_experiment_parse(out, path, text, err, errlen);
+    rc = lab_experiment_parse_n(out, path, text, len, err, errlen);
     free(text);
     return rc;
 }
@@ -681,8 +734,31 @@ void lab_experiment_free(lab_experiment *e) {
     free(e);
 }
 
+/* What a run of e holds for its dataset, in bytes, for vocabulary V (see
+ * LAB_RUN_MAX_BYTES); saturates instead of overflowing. */
+static double run_bytes(const lab_experiment *e, int64_t n_seq, int64_t n_tok, int64_t max_len, int64_t V) {
+    double scored = e->score_last ? (double)n_seq : (double)n_tok;
+    double k = (double)(e->top_k < V ? e->top_k : V);
+    double b = 4.0 * (double)V * ((double)max_len + scored) + 8.0 * k * (double)n_tok;
+    if (e->store_full_logits) b += 2.0 * (double)V * (double)n_tok;
+    return b;
+}
+
 int lab_dataset_prepare(lab_experiment *e, int64_t vocab, char *err, size_t errlen) {
     lab_dataset *ds = &e->ds;
+    {
+        int gen = ds->kind == LAB_DS_GENERATE && ds->n_seq == 0;
+        int64_t n_seq = gen ? ds->gen_n : ds->n_seq, n_tok = gen ? ds->gen_n * ds->gen_len : ds->offsets[ds->n_seq];
+        int64_t max_len = gen ? ds->gen_len : ds->max_len;
+        double b = run_bytes(e, n_seq, n_tok, max_len, vocab);
+        if (b > (double)LAB_RUN_MAX_BYTES)
+            return lab_errf(err, errlen, LAB_EINPUT,
+                            "%s: dataset: a run would hold %.1f GiB for %lld tokens (longest sequence %lld) with the "
+                            "model's vocab_size %lld, more than the limit of %lld GiB (docs/experiments.md, Limits); "
+                            "use fewer or shorter sequences, \"score\": \"last\", or a smaller top_k",
+                            e->path, b / (1024.0 * 1024 * 1024), (long long)n_tok, (long long)max_len, (long long)vocab,
+                            (long long)(LAB_RUN_MAX_BYTES >> 30));
+    }
     if (ds->kind == LAB_DS_GENERATE) {
         if (vocab <= 3)
             return lab_errf(err, errlen, LAB_EINPUT, "%s: dataset.generate: the model's vocab_size %lld "

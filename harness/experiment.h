@@ -83,6 +83,19 @@ typedef struct lab_experiment {
     char       *spec_json;     /* the file re-printed canonically (stored with runs) */
 } lab_experiment;
 
+/* Dataset limits (docs/experiments.md, "Limits"), the same for every source.
+ * A bigger dataset is LAB_EINPUT naming the file, the line or sequence, and
+ * the limit. */
+#define LAB_DS_MAX_FILE_BYTES ((size_t)64 << 20)  /* a dataset.file: ~10^7 ids of up to 6 digits */
+#define LAB_DS_MAX_SEQS       1000000LL           /* sequences */
+#define LAB_DS_MAX_SEQ_LEN    65536LL             /* tokens in one sequence (T) */
+#define LAB_DS_MAX_TOKENS     10000000LL          /* tokens in all */
+/* What one run may hold for the dataset given the model's vocabulary V
+ * (checked by lab_dataset_prepare): 4·V·(longest T + scored positions) bytes
+ * of f32 logits, 8·top_k bytes of top-k per token, and 2·V per token when
+ * store_full_logits. */
+#define LAB_RUN_MAX_BYTES     ((int64_t)8 << 30)
+
 /* Parses and validates path and loads its dataset. On error returns
  * LAB_EINPUT (or LAB_ENOMEM/LAB_EIO) with err = "PATH: FIELD: what was
  * expected"; *out is then NULL. */
@@ -90,7 +103,18 @@ int  lab_experiment_load(lab_experiment **out, const char *path, char *err, size
 /* Same, from text (path is used for messages and relative dataset files). */
 int  lab_experiment_parse(lab_experiment **out, const char *path, const char *text,
                           char *err, size_t errlen);
+/* Same, from len bytes of text (text[len] must be 0). NUL bytes and \u0000
+ * escapes in strings are refused (they would shorten an id or a name). */
+int  lab_experiment_parse_n(lab_experiment **out, const char *path, const char *text, size_t len,
+                            char *err, size_t errlen);
 void lab_experiment_free(lab_experiment *e);
+
+/* The dataset-file reader, from len bytes of text (modified in place; ds
+ * zeroed by the caller, its arrays freed by the caller even on error).
+ * exp_path and shown name the experiment and the file in messages. Refuses
+ * NUL bytes and anything over the LAB_DS_* limits. Fuzz target. */
+int  lab_ds_parse_text(lab_dataset *ds, char *text, size_t len, const char *exp_path, const char *shown,
+                       char *err, size_t errlen);
 
 /* Completes the dataset once the model's vocabulary is known: draws a
  * generated dataset (ids uniform in [3, vocab), see experiment.c), or checks

@@ -108,6 +108,10 @@ static int get_knobs(pctx *c, const cJSON *o, const char *key, const char *field
     for (const cJSON *it = v->child; it && !rc; it = it->next) {
         char f[256], val[64], kerr[512];
         snprintf(f, sizeof f, "%s.%s", field, it->string);
+        if (cJSON_IsString(it) && strlen(it->valuestring) >= sizeof val) {
+            rc = bad(c, f, "knob value is longer than %s characters", "63");
+            break;
+        }
         if (cJSON_IsString(it)) snprintf(val, sizeof val, "%s", it->valuestring);
         else if (cJSON_IsBool(it)) snprintf(val, sizeof val, "%d", cJSON_IsTrue(it));
         else if (cJSON_IsNumber(it) && it->valuedouble == (double)(long long)it->valuedouble)
@@ -176,6 +180,7 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
     int rc = check_keys(c, j, "", top);
     if (!rc) rc = get_str(c, j, "id", "id", 1, &x->id);
     if (!rc && !valid_id(x->id)) rc = bad(c, "id", "\"%s\": expected letters, digits, '.', '_' or '-'", x->id);
+    if (!rc) rc = lab_check_name(c->file, "id", "a claim id", x->id, c->err, c->errlen);
     if (!rc) rc = check_file_name(c, x->id);
     if (!rc) rc = get_str(c, j, "hypothesis", "hypothesis", 1, &x->hypothesis);
     if (!rc) rc = get_str(c, j, "verdict", "verdict", 1, &x->verdict);
@@ -207,6 +212,7 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
         rc = check_keys(c, a, which[w], arm_keys);
         snprintf(f, sizeof f, "%s.name", which[w]);
         if (!rc) rc = get_str(c, a, "name", f, 1, w ? &x->ref_name : &x->arm_name);
+        if (!rc) rc = lab_check_name(c->file, f, "an arm name", w ? x->ref_name : x->arm_name, c->err, c->errlen);
         snprintf(f, sizeof f, "%s.knobs", which[w]);
         if (!rc) rc = get_knobs(c, a, "knobs", f, w ? &x->ref_knobs : &x->arm_knobs);
     }
@@ -250,6 +256,7 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     int rc = check_keys(c, j, "", top);
     if (!rc) rc = get_str(c, j, "id", "id", 1, &x->id);
     if (!rc && !valid_id(x->id)) rc = bad(c, "id", "\"%s\": expected letters, digits, '.', '_' or '-'", x->id);
+    if (!rc) rc = lab_check_name(c->file, "id", "a defect id", x->id, c->err, c->errlen);
     if (!rc) rc = check_file_name(c, x->id);
     if (!rc) rc = get_str(c, j, "title", "title", 1, &x->title);
     if (!rc) rc = get_str(c, j, "site", "site", 1, &x->site);
@@ -275,20 +282,48 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     return rc;
 }
 
-static int parse_file(const char *file, int is_claim, void *rec, char *err, size_t errlen) {
-    char *text = NULL;
-    int rc = lab_read_file(file, &text, NULL, err, errlen);
-    if (rc) return rc;
-    cJSON *j = cJSON_Parse(text);
-    pctx c = {file, err, errlen};
-    if (!j) rc = bad(&c, "(top level)", "not valid JSON%s", "");
-    else rc = is_claim ? parse_claim(&c, j, rec) : parse_defect(&c, j, rec);
+/* One record from len bytes of text (text[len] == 0). NUL bytes and \u0000
+ * escapes are refused first: either would shorten an id, a name or a knob
+ * value without a word. */
+static int parse_text(const char *file, const char *text, size_t len, int is_claim, void *rec, char *err,
+                      size_t errlen) {
+    int rc = lab_json_check_text(file, text, len, err, errlen);
     if (is_claim) ((lab_claim *)rec)->file = lab_strdup(file);
     else ((lab_defect *)rec)->file = lab_strdup(file);
+    if (rc) return rc;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(text, &end, 1);
+    pctx c = {file, err, errlen};
+    if (!j) rc = bad(&c, "(top level)", "not valid JSON (or text after the JSON value)%s", "");
+    else rc = is_claim ? parse_claim(&c, j, rec) : parse_defect(&c, j, rec);
     cJSON_Delete(j);
+    return rc;
+}
+
+static int parse_file(const char *file, int is_claim, void *rec, char *err, size_t errlen) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = lab_read_json(file, &text, &len, err, errlen);
+    if (rc) return rc;
+    rc = parse_text(file, text, len, is_claim, rec, err, errlen);
     free(text);
     return rc;
 }
+
+int lab_claim_parse(const char *file, const char *text, size_t len, lab_claim *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (text[len] != 0) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: lab_claim_parse: text not NUL-terminated", file);
+    return parse_text(file, text, len, 1, out, err, errlen);
+}
+
+int lab_defect_parse(const char *file, const char *text, size_t len, lab_defect *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (text[len] != 0) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: lab_defect_parse: text not NUL-terminated", file);
+    return parse_text(file, text, len, 0, out, err, errlen);
+}
+
+void lab_claim_clear(lab_claim *c) { claim_free(c); memset(c, 0, sizeof *c); }
+void lab_defect_clear(lab_defect *d) { defect_free(d); memset(d, 0, sizeof *d); }
 
 int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);

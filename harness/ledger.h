@@ -76,6 +76,15 @@ typedef struct lab_ledger {
 int  lab_ledger_load(const char *dir, lab_ledger *out, char *err, size_t errlen);
 void lab_ledger_free(lab_ledger *l);
 
+/* One claim or defect record from len bytes of text (text[len] must be 0),
+ * as lab_ledger_load checks each file (no cross-references); file names it in
+ * messages and must be ".../ID.json". *out is filled even on error: free it
+ * with lab_claim_clear / lab_defect_clear. Fuzz targets. */
+int  lab_claim_parse(const char *file, const char *text, size_t len, lab_claim *out, char *err, size_t errlen);
+int  lab_defect_parse(const char *file, const char *text, size_t len, lab_defect *out, char *err, size_t errlen);
+void lab_claim_clear(lab_claim *c);
+void lab_defect_clear(lab_defect *d);
+
 const lab_claim  *lab_ledger_claim(const lab_ledger *l, const char *id);
 const lab_defect *lab_ledger_defect(const lab_ledger *l, const char *id);
 

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "harness/cli.h"
+#include "harness/experiment.h"   /* LAB_DS_MAX_SEQ_LEN: the longest sequence, as in a dataset */
 #include "harness/lab.h"
 #include "model/vt.h"
 
@@ -99,7 +100,8 @@ static int env_knobs(vt_knobset **ks) {
     return 0;
 }
 
-static int write_probes_json(const char *path, const vt_session *s, char *err, size_t errlen) {
+/* The probe records as JSON text (caller frees); NULL when out of memory. */
+static char *probes_json(const vt_session *s) {
     cJSON *arr = cJSON_CreateArray();
     for (int64_t i = 0; i < vt_session_probe_count(s); i++) {
         const vt_probe *p = vt_session_probe_at(s, i);
@@ -122,10 +124,7 @@ static int write_probes_json(const char *path, const vt_session *s, char *err, s
     }
     char *txt = cJSON_Print(arr);
     cJSON_Delete(arr);
-    if (!txt) { snprintf(err, errlen, "%s: out of memory", path); return VT_STATUS_NOMEM; }
-    int rc = vt_cli_write_file_atomic(path, txt, strlen(txt), err, errlen);
-    free(txt);
-    return rc;
+    return txt;
 }
 
 static int cmd_logits(int argc, char **argv, int generate) {
@@ -144,7 +143,7 @@ static int cmd_logits(int argc, char **argv, int generate) {
     int32_t *tok = NULL;
     int64_t T = 0;
     char err[1024];
-    if (vt_cli_parse_tokens(tokens_s, &tok, &T, err, sizeof err) != 0) {
+    if (vt_cli_parse_tokens(tokens_s, LAB_DS_MAX_SEQ_LEN, &tok, &T, err, sizeof err) != 0) {
         fprintf(stderr, "vtlab %s: --tokens: %s\n", name, err);
         return 2;
     }
@@ -154,13 +153,26 @@ static int cmd_logits(int argc, char **argv, int generate) {
         fprintf(stderr, "vtlab generate: -n %s: expected an integer in 0..100000\n", n_s);
         return 2;
     }
+    if (probes && !strcmp(probes, out)) {
+        free(tok);
+        fprintf(stderr, "vtlab logits: --probes and --out name the same file %s\n", out);
+        return 2;
+    }
     vt_knobset *ks = NULL;
     int ec = env_knobs(&ks);
     if (ec) { free(tok); return ec; }
     vt_model *m = NULL;
     vt_session *s = NULL;
     float *logits = NULL;
-    int rc = vt_model_open(&m, dir, err, sizeof err);
+    /* Every output is created (as a temp file) before any work, and none is
+     * put in place unless all were written: a bad --probes path fails before
+     * --out is touched. */
+    vt_cli_out o_out = {0}, o_probes = {0};
+    o_out.fd = o_probes.fd = -1;
+    int rc = VT_STATUS_OK;
+    if (out) rc = vt_cli_out_open(&o_out, out, err, sizeof err);
+    if (!rc && probes) rc = vt_cli_out_open(&o_probes, probes, err, sizeof err);
+    if (!rc) rc = vt_model_open(&m, dir, err, sizeof err);
     if (!rc) rc = vt_session_new(&s, m, ks, err, sizeof err);
     vt_model_info info;
     if (!rc) {
@@ -170,8 +182,15 @@ static int cmd_logits(int argc, char **argv, int generate) {
     }
     if (!rc && !generate) {
         rc = vt_session_prefill(s, tok, T, logits, err, sizeof err);
-        if (!rc) rc = vt_cli_write_file_atomic(out, logits, sizeof(float) * (size_t)T * (size_t)info.vocab_size, err, sizeof err);
-        if (!rc && probes) rc = write_probes_json(probes, s, err, sizeof err);
+        if (!rc) rc = vt_cli_out_write(&o_out, logits, sizeof(float) * (size_t)T * (size_t)info.vocab_size, err, sizeof err);
+        if (!rc && probes) {
+            char *txt = probes_json(s);
+            if (!txt) { rc = VT_STATUS_NOMEM; snprintf(err, sizeof err, "%s: out of memory", probes); }
+            if (!rc) rc = vt_cli_out_write(&o_probes, txt, strlen(txt), err, sizeof err);
+            free(txt);
+        }
+        if (!rc) rc = vt_cli_out_commit(&o_out, err, sizeof err);
+        if (!rc && probes) rc = vt_cli_out_commit(&o_probes, err, sizeof err);
     } else if (!rc) {
         /* greedy: prefill the prompt keeping only the last row, then decode */
         float *all = malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size);
@@ -188,6 +207,8 @@ static int cmd_logits(int argc, char **argv, int generate) {
         }
         if (!rc) printf("\n");
     }
+    vt_cli_out_abort(&o_out);      /* no-ops once committed */
+    vt_cli_out_abort(&o_probes);
     free(logits);
     free(tok);
     vt_session_free(s);

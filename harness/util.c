@@ -4,6 +4,9 @@
  */
 #include "util.h"
 
+#include "model/vt.h"
+
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <dirent.h>
@@ -13,12 +16,20 @@
 #include <sys/stat.h>
 #include <time.h>
 
+/* An error is one line: control characters that came from the input (a JSON
+ * key "a\nb", a name) are shown as '?'. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
 int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...) {
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
+        one_line(err);
     }
     return code;
 }
@@ -32,6 +43,7 @@ int lab_err_prefix(char *err, size_t errlen, int code, const char *fmt, ...) {
     va_end(ap);
     snprintf(old, sizeof old, "%s", err);
     snprintf(err, errlen, "%s: %s", pre, old);
+    one_line(err);
     return code;
 }
 
@@ -89,22 +101,148 @@ void lab_buf_free(lab_buf *b) {
     memset(b, 0, sizeof *b);
 }
 
-int lab_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+/* Opens path for reading and checks that it is a regular file; *size is its
+ * size when opened. What a path is, when it is not a file, is the user's
+ * mistake (LAB_EINPUT), not a failing system. */
+static int open_regular(const char *path, const char *what, FILE **f, int64_t *size, char *err, size_t errlen) {
+    const char *w = what ? what : "file";
+    *f = fopen(path, "rb");
+    if (!*f) {
+        int e = errno;
+        return lab_errf(err, errlen, e == ENOMEM ? LAB_ENOMEM : LAB_EINPUT, "%s: cannot open %s: %s", path, w,
+                        strerror(e));
+    }
+    struct stat st;
+    if (fstat(fileno(*f), &st) != 0) {
+        int e = errno;
+        fclose(*f);
+        *f = NULL;
+        return lab_errf(err, errlen, LAB_EIO, "%s: cannot stat %s: %s", path, w, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(*f);
+        *f = NULL;
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: is %s, expected a %s", path,
+                        S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", w);
+    }
+    *size = (int64_t)st.st_size;
+    return LAB_OK;
+}
+
+/* Reads f to its end, stopping with LAB_EINPUT once more than max bytes
+ * (0: no limit) arrived (the file grew after it was measured). */
+static int read_all(FILE *f, const char *path, const char *what, size_t max, char **out, size_t *len,
+                    char *err, size_t errlen) {
     lab_buf b = {0};
     char chunk[65536];
     size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) lab_buf_append(&b, chunk, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { lab_buf_free(&b); return lab_errf(err, errlen, LAB_EIO, "%s: read failed", path); }
-    if (b.oom) { lab_buf_free(&b); return lab_errf(err, errlen, LAB_ENOMEM, "%s: out of memory", path); }
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        lab_buf_append(&b, chunk, n);
+        if (max && b.len > max) {
+            lab_buf_free(&b);
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: %s is larger than the limit of %zu bytes", path,
+                            what ? what : "file", max);
+        }
+    }
+    if (ferror(f)) {
+        int e = errno;
+        lab_buf_free(&b);
+        return lab_errf(err, errlen, LAB_EIO, "%s: read failed: %s", path, strerror(e ? e : EIO));
+    }
     if (!b.data) lab_buf_append(&b, "", 0);
-    if (b.oom) return lab_errf(err, errlen, LAB_ENOMEM, "%s: out of memory", path);
+    if (b.oom) { lab_buf_free(&b); return lab_errf(err, errlen, LAB_ENOMEM, "%s: out of memory", path); }
     *out = b.data;
-    if (len) *len = b.len;
+    *len = b.len;
+    return LAB_OK;
+}
+
+int lab_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+    *out = NULL;
+    FILE *f;
+    int64_t size;
+    size_t n = 0;
+    int rc = open_regular(path, NULL, &f, &size, err, errlen);
+    if (rc) return rc;
+    rc = read_all(f, path, NULL, 0, out, &n, err, errlen);
+    fclose(f);
+    if (!rc && len) *len = n;
+    return rc;
+}
+
+/* Line (1-based) and column (1-based, in bytes) of offset at in text. */
+static void line_col(const char *text, size_t at, int64_t *line, int64_t *col) {
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (text[i] == '\n') { (*line)++; *col = 1; }
+        else (*col)++;
+    }
+}
+
+int lab_read_text(const char *path, const char *what, size_t max_bytes, char **out, size_t *len,
+                  char *err, size_t errlen) {
+    *out = NULL;
+    const char *w = what ? what : "file";
+    FILE *f;
+    int64_t size;
+    size_t n = 0;
+    int rc = open_regular(path, w, &f, &size, err, errlen);
+    if (rc) return rc;
+    if (max_bytes && (uint64_t)size > max_bytes) {
+        fclose(f);
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: %s is %lld bytes, more than the limit of %zu bytes", path, w,
+                        (long long)size, max_bytes);
+    }
+    rc = read_all(f, path, w, max_bytes, out, &n, err, errlen);
+    fclose(f);
+    if (rc) return rc;
+    const char *nul = memchr(*out, 0, n);
+    if (nul) {
+        int64_t line, col;
+        size_t at = (size_t)(nul - *out);
+        line_col(*out, at, &line, &col);
+        free(*out);
+        *out = NULL;
+        return lab_errf(err, errlen, LAB_EINPUT,
+                        "%s: line %lld column %lld (byte %zu): a NUL byte; a %s is text and holds none", path,
+                        (long long)line, (long long)col, at, w);
+    }
+    if (len) *len = n;
+    return LAB_OK;
+}
+
+int lab_json_check_text(const char *path, const char *text, size_t len, char *err, size_t errlen) {
+    /* the model's rule (vt.h), so that a config and an experiment are held to
+     * the same one */
+    int rc = vt_json_text_check(text, len, path, err, errlen);
+    if (rc != VT_STATUS_OK) one_line(err);
+    return rc == VT_STATUS_OK ? LAB_OK : LAB_EINPUT;
+}
+
+int lab_read_json(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+    size_t n = 0;
+    int rc = lab_read_text(path, "JSON file", LAB_MAX_JSON_BYTES, out, &n, err, errlen);
+    if (rc) return rc;
+    if ((rc = lab_json_check_text(path, *out, n, err, errlen))) {
+        free(*out);
+        *out = NULL;
+        return rc;
+    }
+    if (len) *len = n;
+    return LAB_OK;
+}
+
+int lab_check_name(const char *path, const char *field, const char *what, const char *name,
+                   char *err, size_t errlen) {
+    size_t n = strlen(name);
+    if (n == 0) return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: expected a non-empty %s", path, field, what);
+    if (n > LAB_NAME_MAX)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"%.24s...\" is %zu characters; %s is at most %d",
+                        path, field, name, n, what, LAB_NAME_MAX);
+    for (const char *p = name; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"%.*s\" may use only letters, digits, '.', '_' and '-'",
+                            path, field, LAB_NAME_MAX, name);
     return LAB_OK;
 }
 

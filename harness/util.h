@@ -44,8 +44,48 @@ void lab_buf_append(lab_buf *b, const void *p, size_t n);
 void lab_buf_printf(lab_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void lab_buf_free(lab_buf *b);
 
-/* Reads a whole file (NUL-terminated); *len may be NULL. */
+/* Reads a whole file (NUL-terminated); *len may be NULL. Binary-safe: the
+ * bytes may hold NULs, so use *len, never strlen. A path that is not a
+ * regular file (a directory, a FIFO) or cannot be opened is LAB_EINPUT naming
+ * the path and what it is; a failing read is LAB_EIO. */
 int lab_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
+
+/* Reads a text input (an experiment, a dataset, a claim, a report): as
+ * lab_read_file, and also LAB_EINPUT when the file is larger than max_bytes
+ * (checked before reading; 0: no limit) or holds a NUL byte (text walked as a
+ * C string would silently stop there). Errors name the path and, for a NUL,
+ * its line and byte offset. `what` names the input in messages ("dataset
+ * file"); may be NULL. */
+int lab_read_text(const char *path, const char *what, size_t max_bytes, char **out, size_t *len,
+                  char *err, size_t errlen);
+
+/* Checks JSON text of len bytes before it is parsed: a NUL byte anywhere, or a
+ * \u0000 escape inside a string (cJSON decodes it into a C string that then
+ * ends early: "ab\u0000cd" would be read as "ab"), is LAB_EINPUT with
+ * "PATH: line L column C: ...". Every JSON input of the harness goes through
+ * this (lab_read_json does both). */
+int lab_json_check_text(const char *path, const char *text, size_t len, char *err, size_t errlen);
+
+/* lab_read_text (limit LAB_MAX_JSON_BYTES) + lab_json_check_text. */
+int lab_read_json(const char *path, char **out, size_t *len, char *err, size_t errlen);
+
+/* The largest JSON input read (experiment, claim, defect, bench report): these
+ * are hand-written files of a few KiB; an inline dataset of 10^6 tokens is
+ * about 7 MiB. */
+#define LAB_MAX_JSON_BYTES ((size_t)64 << 20)
+
+/* Names that are identities (experiment ids, arm names, claim and defect ids,
+ * bench phase names): at most LAB_NAME_MAX characters, checked where they are
+ * parsed, so that no fixed-size buffer downstream (report, nightly, audit,
+ * `vtlab runs`) ever truncates one. A buffer for a name is LAB_NAME_BUF. */
+#define LAB_NAME_MAX 48
+#define LAB_NAME_BUF (LAB_NAME_MAX + 1)
+
+/* LAB_EINPUT naming path and field when name is longer than LAB_NAME_MAX or
+ * uses a character other than [A-Za-z0-9._-]; what says which name ("arm
+ * name"). Empty is an error too. */
+int lab_check_name(const char *path, const char *field, const char *what, const char *name,
+                   char *err, size_t errlen);
 
 /* Current UTC time as "YYYY-MM-DDTHH:MM:SSZ" into out[32]. */
 void lab_now_iso(char out[32]);

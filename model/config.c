@@ -25,6 +25,7 @@
  * the list produced cannot disagree.
  */
 #include "config.h"
+#include "fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -489,6 +490,10 @@ int vt_config_parse(const char *json, size_t len, const char *fname, vt_config *
     memset(cfg, 0, sizeof *cfg);
     pctx c = {fname, err};
 
+    /* NUL bytes and \u0000 escapes: cJSON would cut a string (dtype, a
+     * router function name) short at them and accept what is left */
+    int rc0 = vt_json_check_text(json, len, fname, err);
+    if (rc0 != VT_OK) return rc0;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
@@ -529,7 +534,8 @@ int vt_config_load(const char *path, vt_config *cfg, vt_err *err) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return vt_errf(err, VT_EINPUT, "%s: config is not a regular file", path);
+        return vt_errf(err, VT_EINPUT, "%s: config is not a regular file (%s)", path,
+                       S_ISDIR(st.st_mode) ? "a directory" : "a device, FIFO or socket");
     }
     if ((uint64_t)st.st_size > CFG_MAX_FILE_BYTES) {
         close(fd);

@@ -1,5 +1,6 @@
 /* fileio.c — see fileio.h. */
 #include "fileio.h"
+#include "vt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -52,4 +53,31 @@ int vt_file_write_atomic(const char *path, const void *data, size_t n, vt_err *e
     free(tmp);
     sync_parent(path);
     return VT_OK;
+}
+
+int vt_json_check_text(const char *text, size_t len, const char *fname, vt_err *err) {
+    int in_str = 0;
+    long long line = 1, col = 1;
+    for (size_t i = 0; i < len; i++, col++) {
+        char ch = text[i];
+        if (ch == 0)
+            return vt_errf(err, VT_EINPUT, "%s: line %lld column %lld (byte %zu): a NUL byte; JSON text holds none",
+                           fname, line, col, i);
+        if (ch == '\n') { line++; col = 0; continue; }
+        if (ch == '"') { in_str = !in_str; continue; }
+        if (!in_str || ch != '\\') continue;
+        if (i + 5 < len && text[i + 1] == 'u' && !memcmp(text + i + 2, "0000", 4))
+            return vt_errf(err, VT_EINPUT, "%s: line %lld column %lld: \\u0000 in a string; a NUL would cut the "
+                           "string short", fname, line, col);
+        i++, col++;   /* the escaped character: \" does not end the string */
+    }
+    return VT_OK;
+}
+
+int vt_json_text_check(const char *text, size_t len, const char *fname, char *err, size_t errlen) {
+    vt_err e;
+    vt_err_clear(&e);
+    int rc = vt_json_check_text(text, len, fname, &e);
+    if (rc != VT_OK && err && errlen) snprintf(err, errlen, "%s", e.msg);
+    return rc == VT_OK ? VT_STATUS_OK : VT_STATUS_INPUT;
 }

@@ -188,6 +188,16 @@ int vt_synth_version(void);
  * and the reader hold reports to the same rule). */
 int vt_bench_name_ok(const char *s);
 
+/* ------------------------------------------------------------------ JSON text */
+
+/* Checks len bytes of JSON text before it is parsed: a NUL byte anywhere, or
+ * a \u0000 escape inside a string, is VT_STATUS_INPUT with
+ * "FNAME: line L column C: ..." in err. cJSON decodes \u0000 into C strings
+ * that then end early ("ab\u0000cd" reads as "ab"), and a NUL byte makes the
+ * text shorter than the file. The model's config reader and every JSON input
+ * of the harness apply this one rule. */
+int vt_json_text_check(const char *text, size_t len, const char *fname, char *err, size_t errlen);
+
 /* ------------------------------------------------------------------ f16 */
 
 /* IEEE binary16 <-> f32 on raw bits, by the model's own conversion (dtype.c:

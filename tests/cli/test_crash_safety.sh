@@ -88,6 +88,21 @@ check "fallback: the ledger equals the uninterrupted one" '[ -z "$d" ]' "$d"
 d=$(diff <(cd "$T/ctl" && find . | sort) <(cd "$K" && find . | sort))
 check "fallback: nothing left over in the specs dir" '[ -z "$d" ]' "$d"
 expect_exit "fallback: specs check at the end" 0 "$VTLAB" specs check --specs "$K"
+# Two reopens of one claim at once (separate databases, one ledger): the
+# commits are serialized and the second sees the claim superseded, instead of
+# giving it two successors (a ledger no command would load).
+C="$T/conc"; cp -r specs "$C"
+"$VTLAB" reopen "$CLAIM" --db "$C-a.db" --specs "$C" >"$T/conc-a.out" 2>&1 & pa=$!
+"$VTLAB" reopen "$CLAIM" --db "$C-b.db" --specs "$C" >"$T/conc-b.out" 2>&1 & pb=$!
+wait $pa; ra=$?; wait $pb; rb=$?
+check "concurrent reopens: one succeeds, the other is refused (exit 0 and 2)" \
+  '[ $((ra + rb)) -eq 2 ] && [ $((ra * rb)) -eq 0 ]' "exits $ra and $rb: $(tail -n2 "$T/conc-a.out" "$T/conc-b.out")"
+grep -q "superseded by .* meanwhile" "$T/conc-a.out" "$T/conc-b.out" \
+  && ok "concurrent reopens: the refusal says the claim was superseded meanwhile" \
+  || not_ok "concurrent reopens: refusal" "$(tail -n2 "$T/conc-a.out" "$T/conc-b.out")"
+expect_exit "concurrent reopens: the ledger checks" 0 "$VTLAB" specs check --specs "$C"
+[ "$(ls "$C/claims" | wc -l)" -eq 2 ] && ok "concurrent reopens: exactly one new claim" || not_ok "concurrent claims" "$(ls "$C/claims")"
+
 [ "$(q "$T/k-reopen-before-commit.db" "SELECT count(*) FROM reopens")" = 1 ] \
   && ok "a reopen completed after a kill records one reopens row" \
   || not_ok "reopens rows" "$(q "$T/k-reopen-before-commit.db" "SELECT * FROM reopens")"

@@ -134,7 +134,10 @@ cat > "$T/one.json" <<JSON
  "reference": "f32", "arms": [{"name": "f32"}]}
 JSON
 "$VTLAB" run "$T/one.json" --db "$T/one.db" >/dev/null 2>&1
-mdir=$(ls -d build/models/*/ | while read d; do [ -f "$d/model.sha256" ] && echo "$d"; done | head -1)
+# The synthesized model this run used: the cache directory whose recorded
+# hash is the run's model_sha256 (other tests may have cached other models).
+msha=$(q $T/one.db 'select model_sha256 from runs')
+mdir=$(for d in build/models/*/; do [ -f "$d/model.sha256" ] && [ "$(tail -n 1 "$d/model.sha256")" = "$msha" ] && echo "$d"; done | head -1)
 "$VTLAB" logits --model "$mdir" --tokens 5,17,3,99 --out "$T/one.bin" >/dev/null 2>&1
 check "logits hash = sha256 of the raw logits vtlab logits writes" \
     "[ \"$(q $T/one.db 'select logits_sha256 from runs')\" = \"$(sha256sum $T/one.bin | cut -c1-64)\" ]"
