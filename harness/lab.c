@@ -165,15 +165,16 @@ static int cmd_sweep(int argc, char **argv) {
     return finish_runs(0, "", &sum);
 }
 
-/* Opens the database for a read command; a missing file is bad input (the
- * read commands never create a database). */
+/* Opens the database for a read command, read-only: a missing file is bad
+ * input (the read commands never create a database), a corrupt one is named,
+ * and a read-only directory or mount is fine. */
 static int open_for_read(const char *cmd, const char *db, lab_store **st) {
     char err[1024] = "";
     if (!lab_path_exists(db)) {
         fprintf(stderr, "vtlab %s: %s: no such database (run an experiment first, or pass --db PATH)\n", cmd, db);
         return 2;
     }
-    int rc = lab_store_open(st, db, err, sizeof err);
+    int rc = lab_store_open_readonly(st, db, err, sizeof err);
     if (rc) {
         fprintf(stderr, "vtlab %s: %s\n", cmd, err);
         return lab_exit_code(rc);
@@ -212,14 +213,8 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     else if (!strcmp(cmd, "show")) rc = lab_cmd_show(st, id, err, sizeof err);
     else if (!strcmp(cmd, "compare")) rc = lab_cmd_compare(st, id, id2, err, sizeof err);
     else {
-        FILE *out = stdout;
-        if (a.out && !(out = fopen(a.out, "w"))) {
-            lab_store_close(st);
-            fprintf(stderr, "vtlab export: --out %s: cannot create: %s\n", a.out, strerror(errno));
-            return 2;
-        }
-        rc = lab_cmd_export(st, id, a.format, out, err, sizeof err);
-        if (out != stdout && fclose(out) != 0 && !rc) rc = lab_errf(err, sizeof err, LAB_EIO, "--out %s: write failed", a.out);
+        if (a.out) rc = lab_cmd_export_file(st, id, a.format, a.out, err, sizeof err);
+        else rc = lab_cmd_export(st, id, a.format, stdout, err, sizeof err);
     }
     lab_store_close(st);
     if (rc) {
@@ -312,6 +307,7 @@ int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "audit")) return cmd_audit(argc, argv);
     if (!strcmp(cmd, "reopen")) return cmd_reopen(argc, argv);
     if (!strcmp(cmd, "record-bench")) return cmd_record_bench(argc, argv);
+    if (!strcmp(cmd, "ack")) return lab_cmd_ack(argc, argv);
     /* issue 6: reports and nightly CI sweeps (report.c, nightly.c parse their own options) */
     if (!strcmp(cmd, "report")) return lab_report_main(argc, argv);
     if (!strcmp(cmd, "nightly")) return lab_nightly_main(argc, argv);
@@ -341,5 +337,7 @@ void vt_lab_usage(void) {
             "                                       static HTML page + markdown + gnuplot charts (default report/)\n"
             "  nightly  [DIR] [--db PATH] [--out DIR] [--specs DIR] [--alpha A] [--perf-min-drop F] [--no-audit]\n"
             "                                       rerun DIR/*.json, audit, compare with the previous nightly;\n"
-            "                                       junit.xml, nightly.md, regressions.atom; exit 1 on a regression\n");
+            "                                       junit.xml, nightly.md, regressions.atom; exit 1 on a regression\n"
+            "  ack      EXPERIMENT/ARM/KIND --reason TEXT [--db PATH]\n"
+            "                                       acknowledge a known regression: later nightlies note it, not alert\n");
 }
