@@ -128,11 +128,10 @@ static int parse(const char *path, const char *text, size_t len, report *r, char
     memset(r, 0, sizeof *r);
     /* a NUL byte or a \u0000 escape would silently shorten a name or the
      * code version: refused before cJSON sees the text */
-    int rc0 = lab_json_check_text(path, text, len, err, errlen);
+    void *root = NULL;
+    int rc0 = lab_json_parse(path, text, len, &root, err, errlen);
     if (rc0) return rc0;
-    const char *end = NULL;
-    if (!(r->root = cJSON_ParseWithOpts(text, &end, 1)))
-        return lab_errf(err, errlen, LAB_EINPUT, "%s: not valid JSON (or text after the JSON value)", path);
+    r->root = root;
     const char *dup = duplicate_key(r->root);
     if (dup)
         return lab_errf(err, errlen, LAB_EINPUT, "%s: key \"%s\" appears twice in one object (which one was meant?)",

@@ -659,26 +659,16 @@ int lab_experiment_parse_n(lab_experiment **out, const char *path, const char *t
     /* NUL bytes and \u0000 escapes first: either would make a string (an id,
      * a name) or the document itself shorter than the file says. After this,
      * strlen(text) == len and text ends at its NUL. */
-    int rc0 = lab_json_check_text(path, text, len, err, errlen);
-    if (rc0) return rc0;
     if (text[len] != 0)
         return lab_errf(err, errlen, LAB_EINTERNAL, "%s: lab_experiment_parse_n: text not NUL-terminated", path);
     pctx c = {path, err, errlen};
     lab_experiment *e = calloc(1, sizeof *e);
     if (!e) return lab_errf(err, errlen, LAB_ENOMEM, "%s: out of memory", path);
     e->path = lab_strdup(path);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    int rc;
-    if (!root) {
-        int64_t line = 1, col = 1;
-        for (const char *p = text; end && p < end && *p; p++) {
-            if (*p == '\n') { line++; col = 1; } else col++;
-        }
-        rc = lab_errf(err, errlen, LAB_EINPUT, "%s: (top level): not valid JSON near line %lld column %lld",
-                      path, (long long)line, (long long)col);
-        goto fail;
-    }
+    void *parsed = NULL;
+    int rc = lab_json_parse(path, text, len, &parsed, err, errlen);
+    cJSON *root = parsed;
+    if (rc) goto fail;
     if ((rc = parse_root(&c, e, root))) goto fail;
     e->spec_json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -145,8 +146,8 @@ static int get_code_point(pctx *c, const cJSON *o, const char *key, const char *
 
 static void claim_free(lab_claim *x) {
     char *s[] = {x->file, x->id, x->hypothesis, x->verdict, x->metric, x->direction, x->arm_name, x->ref_name,
-                 x->codebase, x->code.commit, x->code.date, x->measured_at, x->experiment, x->supersedes,
-                 x->superseded_by, x->notes};
+                 x->codebase, x->code.commit, x->code.date, x->measured_at, x->experiment, x->experiment_path,
+                 x->supersedes, x->superseded_by, x->notes};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) free(s[i]);
     kv_free(&x->arm_knobs);
     kv_free(&x->ref_knobs);
@@ -271,11 +272,21 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     if (!rc) rc = get_str(c, cr, "codebase", "code_range.codebase", 1, &x->codebase);
     if (!rc) rc = get_code_point(c, cr, "introduced", "code_range.introduced", &x->introduced);
     if (!rc) rc = get_code_point(c, cr, "fixed", "code_range.fixed", &x->fixed);
-    if (!rc) rc = get_str(c, j, "replay_fault", "replay_fault", 1, &x->replay_fault);
-    if (!rc) {
-        int ok = 0;
-        for (int i = 0; i < vt_fault_count(); i++) ok |= !strcmp(vt_fault_at(i)->name, x->replay_fault);
-        if (!ok) rc = bad(c, "replay_fault", "\"%s\" is not a registered fault (see `vtlab faults`)", x->replay_fault);
+    /* Optional: a defect found elsewhere (another engine, no replay yet) is
+     * recorded without one. One that is given must act where the defect is. */
+    if (!rc) rc = get_str(c, j, "replay_fault", "replay_fault", 0, &x->replay_fault);
+    if (!rc && x->replay_fault) {
+        const vt_fault_info *f = NULL;
+        for (int i = 0; i < vt_fault_count(); i++)
+            if (!strcmp(vt_fault_at(i)->name, x->replay_fault)) f = vt_fault_at(i);
+        if (!f) rc = bad(c, "replay_fault", "\"%s\" is not a registered fault (see `vtlab faults`; leave it out, or "
+                                            "null, when vtlab has no replay of this defect)", x->replay_fault);
+        else if (strcmp(f->site, x->site)) {
+            char what[512];
+            snprintf(what, sizeof what, "\"%s\" acts at %s, but the defect's site is %s: it does not replay this defect",
+                     f->name, f->site, x->site);
+            rc = bad(c, "replay_fault", "%s", what);
+        }
     }
     if (!rc) rc = get_str(c, j, "guard_test", "guard_test", 1, &x->guard_test);
     if (!rc) rc = get_str(c, j, "source", "source", 0, &x->source);
@@ -287,16 +298,14 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
  * value without a word. */
 static int parse_text(const char *file, const char *text, size_t len, int is_claim, void *rec, char *err,
                       size_t errlen) {
-    int rc = lab_json_check_text(file, text, len, err, errlen);
     if (is_claim) ((lab_claim *)rec)->file = lab_strdup(file);
     else ((lab_defect *)rec)->file = lab_strdup(file);
+    void *root = NULL;
+    int rc = lab_json_parse(file, text, len, &root, err, errlen);
     if (rc) return rc;
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithOpts(text, &end, 1);
     pctx c = {file, err, errlen};
-    if (!j) rc = bad(&c, "(top level)", "not valid JSON (or text after the JSON value)%s", "");
-    else rc = is_claim ? parse_claim(&c, j, rec) : parse_defect(&c, j, rec);
-    cJSON_Delete(j);
+    rc = is_claim ? parse_claim(&c, root, rec) : parse_defect(&c, root, rec);
+    cJSON_Delete(root);
     return rc;
 }
 
@@ -325,16 +334,47 @@ int lab_defect_parse(const char *file, const char *text, size_t len, lab_defect 
 void lab_claim_clear(lab_claim *c) { claim_free(c); memset(c, 0, sizeof *c); }
 void lab_defect_clear(lab_defect *d) { defect_free(d); memset(d, 0, sizeof *d); }
 
+/* The recipe reopen runs must exist: as written from the directory vtlab
+ * runs in, or else relative to the ledger directory's parent (a ledger at
+ * /x/specs naming experiments/a.json finds /x/experiments/a.json). */
+static int find_experiment(pctx *c, const char *dir, lab_claim *x) {
+    struct stat sb;
+    char alt[8192] = "";
+    if (x->experiment[0] != '/') {
+        const char *slash = strrchr(dir, '/');
+        if (!slash) snprintf(alt, sizeof alt, "%s", x->experiment);   /* specs -> ./ : same as written */
+        else snprintf(alt, sizeof alt, "%.*s/%s", (int)(slash - dir), dir, x->experiment);
+    }
+    const char *found = NULL;
+    if (stat(x->experiment, &sb) == 0 && S_ISREG(sb.st_mode)) found = x->experiment;
+    else if (alt[0] && stat(alt, &sb) == 0 && S_ISREG(sb.st_mode)) found = alt;
+    if (!found) {
+        int two = alt[0] && strcmp(alt, x->experiment);
+        return lab_errf(c->err, c->errlen, LAB_EINPUT,
+                        "%s: experiment: %s: no such experiment file (looked from the directory vtlab runs in%s%s)",
+                        c->file, x->experiment, two ? " and at " : "", two ? alt : "");
+    }
+    return (x->experiment_path = lab_strdup(found)) ? 0 : lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+}
+
 int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->dir = lab_strdup(dir);
     char **cf = NULL, **df = NULL;
     int64_t nc = 0, nd = 0;
-    char sub[4096];
+    char sub[4096], sub2[4096];
+    /* A ledger that is not there is an error, not an empty ledger: a typo in
+     * --specs would otherwise audit nothing and pass. An existing directory
+     * without claims/ or defects/ is an empty ledger (runs are still
+     * audited). */
+    struct stat sb;
     snprintf(sub, sizeof sub, "%s/claims", dir);
+    snprintf(sub2, sizeof sub2, "%s/defects", dir);
+    if (stat(dir, &sb) != 0)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: no such ledger directory (%s)", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return lab_errf(err, errlen, LAB_EINPUT, "%s: not a directory (expected a ledger: claims/, defects/)", dir);
+    if (!(l->dir = lab_strdup(dir))) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     int rc = lab_list_json(sub, 1, &cf, &nc, err, errlen);
-    snprintf(sub, sizeof sub, "%s/defects", dir);
-    if (!rc) rc = lab_list_json(sub, 1, &df, &nd, err, errlen);
+    if (!rc) rc = lab_list_json(sub2, 1, &df, &nd, err, errlen);
     if (!rc) {
         l->claims = calloc((size_t)nc + 1, sizeof *l->claims);
         l->defects = calloc((size_t)nd + 1, sizeof *l->defects);
@@ -346,6 +386,7 @@ int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {
     for (int64_t i = 0; !rc && i < l->n_claims; i++) {
         const lab_claim *x = &l->claims[i];
         pctx c = {x->file, err, errlen};
+        if ((rc = find_experiment(&c, dir, &l->claims[i]))) break;
         const lab_claim *s = x->supersedes ? lab_ledger_claim(l, x->supersedes) : NULL;
         const lab_claim *b = x->superseded_by ? lab_ledger_claim(l, x->superseded_by) : NULL;
         if (x->supersedes && !s) rc = bad(&c, "history.supersedes", "no claim \"%s\" in the ledger", x->supersedes);

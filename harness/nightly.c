@@ -26,6 +26,7 @@
 #include <cblas.h>
 
 #include "audit.h"
+#include "ledger.h"
 #include "cli.h"
 #include "experiment.h"
 #include "metrics.h"
@@ -964,13 +965,22 @@ int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *e
     /* Audit findings that belong to no arm of the nightly get a test case of their own. */
     lab_buf ledger = {0};
     sqlite3_stmt *s;
-    if (!prep(st, "SELECT message FROM nightly_findings f WHERE nightly_id = ?1 AND regression = 1 AND kind = 'audit'"
-                  " AND NOT EXISTS (SELECT 1 FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1"
-                  " AND r.experiment = f.experiment AND r.arm = f.arm)", &s, err, errlen)) {
-        sqlite3_bind_int64(s, 1, id);
-        while (sqlite3_step(s) == SQLITE_ROW) lab_buf_printf(&ledger, "%s%s", ledger.len ? "\n" : "", lab_col_text(s, 0));
-        sqlite3_finalize(s);
+    if ((rc = prep(st, "SELECT message FROM nightly_findings f WHERE nightly_id = ?1 AND regression = 1 AND kind = 'audit'"
+                       " AND NOT EXISTS (SELECT 1 FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1"
+                       " AND r.experiment = f.experiment AND r.arm = f.arm)", &s, err, errlen))) {
+        free(cs);
+        return rc;
     }
+    sqlite3_bind_int64(s, 1, id);
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) lab_buf_printf(&ledger, "%s%s", ledger.len ? "\n" : "", lab_col_text(s, 0));
+    sqlite3_finalize(s);
+    if (step != SQLITE_DONE) {
+        lab_buf_free(&ledger);
+        free(cs);
+        return lab_store_error(st, "junit.xml: the audit's findings", err, errlen);
+    }
+    int audit_failed = !strncmp(nr.audit, "failed:", 7);
     int total = nc + 1, failures = ledger.len ? 1 : 0;
     int *fail = calloc((size_t)(nc ? nc : 1), sizeof *fail);
     lab_buf *reg = calloc((size_t)(nc ? nc : 1), sizeof *reg), *notes = calloc((size_t)(nc ? nc : 1), sizeof *notes);
@@ -984,7 +994,7 @@ int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *e
     }
     lab_buf b = {0};
     lab_buf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"vtlab nightly %lld\" tests=\"%d\" "
-                       "failures=\"%d\" errors=\"0\" time=\"%.3f\">\n", (long long)id, total, failures, ttime);
+                       "failures=\"%d\" errors=\"%d\" time=\"%.3f\">\n", (long long)id, total, failures, audit_failed, ttime);
     for (int i = 0; i < nc;) {
         int j = i, tf = 0;
         double t = 0;
@@ -1024,9 +1034,14 @@ int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *e
         lab_buf_printf(&b, "  </testsuite>\n");
         i = j;
     }
-    lab_buf_printf(&b, "  <testsuite name=\"audit\" tests=\"1\" failures=\"%d\" errors=\"0\" skipped=\"0\" time=\"0\">\n"
+    lab_buf_printf(&b, "  <testsuite name=\"audit\" tests=\"1\" failures=\"%d\" errors=\"%d\" skipped=\"0\" time=\"0\">\n"
                        "    <testcase classname=\"audit\" name=\"no new confounds outside the nightly's arms\" time=\"0\">\n",
-                   failures && ledger.len ? 1 : 0);
+                   failures && ledger.len ? 1 : 0, audit_failed);
+    if (audit_failed) {
+        lab_buf_printf(&b, "      <error type=\"audit\" message=\"the audit did not run to the end\">");
+        x(&b, nr.audit);
+        lab_buf_printf(&b, "</error>\n");
+    }
     if (ledger.len) {
         lab_buf_printf(&b, "      <failure type=\"audit\" message=\"new confound flags\">");
         x(&b, ledger.data);
@@ -1438,7 +1453,8 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     if (!lab_interrupted) remeasure_suspects(st, id, files, ids, nf, o->db_path, o, host, pid);
 
     /* The audit: flags for every run, ours included. */
-    char audit[256] = "not run (--no-audit)";
+    char audit[256] = "not run (--no-audit)", audit_err[1100] = "";
+    int audit_rc = 0;
     if (o->audit && !lab_interrupted) {
         if (!lab_path_exists(o->specs_dir)) {
             snprintf(audit, sizeof audit, "skipped: %s does not exist", o->specs_dir);
@@ -1448,8 +1464,12 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
             memset(&ar, 0, sizeof ar);
             char aerr[1024] = "";
             int arc = lab_audit_run(&ao, &ar, NULL, aerr, sizeof aerr);
-            if (arc) snprintf(audit, sizeof audit, "failed: %.200s", aerr);
-            else
+            if (arc) {
+                /* a nightly whose audit failed is not green: FAILED, with the reason */
+                snprintf(audit, sizeof audit, "failed: %.200s", aerr);
+                snprintf(audit_err, sizeof audit_err, "audit failed: %.1024s", aerr);
+                audit_rc = arc;
+            } else
                 snprintf(audit, sizeof audit, "%lld open confound(s), %lld expected (replays), %lld new, %lld resolved",
                          (long long)ar.n_open, (long long)ar.n_expected, (long long)ar.n_new, (long long)ar.n_resolved);
         }
@@ -1464,9 +1484,10 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     snprintf(nr_s, sizeof nr_s, "%lld", (long long)nreg);
     /* A sweep error that produced no failed run (e.g. a model that cannot be
      * built) fails the night, and it is then never used as a baseline. */
-    const char *status = lab_interrupted || (sweep_rc && !nreg) ? "FAILED" : nreg ? "REGRESSED" : "PASSED";
+    const char *status = lab_interrupted || audit_rc || (sweep_rc && !nreg) ? "FAILED" : nreg ? "REGRESSED" : "PASSED";
     char error[2100] = "";
     if (sweep_rc) snprintf(error, sizeof error, "%s", sweep_err);
+    else if (audit_rc) snprintf(error, sizeof error, "%s", audit_err);
     if (lab_interrupted) snprintf(error, sizeof error, "interrupted by a signal");
     const char *p6[6] = {idt, now, status, nr_s, audit, error[0] ? error : NULL};
     /* The status and the outputs are one unit: the status is committed only
@@ -1492,6 +1513,7 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     if ((rc = lab_nightly_write_junit(st, id, path, err, errlen))) goto rollback;
     if ((rc = exec_sql(st, "COMMIT", err, errlen))) goto rollback;
     if (sweep_rc && !nreg) { rc = sweep_rc; snprintf(err, errlen, "%s", sweep_err); }
+    else if (audit_rc) { rc = audit_rc; snprintf(err, errlen, "%s", audit_err); }
     goto out;
 rollback:
     sqlite3_exec(lab_store_db(st), "ROLLBACK", NULL, NULL, NULL);
@@ -1532,7 +1554,7 @@ static int parse_fraction(const char *opt, const char *s, double lo, double hi, 
 int lab_nightly_main(int argc, char **argv) {
     lab_nightly_opts o;
     lab_nightly_defaults(&o);
-    int have_dir = 0;
+    int have_dir = 0, specs_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int takes = !strcmp(a, "--db") || !strcmp(a, "--out") || !strcmp(a, "--specs") || !strcmp(a, "--alpha") ||
@@ -1545,7 +1567,7 @@ int lab_nightly_main(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(a, "--db")) o.db_path = v;
             else if (!strcmp(a, "--out")) o.out_dir = v;
-            else if (!strcmp(a, "--specs")) o.specs_dir = v;
+            else if (!strcmp(a, "--specs")) { o.specs_dir = v; specs_given = 1; }
             else if (!strcmp(a, "--alpha")) { if (parse_fraction(a, v, 0, 1, &o.alpha)) return 2; }
             else if (parse_fraction(a, v, 0, 1, &o.perf_min_drop)) return 2;
         } else if (!strcmp(a, "--no-audit")) o.audit = 0;
@@ -1570,6 +1592,19 @@ int lab_nightly_main(int argc, char **argv) {
     }
     int64_t id = 0, nreg = 0;
     char err[2048] = "";
+    /* The ledger is checked before anything runs: a malformed one (or a
+     * --specs that names nothing) is bad input, and the audit at the end of
+     * the night would fail on it. Without --specs, a missing specs/ means
+     * no ledger (the audit is skipped and says so). */
+    if (o.audit && (specs_given || lab_path_exists(o.specs_dir))) {
+        lab_ledger l;
+        int lrc = lab_ledger_load(o.specs_dir, &l, err, sizeof err);
+        if (lrc) {
+            fprintf(stderr, "vtlab nightly: the audit's ledger: %s\n", err);
+            return lab_exit_code(lrc);
+        }
+        lab_ledger_free(&l);
+    }
     int rc = run_nightly(&o, &id, &nreg, err, sizeof err);
     if (rc) {
         fprintf(stderr, "vtlab nightly: %s\n", err);

@@ -83,11 +83,14 @@ static cJSON *knobs_obj(const lab_knobs_kv *kv, const char *fault) {
 static int write_derived(const lab_claim *c, const lab_defect *d, const char *work, char *path, size_t pathlen,
                          char *replay_arm, size_t ralen, char *err, size_t errlen) {
     char *text = NULL;
-    int rc = lab_read_file(c->experiment, &text, NULL, err, errlen);
+    size_t len = 0;
+    int rc = lab_read_json(c->experiment_path, &text, &len, err, errlen);
     if (rc) return lab_err_prefix(err, errlen, LAB_EINPUT, "reopen: claim %s: experiment", c->id);
-    cJSON *j = cJSON_Parse(text);
+    void *root = NULL;
+    rc = lab_json_parse(c->experiment_path, text, len, &root, err, errlen);
     free(text);
-    if (!j) return lab_errf(err, errlen, LAB_EINPUT, "reopen: %s: not valid JSON", c->experiment);
+    if (rc) return lab_err_prefix(err, errlen, LAB_EINPUT, "reopen: claim %s: experiment", c->id);
+    cJSON *j = root;
     cJSON *arms = cJSON_GetObjectItemCaseSensitive(j, "arms");
     const cJSON *refname = cJSON_GetObjectItemCaseSensitive(j, "reference");
     cJSON *ref = NULL, *same = NULL;
@@ -97,7 +100,7 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
         if (cJSON_IsString(refname) && !strcmp(n->valuestring, refname->valuestring)) ref = a;
         if (!strcmp(n->valuestring, c->arm_name)) same = a;
     }
-    if (!ref) { cJSON_Delete(j); return lab_errf(err, errlen, LAB_EINPUT, "reopen: %s: no reference arm", c->experiment); }
+    if (!ref) { cJSON_Delete(j); return lab_errf(err, errlen, LAB_EINPUT, "reopen: %s: no reference arm", c->experiment_path); }
     cJSON *new_arms = cJSON_CreateArray();
     cJSON_AddItemToArray(new_arms, cJSON_Duplicate(ref, 1));
     cJSON *rerun = cJSON_CreateObject();
@@ -107,13 +110,16 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
     const cJSON *expect = same ? cJSON_GetObjectItemCaseSensitive(same, "expect") : NULL;
     if (expect) cJSON_AddItemToObject(rerun, "expect", cJSON_Duplicate(expect, 1));
     cJSON_AddItemToArray(new_arms, rerun);
-    snprintf(replay_arm, ralen, "%s.replay", c->arm_name);   /* short: it labels plots; the knobs say which fault */
-    cJSON *replay = cJSON_CreateObject();
-    cJSON_AddStringToObject(replay, "name", replay_arm);
-    cJSON_AddStringToObject(replay, "description", "reopen: the claim's arm through the defect's replay fault");
-    cJSON_AddItemToObject(replay, "knobs", knobs_obj(&c->arm_knobs, d->replay_fault));
-    cJSON_AddStringToObject(replay, "expect_assertions", "fail");
-    cJSON_AddItemToArray(new_arms, replay);
+    replay_arm[0] = '\0';
+    if (d->replay_fault) {   /* a defect with no built-in replay is only rerun */
+        snprintf(replay_arm, ralen, "%s.replay", c->arm_name);   /* short: it labels plots; the knobs say which fault */
+        cJSON *replay = cJSON_CreateObject();
+        cJSON_AddStringToObject(replay, "name", replay_arm);
+        cJSON_AddStringToObject(replay, "description", "reopen: the claim's arm through the defect's replay fault");
+        cJSON_AddItemToObject(replay, "knobs", knobs_obj(&c->arm_knobs, d->replay_fault));
+        cJSON_AddStringToObject(replay, "expect_assertions", "fail");
+        cJSON_AddItemToArray(new_arms, replay);
+    }
     cJSON_ReplaceItemInObjectCaseSensitive(j, "arms", new_arms);
     char *out = cJSON_Print(j);
     cJSON_Delete(j);
@@ -560,8 +566,12 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
     char path[4200], replay_arm[256];
     if ((rc = write_derived(c, d, o->work_dir, path, sizeof path, replay_arm, sizeof replay_arm, err, errlen))) goto done;
     if ((rc = lab_experiment_load(&dx, path, err, errlen))) goto done;
-    if (out) fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: replay (VT_FAULT=%s) and rerun, "
-                     "experiment %s\n", c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, d->replay_fault, path);
+    if (out && d->replay_fault)
+        fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: replay (VT_FAULT=%s) and rerun, experiment %s\n",
+                c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, d->replay_fault, path);
+    else if (out)
+        fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: no replay (the defect records no replay_fault), "
+                "rerun only, experiment %s\n", c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, path);
     lab_run_opts ro = {o->db_path, NULL, 0, 0};
     lab_run_summary sum = {0};
     if ((rc = lab_run_experiment(path, &ro, &sum, err, errlen))) goto done;
@@ -574,13 +584,13 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
     }
     if ((rc = lab_store_open(&st, o->db_path, err, errlen))) goto done;
     sqlite3 *db = lab_store_db(st);
-    arm_result replay, rerun;
-    if ((rc = arm_outcome(db, dx, replay_arm, c, &replay, err, errlen))) goto done;
+    arm_result replay = {0}, rerun;
+    if (replay_arm[0] && (rc = arm_outcome(db, dx, replay_arm, c, &replay, err, errlen))) goto done;
     if ((rc = arm_outcome(db, dx, c->arm_name, c, &rerun, err, errlen))) goto done;
     int64_t ref = 0, nb = 0, nc = 0;
     double p = 1.0;
     reference_run(db, rerun.run, &ref);
-    if ((rc = mcnemar(st, ref, rerun.run, replay.run, &p, &nb, &nc, err, errlen))) goto done;
+    if (replay_arm[0] && (rc = mcnemar(st, ref, rerun.run, replay.run, &p, &nb, &nc, err, errlen))) goto done;
     double rlo, rhi;
     lab_wilson(c->k, c->n, 1.959963984540054, &rlo, &rhi);
     double rec = (double)c->k / (double)c->n;
@@ -589,6 +599,14 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
     int number_inside = rec >= replay.lo && rec <= replay.hi;
     int explained = same_verdict && significant;
     char explanation[1024];
+    if (!replay_arm[0]) {
+        explained = 0;
+        snprintf(explanation, sizeof explanation,
+                 "not explained: defect %s records no replay in vtlab, so the recorded %s %lld/%lld is unexplained (it "
+                 "may be the defect's effect or something else); without the defect the arm scores %lld/%lld [%.3f, "
+                 "%.3f], %s.", d->id, c->verdict, (long long)c->k, (long long)c->n, (long long)rerun.k,
+                 (long long)rerun.n, rerun.lo, rerun.hi, rerun.verdict);
+    } else
     snprintf(explanation, sizeof explanation,
              "%s: through VT_FAULT=%s the arm scores %lld/%lld [%.3f, %.3f], %s (recorded: %s %lld/%lld); without it "
              "%lld/%lld [%.3f, %.3f]; McNemar replay vs rerun p = %.2g. The recorded %lld/%lld %s the replay's interval%s.",
@@ -613,7 +631,8 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
                            " explanation, new_claim_id, new_verdict, at) VALUES (?,?,?,?,?,?,?,?,?)", -1, &s, NULL) == SQLITE_OK) {
         sqlite3_bind_text(s, 1, c->id, -1, SQLITE_STATIC);
         sqlite3_bind_text(s, 2, d->id, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 3, replay.run);
+        if (replay.run) sqlite3_bind_int64(s, 3, replay.run);
+        else sqlite3_bind_null(s, 3);
         sqlite3_bind_int64(s, 4, rerun.run);
         sqlite3_bind_int(s, 5, explained);
         sqlite3_bind_text(s, 6, explanation, -1, SQLITE_STATIC);
@@ -640,7 +659,8 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
         snprintf(a, sizeof a, "through %s", d->id);
         snprintf(b, sizeof b, "run %lld (ref run %lld)", (long long)rerun.run, (long long)ref);
         fprintf(out, "%-14s %-34.34s %-34.34s\n", "measured", a, b);
-        fprintf(out, "\nreplay (run %lld): %s\n", (long long)replay.run, explanation);
+        if (replay.run) fprintf(out, "\nreplay (run %lld): %s\n", (long long)replay.run, explanation);
+        else fprintf(out, "\nno replay: %s\n", explanation);
         fprintf(out, "written: %s (new), %s (superseded_by set)\n", file, old_file);
     }
 done:

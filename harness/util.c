@@ -6,6 +6,8 @@
 
 #include "model/vt.h"
 
+#include <cjson/cJSON.h>
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -230,6 +232,37 @@ int lab_read_json(const char *path, char **out, size_t *len, char *err, size_t e
     }
     if (len) *len = n;
     return LAB_OK;
+}
+
+int lab_json_parse(const char *path, const char *text, size_t len, void **out, char *err, size_t errlen) {
+    *out = NULL;
+    int rc = lab_json_check_text(path, text, len, err, errlen);
+    if (rc) return rc;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (root) {
+        *out = root;
+        return LAB_OK;
+    }
+    if (!end || end < text || end > text + len) end = text;
+    int64_t line = 1, col = 1;
+    for (const char *p = text; p < end; p++) {
+        if (*p == '\n') { line++; col = 1; } else col++;
+    }
+    /* cJSON stops at the end of the first value when the rest is not
+     * whitespace: that is not a syntax error inside the value */
+    const char *after = end;
+    cJSON *first = cJSON_ParseWithOpts(text, &after, 0);
+    while (first && after && (*after == ' ' || *after == '\t' || *after == '\n' || *after == '\r')) after++;
+    int trailing = first && after == end;
+    cJSON_Delete(first);
+    char near[24];
+    size_t k = 0;
+    for (const char *p = end; *p && *p != '\n' && k + 1 < sizeof near; p++) near[k++] = isprint((unsigned char)*p) ? *p : '?';
+    near[k] = 0;
+    return lab_errf(err, errlen, LAB_EINPUT, "%s: not valid JSON at line %lld column %lld: %s%s%s%s", path,
+                    (long long)line, (long long)col, trailing ? "text after the JSON value" : "syntax error",
+                    k ? " (near \"" : "", near, k ? "\")" : (*end ? "" : " (the text ends too early)"));
 }
 
 int lab_check_name(const char *path, const char *field, const char *what, const char *name,

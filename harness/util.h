@@ -69,6 +69,14 @@ int lab_json_check_text(const char *path, const char *text, size_t len, char *er
 /* lab_read_text (limit LAB_MAX_JSON_BYTES) + lab_json_check_text. */
 int lab_read_json(const char *path, char **out, size_t *len, char *err, size_t errlen);
 
+/* Parses JSON text of len bytes (text[len] == 0) into *out (the caller
+ * cJSON_Deletes it): lab_json_check_text first, then one JSON value and
+ * nothing after it but whitespace. A syntax error is LAB_EINPUT with
+ * "PATH: not valid JSON at line L column C (near "...")"; text after the
+ * value says so. The root is returned as void * so that callers that do not
+ * include cJSON need not. */
+int lab_json_parse(const char *path, const char *text, size_t len, void **out, char *err, size_t errlen);
+
 /* The largest JSON input read (experiment, claim, defect, bench report): these
  * are hand-written files of a few KiB; an inline dataset of 10^6 tokens is
  * about 7 MiB. */

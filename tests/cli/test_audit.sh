@@ -29,7 +29,7 @@ cat > "$S/defects/kda-state-bf16.json" <<'J'
 {"id": "kda-state-bf16", "title": "made-up: KDA state kept in bf16 under bf16 activations", "site": "kda.state",
  "trigger": {"VT_KIMI_BF16_ACT": "1"}, "effect": "the delta-rule state is rounded every token",
  "code_range": {"codebase": "other-tree", "introduced": {"commit": null, "date": "2026-03-01"}, "fixed": {"commit": null, "date": "2026-06-01"}},
- "replay_fault": "moe_scatter_row_bytes_from_stream", "guard_test": "none (fixture)"}
+ "guard_test": "none (fixture)"}
 J
 claim() {  # id verdict k n date knobs-json [codebase]
   cat > "$S/claims/$1.json" <<J

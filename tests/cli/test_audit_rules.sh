@@ -71,7 +71,8 @@ git clone -q --depth 1 "file://$REPO" "$W/shallow" 2>/dev/null
 (cd "$W/shallow" && "$VTLAB" audit --db "$W/s.db" --specs "$S" >"$OUT_FILE" 2>&1)
 r=$(flag "$W/s.db" claim root-commit R1 fixed-at-head)
 echo "$r" | grep -q "shallow clone" && ok "in a shallow clone the old commit is 'cannot tell (shallow clone)', flagged" || not_ok "shallow" "$r $(cat $OUT_FILE)"
-# outside any repository
+# outside any repository (the claims' experiment, relative to the ledger's parent, must exist)
+mkdir -p "$W/experiments"; cp experiments/bf16-stream.json "$W/experiments/"
 (cd "$W" && "$VTLAB" audit --db "$W/n.db" --specs "$S" >"$OUT_FILE" 2>&1)
 r=$(flag "$W/n.db" claim root-commit R1 fixed-at-head)
 echo "$r" | grep -q "not a git repository" && ok "outside a repository: cannot tell, said so" || not_ok "no repo" "$r $(cat $OUT_FILE)"

@@ -65,7 +65,7 @@ bad_case() { # name file needle
 $(cat "$T/err")"; fi
 }
 printf '{"id": "x", ' > "$T/bad/syntax.json"
-bad_case "invalid JSON" "$T/bad/syntax.json" "syntax.json: (top level): not valid JSON"
+bad_case "invalid JSON" "$T/bad/syntax.json" "syntax.json: not valid JSON at line"
 sed 's/"top_k": 4/"top_kk": 4/' "$T/exp/small.json" > "$T/bad/field.json"
 bad_case "unknown field" "$T/bad/field.json" "field.json: top_kk: unknown field"
 sed 's/"VT_KIMI_BF16_STREAM": 1}, "expect": {"residual.stream": "bf16"/"VT_KIMI_BF16_STRAEM": 1}, "expect": {"residual.stream": "bf16"/' "$T/exp/small.json" > "$T/bad/knob.json"

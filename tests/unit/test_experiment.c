@@ -73,7 +73,7 @@ static void test_valid(void **state) {
 
 /* Each case: the text, and what the message must contain (after "bad.json: "). */
 static const struct { const char *text, *needle; } bad[] = {
-    {"{\"id\": ", "(top level): not valid JSON"},
+    {"{\"id\": ", "not valid JSON at line 1 column 8"},
     {"[1]", "(top level): expected a JSON object"},
     {GOOD_HEAD GOOD_DS GOOD_ARMS ", \"scroe\": \"last\"}", "scroe: unknown field"},
     {"{\"model\": \"m\", " GOOD_DS GOOD_ARMS "}", "id: missing"},
