@@ -96,7 +96,7 @@ check "outputs: ... and its junit.xml is current" "[ \"\$(junit_nightly $R/junit
 # noise of this machine (x0.0005: VTLAB_TEST_PLANT_SLOWDOWN is a test-only hook
 # that scales tonight's measured tokens/s), so the logic is tested, not luck.
 DB="$T/p.db"; R="$T/prep"
-NIGHTLY=("$VTLAB" nightly "$T/exp" --db "$DB" --out "$R" --specs "$T/nospecs" --no-plots)
+NIGHTLY=("$VTLAB" nightly "$T/exp" --db "$DB" --out "$R" --no-audit --no-plots)
 for i in 1 2 3 4; do "${NIGHTLY[@]}" >"$OUT_FILE" 2>"$ERR" || echo "# history nightly $i: exit $? $(tail -1 $ERR)"; done
 check "perf: 4 quiet nightlies flag no throughput regression" \
   "[ \"\$(q $DB 'select count(*) from nightly_findings where kind = \"performance\" and regression = 1')\" = 0 ]" \
@@ -115,26 +115,22 @@ check "perf: ... shown as persistent since nightly 5, not new" \
   "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 6')"
 check "perf: ... the Atom feed announces only the new ones (nightly 5)" \
   "grep -q 'nightly 5: tiny/cand: performance' $R/regressions.atom && ! grep -q 'nightly 6: ' $R/regressions.atom"
-if "$VTLAB" ack 2>&1 | grep -q 'which finding'; then
-  expect_exit "ack: no reason is exit 2" 2 "$VTLAB" ack tiny/cand/performance --db "$DB"
-  expect_exit "ack: an unknown finding is exit 2" 2 "$VTLAB" ack tiny/nope/performance --reason x --db "$DB"
-  stderr_has "ack: ... and names it" "tiny/nope/performance"
-  expect_exit "ack: a missing database is exit 2 (not created)" 2 "$VTLAB" ack tiny/cand/performance --reason x --db "$T/none.db"
-  check "ack: ... not created" "[ ! -e $T/none.db ]"
-  expect_exit "ack: tiny/cand/performance exits 0" 0 "$VTLAB" ack tiny/cand/performance --reason "known: slower kernel" --db "$DB"
-  expect_exit "ack: tiny/f32/performance exits 0" 0 "$VTLAB" ack tiny/f32/performance --reason "known: slower kernel" --db "$DB"
-  expect_exit "perf: nightly 7 (still slow, acknowledged) exits 0" 0 "${NIGHTLY[@]}"
-  check "perf: ... no throughput regression; the drop still seen is a note that says acknowledged" \
-    "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 7 and kind = \"performance\" and regression = 1')\" = 0 ] && [ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 7 and kind = \"performance\" and regression = 0 and message like \"acknowledged%known: slower kernel%\"')\" -ge 1 ]" \
-    "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 7')"
-  export VTLAB_TEST_PLANT_SLOWDOWN=0.999999
-  expect_exit "perf: nightly 8 (slower still: the acknowledged level is passed) exits 1" 1 "${NIGHTLY[@]}"
-  check "perf: ... flagged again" \
-    "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 8 and kind = \"performance\" and regression = 1')\" -ge 1 ]" \
-    "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 8')"
-else
-  echo "# vtlab has no 'ack' command (dispatch to lab_cmd_ack not wired in lab.c): ack cases skipped"
-fi
+expect_exit "ack: no reason is exit 2" 2 "$VTLAB" ack tiny/cand/performance --db "$DB"
+expect_exit "ack: an unknown finding is exit 2" 2 "$VTLAB" ack tiny/nope/performance --reason x --db "$DB"
+stderr_has "ack: ... and names it" "tiny/nope/performance"
+expect_exit "ack: a missing database is exit 2 (not created)" 2 "$VTLAB" ack tiny/cand/performance --reason x --db "$T/none.db"
+check "ack: ... not created" "[ ! -e $T/none.db ]"
+expect_exit "ack: tiny/cand/performance exits 0" 0 "$VTLAB" ack tiny/cand/performance --reason "known: slower kernel" --db "$DB"
+expect_exit "ack: tiny/f32/performance exits 0" 0 "$VTLAB" ack tiny/f32/performance --reason "known: slower kernel" --db "$DB"
+expect_exit "perf: nightly 7 (still slow, acknowledged) exits 0" 0 "${NIGHTLY[@]}"
+check "perf: ... no throughput regression; the drop still seen is a note that says acknowledged" \
+  "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 7 and kind = \"performance\" and regression = 1')\" = 0 ] && [ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 7 and kind = \"performance\" and regression = 0 and message like \"acknowledged%known: slower kernel%\"')\" -ge 1 ]" \
+  "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 7')"
+export VTLAB_TEST_PLANT_SLOWDOWN=0.999999
+expect_exit "perf: nightly 8 (slower still: the acknowledged level is passed) exits 1" 1 "${NIGHTLY[@]}"
+check "perf: ... flagged again" \
+  "[ \"\$(q $DB 'select count(*) from nightly_findings where nightly_id = 8 and kind = \"performance\" and regression = 1')\" -ge 1 ]" \
+  "$(q $DB 'select arm, regression, message from nightly_findings where nightly_id = 8')"
 unset VTLAB_TEST_PLANT_SLOWDOWN
 expect_exit "perf: a bad VTLAB_TEST_PLANT_SLOWDOWN is exit 2" 2 env VTLAB_TEST_PLANT_SLOWDOWN=2 "${NIGHTLY[@]}"
 

@@ -16,7 +16,8 @@
 # The last two lines are
 #   false alarms: X of N nights (rate R), F findings over A arm-nights
 #   detection: D of P planted SLOWDOWN slowdowns (rate R), K of M arms flagged
-# Exit 0 (it measures; tests/cli/test_nightly_reliability.sh judges a short run).
+# Exit 0 (it measures; tests/cli/test_nightly_reliability.sh judges a short run),
+# or 1 when a nightly exits 2 (bad input: nothing would have been measured).
 set -u
 VTLAB=${1:-./vtlab}
 case "$VTLAB" in /*) ;; *) VTLAB="$PWD/$VTLAB" ;; esac
@@ -47,8 +48,10 @@ echo "# $BURNERS CPU burner(s) running; experiment: $SEQ x $LEN tokens, $REPEATS
 
 DB="$T/quiet.db"
 for ((i = 1; i <= NQ; i++)); do
-  "$VTLAB" nightly "$T/exp" --db "$DB" --out "$T/rep" --specs "$T/nospecs" --no-plots >"$T/log" 2>&1
-  echo "# quiet nightly $i: exit $? $(q "$DB" "select status from nightlies where id = (select max(id) from nightlies)")"
+  "$VTLAB" nightly "$T/exp" --db "$DB" --out "$T/rep" --no-audit --no-plots >"$T/log" 2>&1; rc=$?
+  echo "# quiet nightly $i: exit $rc $(q "$DB" "select status from nightlies where id = (select max(id) from nightlies)")"
+  # exit 2 is bad input: nothing was measured, so no rate may be printed
+  if [ $rc -gt 1 ]; then echo "nightly_noise.sh: quiet nightly $i exited $rc:" >&2; tail -5 "$T/log" >&2; exit 1; fi
 done
 read -r nights fa_nights fa_findings armnights unconfirmed <<<"$(q "$DB" "select count(*),
   (select count(distinct nightly_id) from nightly_findings where kind = 'performance' and regression = 1),
@@ -61,7 +64,7 @@ q "$DB" "select nightly_id, arm, message from nightly_findings where kind = 'per
 det=0; arms_flagged=0; arms_total=0
 for ((i = 1; i <= NP; i++)); do
   cp "$DB" "$T/trial.db"; rm -f "$T/trial.db-wal" "$T/trial.db-shm"
-  VTLAB_TEST_PLANT_SLOWDOWN=$SLOWDOWN "$VTLAB" nightly "$T/exp" --db "$T/trial.db" --out "$T/rep" --specs "$T/nospecs" \
+  VTLAB_TEST_PLANT_SLOWDOWN=$SLOWDOWN "$VTLAB" nightly "$T/exp" --db "$T/trial.db" --out "$T/rep" --no-audit \
     --no-plots >"$T/log" 2>&1
   k=$(q "$T/trial.db" "select count(*) from nightly_findings where kind = 'performance' and regression = 1
         and nightly_id = (select max(id) from nightlies)")
