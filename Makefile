@@ -126,9 +126,12 @@ $(BUILD)/model/build_info.o: CFLAGS += -I$(BUILD)/gen
 .PHONY: FORCE
 FORCE:
 
-$(BUILD)/%.o: %.c $(wildcard model/*.h harness/*.h)
+# Each object depends on the headers it includes (-MMD writes them to X.d,
+# read back below; -MP keeps a deleted header from breaking the build).
+$(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+-include $(MODEL_OBJ:.o=.d) $(HARNESS_OBJ:.o=.d) $(BUILD)/harness/main.d
 
 $(BUILD)/model/cuda/%.o: model/cuda/%.cu $(wildcard model/*.h model/cuda/*.h)
 	@mkdir -p $(dir $@)

@@ -30,15 +30,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store_internal.h"
 #include "util.h"
 
-struct lab_store {
-    sqlite3 *db;
-    char    *path;
-    int      version;
-    int      batch;           /* inside lab_store_batch_begin .. _commit: one transaction for all writes */
-    int      batch_failed;    /* a write of the batch failed: it was rolled back whole */
-};
 
 /* ------------------------------------------------------------ migrations */
 
@@ -303,7 +297,7 @@ static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migrati
  * SQLite's own text ("database or disk is full", "disk I/O error") does not:
  * a full disk (SQLITE_FULL, or an I/O error whose errno is ENOSPC) and a
  * corrupt file (SQLITE_CORRUPT, SQLITE_NOTADB). */
-static int db_err(lab_store *st, char *err, size_t errlen, const char *what) {
+int lab_sq_error(lab_store *st, char *err, size_t errlen, const char *what) {
     int code = sqlite3_extended_errcode(st->db), primary = code & 0xff;
     if (primary == SQLITE_FULL || (primary == SQLITE_IOERR && sqlite3_system_errno(st->db) == ENOSPC))
         return lab_errf(err, errlen, LAB_EIO,
@@ -320,7 +314,7 @@ static int db_err(lab_store *st, char *err, size_t errlen, const char *what) {
 }
 
 int lab_store_error(lab_store *st, const char *what, char *err, size_t errlen) {
-    return db_err(st, err, errlen, what);
+    return lab_sq_error(st, err, errlen, what);
 }
 
 const char *lab_store_path(lab_store *st) { return st->path; }
@@ -331,35 +325,35 @@ static int exec_script(lab_store *st, const char *sql, char *err, size_t errlen)
     const char *tail = sql;
     while (tail && *tail) {
         sqlite3_stmt *s = NULL;
-        if (sqlite3_prepare_v2(st->db, tail, -1, &s, &tail) != SQLITE_OK) return db_err(st, err, errlen, "schema");
+        if (sqlite3_prepare_v2(st->db, tail, -1, &s, &tail) != SQLITE_OK) return lab_sq_error(st, err, errlen, "schema");
         if (!s) break; /* only whitespace left */
         int rc;
         while ((rc = sqlite3_step(s)) == SQLITE_ROW) {}
         sqlite3_finalize(s);
-        if (rc != SQLITE_DONE) return db_err(st, err, errlen, "schema");
+        if (rc != SQLITE_DONE) return lab_sq_error(st, err, errlen, "schema");
     }
     return LAB_OK;
 }
 
-static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
+int lab_sq_prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(st->db, sql, -1, s, NULL) != SQLITE_OK) {
         *s = NULL;
-        return db_err(st, err, errlen, "prepare");
+        return lab_sq_error(st, err, errlen, "prepare");
     }
     return LAB_OK;
 }
 
-static int step_done(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, const char *what) {
+int lab_sq_step(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, const char *what) {
     int rc = sqlite3_step(s);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return db_err(st, err, errlen, what);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return lab_sq_error(st, err, errlen, what);
     return LAB_OK;
 }
 
-static int simple(lab_store *st, const char *sql, char *err, size_t errlen) {
+int lab_sq_exec(lab_store *st, const char *sql, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, sql, &s, err, errlen);
+    int rc = lab_sq_prep(st, sql, &s, err, errlen);
     if (rc) return rc;
-    rc = step_done(st, s, err, errlen, sql);
+    rc = lab_sq_step(st, s, err, errlen, sql);
     sqlite3_finalize(s);
     return rc;
 }
@@ -367,24 +361,24 @@ static int simple(lab_store *st, const char *sql, char *err, size_t errlen) {
 /* Each write is its own BEGIN IMMEDIATE .. COMMIT, except inside a batch,
  * where they are all part of the batch's one transaction: there a failing
  * write's rollback undoes the whole batch, and every later write is refused. */
-static int begin_immediate(lab_store *st, char *err, size_t errlen) {
+int lab_sq_begin(lab_store *st, char *err, size_t errlen) {
     if (st->batch)
         return st->batch_failed ? lab_errf(err, errlen, LAB_EIO, "%s: an earlier write of this batch failed", st->path)
                                 : LAB_OK;
-    return simple(st, "BEGIN IMMEDIATE", err, errlen);
+    return lab_sq_exec(st, "BEGIN IMMEDIATE", err, errlen);
 }
-static int commit(lab_store *st, char *err, size_t errlen) {
-    return st->batch ? LAB_OK : simple(st, "COMMIT", err, errlen);
+int lab_sq_commit(lab_store *st, char *err, size_t errlen) {
+    return st->batch ? LAB_OK : lab_sq_exec(st, "COMMIT", err, errlen);
 }
-static void rollback(lab_store *st) {
+void lab_sq_rollback(lab_store *st) {
     if (st->batch) st->batch_failed = 1;
-    if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+    if (!sqlite3_get_autocommit(st->db)) lab_sq_exec(st, "ROLLBACK", NULL, 0);
 }
 
 int lab_store_has_table(lab_store *st, const char *name, int *have, char *err, size_t errlen) {
     sqlite3_stmt *s;
     *have = 0;
-    int rc = prep(st, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", &s, err, errlen);
+    int rc = lab_sq_prep(st, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_TRANSIENT);
     *have = sqlite3_step(s) == SQLITE_ROW;
@@ -394,7 +388,7 @@ int lab_store_has_table(lab_store *st, const char *name, int *have, char *err, s
 
 int lab_store_batch_begin(lab_store *st, char *err, size_t errlen) {
     if (st->batch) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: batches do not nest", st->path);
-    int rc = simple(st, "BEGIN IMMEDIATE", err, errlen);
+    int rc = lab_sq_exec(st, "BEGIN IMMEDIATE", err, errlen);
     if (!rc) st->batch = 1, st->batch_failed = 0;
     return rc;
 }
@@ -403,29 +397,29 @@ int lab_store_batch_commit(lab_store *st, char *err, size_t errlen) {
     if (!st->batch) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: no batch to commit", st->path);
     st->batch = 0;
     if (st->batch_failed) {
-        if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+        if (!sqlite3_get_autocommit(st->db)) lab_sq_exec(st, "ROLLBACK", NULL, 0);
         return lab_errf(err, errlen, LAB_EIO, "%s: a write of the batch failed; nothing of it was written", st->path);
     }
-    int rc = simple(st, "COMMIT", err, errlen);
-    if (rc && !sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+    int rc = lab_sq_exec(st, "COMMIT", err, errlen);
+    if (rc && !sqlite3_get_autocommit(st->db)) lab_sq_exec(st, "ROLLBACK", NULL, 0);
     return rc;
 }
 
 void lab_store_batch_rollback(lab_store *st) {
     st->batch = 0;
-    if (!sqlite3_get_autocommit(st->db)) simple(st, "ROLLBACK", NULL, 0);
+    if (!sqlite3_get_autocommit(st->db)) lab_sq_exec(st, "ROLLBACK", NULL, 0);
 }
 
-static void bind_text(sqlite3_stmt *s, int i, const char *v) {
+void lab_sq_bind_text(sqlite3_stmt *s, int i, const char *v) {
     if (v) sqlite3_bind_text(s, i, v, -1, SQLITE_TRANSIENT);
     else sqlite3_bind_null(s, i);
 }
 
 static int read_version(lab_store *st, int *v, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "PRAGMA user_version", &s, err, errlen);
+    int rc = lab_sq_prep(st, "PRAGMA user_version", &s, err, errlen);
     if (rc) return rc;
-    if (sqlite3_step(s) != SQLITE_ROW) { sqlite3_finalize(s); return db_err(st, err, errlen, "user_version"); }
+    if (sqlite3_step(s) != SQLITE_ROW) { sqlite3_finalize(s); return lab_sq_error(st, err, errlen, "user_version"); }
     *v = sqlite3_column_int(s, 0);
     sqlite3_finalize(s);
     return LAB_OK;
@@ -437,24 +431,24 @@ static int read_version(lab_store *st, int *v, char *err, size_t errlen) {
 static int migrate(lab_store *st, int target, char *err, size_t errlen) {
     for (;;) {
         int v = 0, rc;
-        if ((rc = begin_immediate(st, err, errlen))) return rc;
-        if ((rc = read_version(st, &v, err, errlen))) { rollback(st); return rc; }
+        if ((rc = lab_sq_begin(st, err, errlen))) return rc;
+        if ((rc = read_version(st, &v, err, errlen))) { lab_sq_rollback(st); return rc; }
         if (v > LAB_SCHEMA_VERSION) {
-            rollback(st);
+            lab_sq_rollback(st);
             return lab_errf(err, errlen, LAB_EINPUT,
                             "%s: schema version %d is newer than this vtlab (%d); use a newer build",
                             st->path, v, LAB_SCHEMA_VERSION);
         }
-        if (v >= target) { rollback(st); st->version = v; return LAB_OK; }
+        if (v >= target) { lab_sq_rollback(st); st->version = v; return LAB_OK; }
         if ((rc = exec_script(st, migrations[v], err, errlen))) {
-            rollback(st);
+            lab_sq_rollback(st);
             return lab_err_prefix(err, errlen, rc, "migration to version %d", v + 1);
         }
         /* PRAGMA takes no bound parameters; the value is our own integer. */
         char pragma[64];
         snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", v + 1);
-        if ((rc = simple(st, pragma, err, errlen)) || (rc = commit(st, err, errlen))) {
-            rollback(st);
+        if ((rc = lab_sq_exec(st, pragma, err, errlen)) || (rc = lab_sq_commit(st, err, errlen))) {
+            lab_sq_rollback(st);
             return rc;
         }
     }
@@ -476,7 +470,7 @@ static int switch_to_wal(lab_store *st, char *err, size_t errlen) {
     int64_t waited_us = 0, nap_us = 1000;
     for (;;) {
         sqlite3_stmt *s = NULL;
-        int rc = prep(st, "PRAGMA journal_mode = WAL", &s, err, errlen);
+        int rc = lab_sq_prep(st, "PRAGMA journal_mode = WAL", &s, err, errlen);
         if (rc) return rc;
         int step = sqlite3_step(s);
         if (step == SQLITE_ROW) {
@@ -492,7 +486,7 @@ static int switch_to_wal(lab_store *st, char *err, size_t errlen) {
         }
         int primary = step & 0xff;
         if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || waited_us >= budget_us) {
-            rc = db_err(st, err, errlen, "journal_mode");
+            rc = lab_sq_error(st, err, errlen, "journal_mode");
             sqlite3_finalize(s);
             return rc;
         }
@@ -526,8 +520,8 @@ int lab_store_open_version(lab_store **out, const char *path, int version, char 
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_stmt *s = NULL;
     if ((rc = switch_to_wal(st, err, errlen))) goto fail;
-    if ((rc = simple(st, "PRAGMA synchronous = NORMAL", err, errlen))) goto fail;
-    if ((rc = simple(st, "PRAGMA foreign_keys = ON", err, errlen))) goto fail;
+    if ((rc = lab_sq_exec(st, "PRAGMA synchronous = NORMAL", err, errlen))) goto fail;
+    if ((rc = lab_sq_exec(st, "PRAGMA foreign_keys = ON", err, errlen))) goto fail;
     if ((rc = migrate(st, version, err, errlen))) goto fail;
     *out = st;
     return LAB_OK;
@@ -686,7 +680,7 @@ fail:
 int lab_store_check(lab_store *st, char *err, size_t errlen) {
     sqlite3_stmt *s = NULL;
     int64_t pages = 0, page_size = 0;
-    int rc = prep(st, "SELECT (SELECT page_count FROM pragma_page_count), (SELECT page_size FROM pragma_page_size)",
+    int rc = lab_sq_prep(st, "SELECT (SELECT page_count FROM pragma_page_count), (SELECT page_size FROM pragma_page_size)",
                   &s, err, errlen);
     if (rc) return rc;
     if (sqlite3_step(s) == SQLITE_ROW) {
@@ -701,11 +695,11 @@ int lab_store_check(lab_store *st, char *err, size_t errlen) {
     char pragma[64];
     snprintf(pragma, sizeof pragma, "PRAGMA mmap_size = %lld", (long long)LAB_STORE_CHECK_MAX_BYTES);
     sqlite3_exec(st->db, pragma, NULL, NULL, NULL);   /* best effort: only speed depends on it */
-    if ((rc = prep(st, "PRAGMA quick_check", &s, err, errlen))) return rc;
+    if ((rc = lab_sq_prep(st, "PRAGMA quick_check", &s, err, errlen))) return rc;
     int step = sqlite3_step(s);
     char first[256] = "";
     if (step == SQLITE_ROW) snprintf(first, sizeof first, "%s", lab_col_text(s, 0));
-    else rc = db_err(st, err, errlen, "integrity check");
+    else rc = lab_sq_error(st, err, errlen, "integrity check");
     sqlite3_finalize(s);
     sqlite3_exec(st->db, "PRAGMA mmap_size = 0", NULL, NULL, NULL);
     if (rc || !strcmp(first, "ok")) return rc;
@@ -772,27 +766,27 @@ static int mark_killed(lab_store *st, int64_t run_id, int64_t pid, const char *h
     snprintf(msg, sizeof msg, "process %lld on %s died while running (found by pid %lld at %s)",
              (long long)pid, host ? host : "?", (long long)getpid(), now);
     sqlite3_stmt *s;
-    int rc = prep(st, "UPDATE runs SET status = 'KILLED', error = ?1, finished_at = ?2 "
+    int rc = lab_sq_prep(st, "UPDATE runs SET status = 'KILLED', error = ?1, finished_at = ?2 "
                       "WHERE id = ?3 AND status = 'RUNNING'", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, msg, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(s, 2, now, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 3, run_id);
-    rc = step_done(st, s, err, errlen, "mark killed");
+    rc = lab_sq_step(st, s, err, errlen, "mark killed");
     sqlite3_finalize(s);
     return rc;
 }
 
 int lab_store_reap(lab_store *st, const char *host, int64_t *n, char *err, size_t errlen) {
     *n = 0;
-    int rc = begin_immediate(st, err, errlen);
+    int rc = lab_sq_begin(st, err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s;
-    if ((rc = prep(st, "SELECT id, pid, pid_start FROM runs WHERE status = 'RUNNING' AND host = ?1", &s, err, errlen))) {
-        rollback(st);
+    if ((rc = lab_sq_prep(st, "SELECT id, pid, pid_start FROM runs WHERE status = 'RUNNING' AND host = ?1", &s, err, errlen))) {
+        lab_sq_rollback(st);
         return rc;
     }
-    bind_text(s, 1, host);
+    lab_sq_bind_text(s, 1, host);
     int64_t ids[256], pids[256], cnt = 0;
     while (sqlite3_step(s) == SQLITE_ROW && cnt < 256) {
         int64_t id = sqlite3_column_int64(s, 0), pid = sqlite3_column_int64(s, 1), ps = sqlite3_column_int64(s, 2);
@@ -802,8 +796,8 @@ int lab_store_reap(lab_store *st, const char *host, int64_t *n, char *err, size_
     }
     sqlite3_finalize(s);
     for (int64_t i = 0; i < cnt; i++)
-        if ((rc = mark_killed(st, ids[i], pids[i], host, err, errlen))) { rollback(st); return rc; }
-    if ((rc = commit(st, err, errlen))) { rollback(st); return rc; }
+        if ((rc = mark_killed(st, ids[i], pids[i], host, err, errlen))) { lab_sq_rollback(st); return rc; }
+    if ((rc = lab_sq_commit(st, err, errlen))) { lab_sq_rollback(st); return rc; }
     *n = cnt;
     return LAB_OK;
 }
@@ -813,12 +807,12 @@ int lab_store_reap(lab_store *st, const char *host, int64_t *n, char *err, size_
 /* Reads one integer of a one-row query with run_id bound as ?1. */
 static int q_count(lab_store *st, const char *sql, int64_t run_id, int64_t *v, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, sql, &s, err, errlen);
+    int rc = lab_sq_prep(st, sql, &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
     int step = sqlite3_step(s);
     *v = step == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
-    rc = (step == SQLITE_ROW || step == SQLITE_DONE) ? LAB_OK : db_err(st, err, errlen, "completeness check");
+    rc = (step == SQLITE_ROW || step == SQLITE_DONE) ? LAB_OK : lab_sq_error(st, err, errlen, "completeness check");
     sqlite3_finalize(s);
     return rc;
 }
@@ -826,14 +820,14 @@ static int q_count(lab_store *st, const char *sql, int64_t run_id, int64_t *v, c
 int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t whatlen, char *err, size_t errlen) {
     what[0] = 0;
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT is_reference, repeat_idx, logits_sha256 IS NOT NULL, coalesce(n_sequences, 0)"
+    int rc = lab_sq_prep(st, "SELECT is_reference, repeat_idx, logits_sha256 IS NOT NULL, coalesce(n_sequences, 0)"
                       " FROM runs WHERE id = ?1", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
     int step = sqlite3_step(s);
     if (step != SQLITE_ROW) {
         sqlite3_finalize(s);
-        if (step != SQLITE_DONE) return db_err(st, err, errlen, "completeness check");
+        if (step != SQLITE_DONE) return lab_sq_error(st, err, errlen, "completeness check");
         snprintf(what, whatlen, "no such run");
         return LAB_OK;
     }
@@ -864,7 +858,7 @@ int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t what
      * layers 0..max, i.e. 2 * (max + 1) rows. */
     int64_t div = 0, rows = 0, span = 0;
     sqlite3_stmt *d;
-    if ((rc = prep(st, "SELECT c.div_sequences, (SELECT count(*) FROM layer_divergence l WHERE l.run_id = c.run_id"
+    if ((rc = lab_sq_prep(st, "SELECT c.div_sequences, (SELECT count(*) FROM layer_divergence l WHERE l.run_id = c.run_id"
                        " AND l.reference_run_id = c.reference_run_id), (SELECT 2 * (max(layer) + 1) FROM"
                        " layer_divergence l WHERE l.run_id = c.run_id AND l.reference_run_id = c.reference_run_id)"
                        " FROM comparisons c WHERE c.run_id = ?1 AND c.reference_run_id = ?2", &d, err, errlen)))
@@ -877,7 +871,7 @@ int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t what
         span = sqlite3_column_int64(d, 2);
     }
     sqlite3_finalize(d);
-    if (step != SQLITE_ROW) return db_err(st, err, errlen, "completeness check");
+    if (step != SQLITE_ROW) return lab_sq_error(st, err, errlen, "completeness check");
     if (div > 0 && (rows == 0 || rows != span))
         snprintf(what, whatlen, "its layer_divergence rows (%lld present; the comparison measured %lld sequence(s))",
                  (long long)rows, (long long)div);
@@ -887,12 +881,12 @@ int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t what
 /* ------------------------------------------------------------ claims */
 
 static void bind_identity(sqlite3_stmt *s, const lab_identity *id) {
-    bind_text(s, 1, id->experiment);
-    bind_text(s, 2, id->arm);
-    bind_text(s, 3, id->knob_hash);
-    bind_text(s, 4, id->model_sha256);
-    bind_text(s, 5, id->dataset_sha256);
-    bind_text(s, 6, id->code_version);
+    lab_sq_bind_text(s, 1, id->experiment);
+    lab_sq_bind_text(s, 2, id->arm);
+    lab_sq_bind_text(s, 3, id->knob_hash);
+    lab_sq_bind_text(s, 4, id->model_sha256);
+    lab_sq_bind_text(s, 5, id->dataset_sha256);
+    lab_sq_bind_text(s, 6, id->code_version);
     sqlite3_bind_int64(s, 7, id->repeat);
 }
 
@@ -908,12 +902,12 @@ static int mark_incomplete(lab_store *st, int64_t run_id, const char *what, char
     snprintf(msg, sizeof msg, "incomplete: FINISHED without %s; marked FAILED and redone (pid %lld at %s)", what,
              (long long)getpid(), now);
     sqlite3_stmt *s;
-    int rc = prep(st, "UPDATE runs SET status = 'FAILED', error = ?1 WHERE id = ?2 AND status = 'FINISHED'", &s, err,
+    int rc = lab_sq_prep(st, "UPDATE runs SET status = 'FAILED', error = ?1 WHERE id = ?2 AND status = 'FINISHED'", &s, err,
                   errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, msg, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(s, 2, run_id);
-    rc = step_done(st, s, err, errlen, "mark incomplete run");
+    rc = lab_sq_step(st, s, err, errlen, "mark incomplete run");
     sqlite3_finalize(s);
     return rc;
 }
@@ -929,7 +923,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
     *run_id = 0;
     *stale_id = 0;
     if (redone_id) *redone_id = 0;
-    int rc = begin_immediate(st, err, errlen);
+    int rc = lab_sq_begin(st, err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s = NULL;
     int64_t redone = 0;
@@ -939,13 +933,13 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
      * instead of skipped for ever. */
     while (!force) {
         int64_t done_id = 0;
-        if ((rc = prep(st, "SELECT id FROM runs WHERE " IDENTITY_WHERE " AND status = 'FINISHED' "
+        if ((rc = lab_sq_prep(st, "SELECT id FROM runs WHERE " IDENTITY_WHERE " AND status = 'FINISHED' "
                            "ORDER BY id DESC LIMIT 1", &s, err, errlen))) goto fail;
         bind_identity(s, id);
         int step = sqlite3_step(s);
         if (step == SQLITE_ROW) done_id = sqlite3_column_int64(s, 0);
         else if (step != SQLITE_DONE) {   /* an I/O error must not read as "not finished yet" */
-            rc = db_err(st, err, errlen, "claim run");
+            rc = lab_sq_error(st, err, errlen, "claim run");
             goto fail;
         }
         sqlite3_finalize(s);
@@ -963,19 +957,19 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
         /* Nothing to keep, unless an incomplete run was marked on the way
          * (in a batch, a DONE claim fails the batch either way, as documented). */
         if (redone && !st->batch) {
-            if ((rc = commit(st, err, errlen))) goto fail;
+            if ((rc = lab_sq_commit(st, err, errlen))) goto fail;
             if (redone_id) *redone_id = redone;
         } else {
-            rollback(st);
+            lab_sq_rollback(st);
         }
         return LAB_OK;
     }
-    if ((rc = prep(st, "SELECT id, pid, pid_start, host FROM runs WHERE " IDENTITY_WHERE
+    if ((rc = lab_sq_prep(st, "SELECT id, pid, pid_start, host FROM runs WHERE " IDENTITY_WHERE
                        " AND status = 'RUNNING'", &s, err, errlen))) goto fail;
     bind_identity(s, id);
     int step = sqlite3_step(s);
     if (step != SQLITE_ROW && step != SQLITE_DONE) {
-        rc = db_err(st, err, errlen, "claim run");
+        rc = lab_sq_error(st, err, errlen, "claim run");
         goto fail;
     }
     if (step == SQLITE_ROW) {
@@ -986,7 +980,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
         /* Another host's process cannot be checked from here: treat it as alive. */
         if (!same_host || lab_pid_alive(pid, ps)) {
             sqlite3_finalize(s);
-            rollback(st);
+            lab_sq_rollback(st);
             *kind = LAB_BUSY;
             *run_id = rid;
             return LAB_OK;
@@ -1003,7 +997,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
     }
     char now[32];
     lab_now_iso(now);
-    if ((rc = prep(st,
+    if ((rc = lab_sq_prep(st,
                    "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version,"
                    " repeat_idx, status, started_at, experiment_sha256, git_commit, git_dirty, build_flags,"
                    " compiler, backend, device, host, pid, pid_start, is_reference, score, top_k,"
@@ -1011,32 +1005,32 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
                    " ?16, ?17, ?18, ?19, ?20, ?21, ?22)", &s, err, errlen))) goto fail;
     bind_identity(s, id);
-    bind_text(s, 8, now);
-    bind_text(s, 9, pv->experiment_sha256);
-    bind_text(s, 10, pv->git_commit);
+    lab_sq_bind_text(s, 8, now);
+    lab_sq_bind_text(s, 9, pv->experiment_sha256);
+    lab_sq_bind_text(s, 10, pv->git_commit);
     sqlite3_bind_int(s, 11, pv->git_dirty);
-    bind_text(s, 12, pv->build_flags);
-    bind_text(s, 13, pv->compiler);
-    bind_text(s, 14, pv->backend);
-    bind_text(s, 15, pv->device);
-    bind_text(s, 16, pv->host);
+    lab_sq_bind_text(s, 12, pv->build_flags);
+    lab_sq_bind_text(s, 13, pv->compiler);
+    lab_sq_bind_text(s, 14, pv->backend);
+    lab_sq_bind_text(s, 15, pv->device);
+    lab_sq_bind_text(s, 16, pv->host);
     sqlite3_bind_int64(s, 17, pv->pid);
     sqlite3_bind_int64(s, 18, pv->pid_start);
     sqlite3_bind_int(s, 19, pv->is_reference);
-    bind_text(s, 20, pv->score);
+    lab_sq_bind_text(s, 20, pv->score);
     sqlite3_bind_int64(s, 21, pv->top_k);
-    bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
-    if ((rc = step_done(st, s, err, errlen, "claim run"))) goto fail;
+    lab_sq_bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
+    if ((rc = lab_sq_step(st, s, err, errlen, "claim run"))) goto fail;
     sqlite3_finalize(s);
     s = NULL;
     *run_id = sqlite3_last_insert_rowid(st->db);
-    if ((rc = commit(st, err, errlen))) goto fail;
+    if ((rc = lab_sq_commit(st, err, errlen))) goto fail;
     *kind = LAB_CLAIMED;
     if (redone_id) *redone_id = redone;
     return LAB_OK;
 fail:
     sqlite3_finalize(s);
-    rollback(st);
+    lab_sq_rollback(st);
     *kind = 0;
     return rc;
 }
@@ -1046,7 +1040,7 @@ int lab_store_find_finished(lab_store *st, const lab_identity *id, int64_t *run_
     *run_id = 0;
     if (logits_sha256) logits_sha256[0] = 0;
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT id, logits_sha256 FROM runs WHERE " IDENTITY_WHERE
+    int rc = lab_sq_prep(st, "SELECT id, logits_sha256 FROM runs WHERE " IDENTITY_WHERE
                       " AND status = 'FINISHED' ORDER BY id DESC LIMIT 1", &s, err, errlen);
     if (rc) return rc;
     bind_identity(s, id);
@@ -1057,7 +1051,7 @@ int lab_store_find_finished(lab_store *st, const lab_identity *id, int64_t *run_
         if (logits_sha256 && h) snprintf(logits_sha256, 65, "%s", h);
         rc = LAB_OK;
     } else if (rc == SQLITE_DONE) rc = LAB_OK;
-    else rc = db_err(st, err, errlen, "find run");
+    else rc = lab_sq_error(st, err, errlen, "find run");
     sqlite3_finalize(s);
     return rc;
 }
@@ -1067,19 +1061,19 @@ int lab_store_put_spec(lab_store *st, const char *sha256, const char *id, const 
     char now[32];
     lab_now_iso(now);
     sqlite3_stmt *s;
-    int rc = begin_immediate(st, err, errlen);
+    int rc = lab_sq_begin(st, err, errlen);
     if (rc) return rc;
-    if ((rc = prep(st, "INSERT OR IGNORE INTO experiment_specs (sha256, id, file, json, first_seen)"
-                       " VALUES (?1, ?2, ?3, ?4, ?5)", &s, err, errlen))) { rollback(st); return rc; }
-    bind_text(s, 1, sha256);
-    bind_text(s, 2, id);
-    bind_text(s, 3, file);
-    bind_text(s, 4, json);
-    bind_text(s, 5, now);
-    rc = step_done(st, s, err, errlen, "store experiment spec");
+    if ((rc = lab_sq_prep(st, "INSERT OR IGNORE INTO experiment_specs (sha256, id, file, json, first_seen)"
+                       " VALUES (?1, ?2, ?3, ?4, ?5)", &s, err, errlen))) { lab_sq_rollback(st); return rc; }
+    lab_sq_bind_text(s, 1, sha256);
+    lab_sq_bind_text(s, 2, id);
+    lab_sq_bind_text(s, 3, file);
+    lab_sq_bind_text(s, 4, json);
+    lab_sq_bind_text(s, 5, now);
+    rc = lab_sq_step(st, s, err, errlen, "store experiment spec");
     sqlite3_finalize(s);
-    if (!rc) rc = commit(st, err, errlen);
-    if (rc) rollback(st);
+    if (!rc) rc = lab_sq_commit(st, err, errlen);
+    if (rc) lab_sq_rollback(st);
     return rc;
 }
 
@@ -1089,14 +1083,14 @@ int lab_store_put_spec(lab_store *st, const char *sha256, const char *id, const 
 
 static int put_knobs(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "INSERT INTO run_knobs (run_id, name, value, numeric) VALUES (?1, ?2, ?3, ?4)", &s, err, errlen);
+    int rc = lab_sq_prep(st, "INSERT INTO run_knobs (run_id, name, value, numeric) VALUES (?1, ?2, ?3, ?4)", &s, err, errlen);
     for (int64_t i = 0; !rc && i < r->n_knobs; i++) {
         sqlite3_reset(s);
         sqlite3_bind_int64(s, 1, run);
-        bind_text(s, 2, r->knob_names[i]);
-        bind_text(s, 3, r->knob_values[i]);
+        lab_sq_bind_text(s, 2, r->knob_names[i]);
+        lab_sq_bind_text(s, 3, r->knob_values[i]);
         sqlite3_bind_int(s, 4, r->knob_numeric ? r->knob_numeric[i] : 1);
-        rc = step_done(st, s, err, errlen, "store knobs");
+        rc = lab_sq_step(st, s, err, errlen, "store knobs");
     }
     sqlite3_finalize(s);
     return rc;
@@ -1104,7 +1098,7 @@ static int put_knobs(lab_store *st, int64_t run, const lab_run_result *r, char *
 
 static int put_probes(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "INSERT INTO probes (run_id, idx, site, layer, dtype, src_dtype, calls, rows,"
+    int rc = lab_sq_prep(st, "INSERT INTO probes (run_id, idx, site, layer, dtype, src_dtype, calls, rows,"
                       " bytes_per_row, src_row_bytes, dst_row_bytes, converting, violations, rows_unwritten,"
                       " detail, ok) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)", &s, err, errlen);
     for (int64_t i = 0; !rc && i < r->n_probes; i++) {
@@ -1126,7 +1120,7 @@ static int put_probes(lab_store *st, int64_t run, const lab_run_result *r, char 
         sqlite3_bind_int64(s, 14, p->rows_unwritten);
         sqlite3_bind_text(s, 15, p->detail, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int(s, 16, r->probe_ok[i]);
-        rc = step_done(st, s, err, errlen, "store probes");
+        rc = lab_sq_step(st, s, err, errlen, "store probes");
     }
     sqlite3_finalize(s);
     return rc;
@@ -1134,19 +1128,19 @@ static int put_probes(lab_store *st, int64_t run, const lab_run_result *r, char 
 
 static int put_expect(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "INSERT INTO expectations (run_id, site, expected_dtype, seen_dtypes, records, ok, reason)"
+    int rc = lab_sq_prep(st, "INSERT INTO expectations (run_id, site, expected_dtype, seen_dtypes, records, ok, reason)"
                       " VALUES (?1,?2,?3,?4,?5,?6,?7)", &s, err, errlen);
     for (int64_t i = 0; !rc && i < r->n_expect; i++) {
         const lab_expect_result *x = &r->expect[i];
         sqlite3_reset(s);
         sqlite3_bind_int64(s, 1, run);
-        bind_text(s, 2, x->site);
-        bind_text(s, 3, x->expected);
-        bind_text(s, 4, x->seen);
+        lab_sq_bind_text(s, 2, x->site);
+        lab_sq_bind_text(s, 3, x->expected);
+        lab_sq_bind_text(s, 4, x->seen);
         sqlite3_bind_int64(s, 5, x->records);
         sqlite3_bind_int(s, 6, x->ok);
-        bind_text(s, 7, x->reason);
-        rc = step_done(st, s, err, errlen, "store expectations");
+        lab_sq_bind_text(s, 7, x->reason);
+        rc = lab_sq_step(st, s, err, errlen, "store expectations");
     }
     sqlite3_finalize(s);
     return rc;
@@ -1154,16 +1148,16 @@ static int put_expect(lab_store *st, int64_t run, const lab_run_result *r, char 
 
 static int put_metrics(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "INSERT INTO metrics (run_id, name, value) VALUES (?1, ?2, ?3)", &s, err, errlen);
+    int rc = lab_sq_prep(st, "INSERT INTO metrics (run_id, name, value) VALUES (?1, ?2, ?3)", &s, err, errlen);
     for (int64_t i = 0; !rc && i < r->n_metrics; i++) {
         sqlite3_reset(s);
         sqlite3_bind_int64(s, 1, run);
-        bind_text(s, 2, r->metric_names[i]);
+        lab_sq_bind_text(s, 2, r->metric_names[i]);
         /* NaN/inf are not SQL values: stored as NULL ("not measurable"). */
         double v = r->metric_values[i];
         if (v != v || v > 1e308 || v < -1e308) sqlite3_bind_null(s, 3);
         else sqlite3_bind_double(s, 3, v);
-        rc = step_done(st, s, err, errlen, "store metrics");
+        rc = lab_sq_step(st, s, err, errlen, "store metrics");
     }
     sqlite3_finalize(s);
     return rc;
@@ -1171,7 +1165,7 @@ static int put_metrics(lab_store *st, int64_t run, const lab_run_result *r, char
 
 static int put_logits(lab_store *st, int64_t run, const lab_run_result *r, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "INSERT INTO logits_topk (run_id, seq, n_pos, k, ids, logprobs) VALUES (?1,?2,?3,?4,?5,?6)",
+    int rc = lab_sq_prep(st, "INSERT INTO logits_topk (run_id, seq, n_pos, k, ids, logprobs) VALUES (?1,?2,?3,?4,?5,?6)",
                   &s, err, errlen);
     /* Blobs are little-endian int32 / f32, the byte order of every machine
      * vtlab builds on (x86-64, aarch64); docs/schema.md states it. */
@@ -1185,11 +1179,11 @@ static int put_logits(lab_store *st, int64_t run, const lab_run_result *r, char 
         sqlite3_bind_int64(s, 4, r->top_k);
         sqlite3_bind_blob64(s, 5, r->topk_ids + p0 * r->top_k, nb, SQLITE_STATIC);
         sqlite3_bind_blob64(s, 6, r->topk_logprobs + p0 * r->top_k, nb, SQLITE_STATIC);
-        rc = step_done(st, s, err, errlen, "store top-k logits");
+        rc = lab_sq_step(st, s, err, errlen, "store top-k logits");
     }
     sqlite3_finalize(s);
     if (rc || !r->full_f16) return rc;
-    if ((rc = prep(st, "INSERT INTO logits_full (run_id, seq, n_pos, vocab, dtype, data) VALUES (?1,?2,?3,?4,'f16',?5)",
+    if ((rc = lab_sq_prep(st, "INSERT INTO logits_full (run_id, seq, n_pos, vocab, dtype, data) VALUES (?1,?2,?3,?4,'f16',?5)",
                    &s, err, errlen))) return rc;
     for (int64_t q = 0; !rc && q < r->n_sequences; q++) {
         int64_t p0 = r->offsets[q], np = r->offsets[q + 1] - p0;
@@ -1199,7 +1193,7 @@ static int put_logits(lab_store *st, int64_t run, const lab_run_result *r, char 
         sqlite3_bind_int64(s, 3, np);
         sqlite3_bind_int64(s, 4, r->vocab);
         sqlite3_bind_blob64(s, 5, r->full_f16 + p0 * r->vocab, (size_t)(np * r->vocab) * sizeof(uint16_t), SQLITE_STATIC);
-        rc = step_done(st, s, err, errlen, "store full logits");
+        rc = lab_sq_step(st, s, err, errlen, "store full logits");
     }
     sqlite3_finalize(s);
     return rc;
@@ -1212,7 +1206,7 @@ static void bind_real(sqlite3_stmt *s, int i, double v) {
 
 static int put_comparison(lab_store *st, int64_t run, const lab_comparison *c, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "INSERT INTO comparisons (run_id, reference_run_id, reference_recomputed, reference_hash_match,"
+    int rc = lab_sq_prep(st, "INSERT INTO comparisons (run_id, reference_run_id, reference_recomputed, reference_hash_match,"
                       " n_scored, top1_k, top1_n, top1_lo, top1_hi, kl_mean, kl_p99, kl_max, max_abs_dlogit, rms_dp,"
                       " mcnemar_b, mcnemar_c, mcnemar_p, div_sequences, div_tolerance, first_div_layer,"
                       " first_div_site, first_div_value)"
@@ -1246,10 +1240,10 @@ static int put_comparison(lab_store *st, int64_t run, const lab_comparison *c, c
             bind_real(s, 22, c->first_div_value);
         }
     }
-    rc = step_done(st, s, err, errlen, "store comparison");
+    rc = lab_sq_step(st, s, err, errlen, "store comparison");
     sqlite3_finalize(s);
     if (rc || c->n_div == 0) return rc;
-    if ((rc = prep(st, "INSERT INTO layer_divergence (run_id, reference_run_id, layer, site, rel_l2)"
+    if ((rc = lab_sq_prep(st, "INSERT INTO layer_divergence (run_id, reference_run_id, layer, site, rel_l2)"
                        " VALUES (?1,?2,?3,?4,?5)", &s, err, errlen))) return rc;
     for (int64_t i = 0; !rc && i < c->n_div; i++) {
         sqlite3_reset(s);
@@ -1260,7 +1254,7 @@ static int put_comparison(lab_store *st, int64_t run, const lab_comparison *c, c
         /* +inf (reference all zero, arm not) is stored as a huge finite value. */
         double v = c->div_value[i];
         sqlite3_bind_double(s, 5, v != v ? 1e308 : v > 1e308 ? 1e308 : v);
-        rc = step_done(st, s, err, errlen, "store layer divergence");
+        rc = lab_sq_step(st, s, err, errlen, "store layer divergence");
     }
     sqlite3_finalize(s);
     return rc;
@@ -1270,34 +1264,34 @@ static int put_verdict(lab_store *st, int64_t run, int64_t ref, const lab_verdic
     char now[32];
     lab_now_iso(now);
     sqlite3_stmt *s;
-    int rc = prep(st, "INSERT INTO verdicts (run_id, reference_run_id, metric, threshold, direction, k, n, value,"
+    int rc = lab_sq_prep(st, "INSERT INTO verdicts (run_id, reference_run_id, metric, threshold, direction, k, n, value,"
                       " lo, hi, interval, verdict, decided_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,'wilson95',?11,?12)",
                   &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run);
     sqlite3_bind_int64(s, 2, ref);
-    bind_text(s, 3, v->metric);
+    lab_sq_bind_text(s, 3, v->metric);
     sqlite3_bind_double(s, 4, v->threshold);
-    bind_text(s, 5, v->direction_ge ? ">=" : "<=");
+    lab_sq_bind_text(s, 5, v->direction_ge ? ">=" : "<=");
     sqlite3_bind_int64(s, 6, v->k);
     sqlite3_bind_int64(s, 7, v->n);
     sqlite3_bind_double(s, 8, v->value);
     sqlite3_bind_double(s, 9, v->lo);
     sqlite3_bind_double(s, 10, v->hi);
-    bind_text(s, 11, v->verdict);
-    bind_text(s, 12, now);
-    rc = step_done(st, s, err, errlen, "store verdict");
+    lab_sq_bind_text(s, 11, v->verdict);
+    lab_sq_bind_text(s, 12, now);
+    rc = lab_sq_step(st, s, err, errlen, "store verdict");
     sqlite3_finalize(s);
     return rc;
 }
 
 int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, char *err, size_t errlen) {
-    int rc = begin_immediate(st, err, errlen);
+    int rc = lab_sq_begin(st, err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s = NULL;
     /* The claim must still be ours: a RUNNING row. If another process judged
      * us dead and marked it KILLED, our results are not written under it. */
-    if ((rc = prep(st, "SELECT status FROM runs WHERE id = ?1", &s, err, errlen))) goto fail;
+    if ((rc = lab_sq_prep(st, "SELECT status FROM runs WHERE id = ?1", &s, err, errlen))) goto fail;
     sqlite3_bind_int64(s, 1, run_id);
     if (sqlite3_step(s) != SQLITE_ROW || strcmp((const char *)sqlite3_column_text(s, 0), "RUNNING")) {
         rc = lab_errf(err, errlen, LAB_EINTERNAL, "%s: run %lld is no longer RUNNING (claimed by another process?)",
@@ -1316,21 +1310,21 @@ int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, cha
         goto fail;
     char now[32];
     lab_now_iso(now);
-    if ((rc = prep(st, "UPDATE runs SET status = 'FINISHED', finished_at = ?2, n_sequences = ?3, n_tokens = ?4,"
+    if ((rc = lab_sq_prep(st, "UPDATE runs SET status = 'FINISHED', finished_at = ?2, n_sequences = ?3, n_tokens = ?4,"
                        " n_scored = ?5, wall_s = ?6, forward_s = ?7, logits_sha256 = ?8, assertions_ok = ?9,"
                        " assertion_reason = ?10 WHERE id = ?1", &s, err, errlen))) goto fail;
     sqlite3_bind_int64(s, 1, run_id);
-    bind_text(s, 2, now);
+    lab_sq_bind_text(s, 2, now);
     sqlite3_bind_int64(s, 3, r->n_sequences);
     sqlite3_bind_int64(s, 4, r->n_tokens);
     sqlite3_bind_int64(s, 5, r->n_scored);
     sqlite3_bind_double(s, 6, r->wall_s);
     sqlite3_bind_double(s, 7, r->forward_s);
-    bind_text(s, 8, r->logits_sha256[0] ? r->logits_sha256 : NULL);   /* NULL: no logits (a benchmark run) */
+    lab_sq_bind_text(s, 8, r->logits_sha256[0] ? r->logits_sha256 : NULL);   /* NULL: no logits (a benchmark run) */
     if (r->assertions_ok < 0) sqlite3_bind_null(s, 9);   /* nothing was asserted (a benchmark run) */
     else sqlite3_bind_int(s, 9, r->assertions_ok);
-    bind_text(s, 10, r->assertion_reason);
-    if ((rc = step_done(st, s, err, errlen, "finish run"))) goto fail;
+    lab_sq_bind_text(s, 10, r->assertion_reason);
+    if ((rc = lab_sq_step(st, s, err, errlen, "finish run"))) goto fail;
     sqlite3_finalize(s);
     s = NULL;
     /* FINISHED means complete: checked here, on the rows now in the
@@ -1345,30 +1339,30 @@ int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, cha
         goto fail;
     }
 #endif
-    if ((rc = commit(st, err, errlen))) goto fail;
+    if ((rc = lab_sq_commit(st, err, errlen))) goto fail;
     return LAB_OK;
 fail:
     sqlite3_finalize(s);
-    rollback(st);
+    lab_sq_rollback(st);
     return rc;
 }
 
 int lab_store_abort(lab_store *st, int64_t run_id, const char *status, const char *error, char *err, size_t errlen) {
     char now[32];
     lab_now_iso(now);
-    int rc = begin_immediate(st, err, errlen);
+    int rc = lab_sq_begin(st, err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s;
-    if ((rc = prep(st, "UPDATE runs SET status = ?2, error = ?3, finished_at = ?4 WHERE id = ?1 AND status = 'RUNNING'",
-                   &s, err, errlen))) { rollback(st); return rc; }
+    if ((rc = lab_sq_prep(st, "UPDATE runs SET status = ?2, error = ?3, finished_at = ?4 WHERE id = ?1 AND status = 'RUNNING'",
+                   &s, err, errlen))) { lab_sq_rollback(st); return rc; }
     sqlite3_bind_int64(s, 1, run_id);
-    bind_text(s, 2, status);
-    bind_text(s, 3, error);
-    bind_text(s, 4, now);
-    rc = step_done(st, s, err, errlen, "abort run");
+    lab_sq_bind_text(s, 2, status);
+    lab_sq_bind_text(s, 3, error);
+    lab_sq_bind_text(s, 4, now);
+    rc = lab_sq_step(st, s, err, errlen, "abort run");
     sqlite3_finalize(s);
-    if (!rc) rc = commit(st, err, errlen);
-    if (rc) rollback(st);
+    if (!rc) rc = lab_sq_commit(st, err, errlen);
+    if (rc) lab_sq_rollback(st);
     return rc;
 }
 
@@ -1376,11 +1370,11 @@ int lab_store_put_pair_test(lab_store *st, int64_t run_a, int64_t run_b, int64_t
                             int64_t n, int64_t b, int64_t c, double p, char *err, size_t errlen) {
     char now[32];
     lab_now_iso(now);
-    int rc = begin_immediate(st, err, errlen);
+    int rc = lab_sq_begin(st, err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s;
-    if ((rc = prep(st, "INSERT OR REPLACE INTO pair_tests (run_a, run_b, reference_run_id, n, b, c, p, computed_at)"
-                       " VALUES (?1,?2,?3,?4,?5,?6,?7,?8)", &s, err, errlen))) { rollback(st); return rc; }
+    if ((rc = lab_sq_prep(st, "INSERT OR REPLACE INTO pair_tests (run_a, run_b, reference_run_id, n, b, c, p, computed_at)"
+                       " VALUES (?1,?2,?3,?4,?5,?6,?7,?8)", &s, err, errlen))) { lab_sq_rollback(st); return rc; }
     sqlite3_bind_int64(s, 1, run_a);
     sqlite3_bind_int64(s, 2, run_b);
     sqlite3_bind_int64(s, 3, ref_run);
@@ -1388,11 +1382,11 @@ int lab_store_put_pair_test(lab_store *st, int64_t run_a, int64_t run_b, int64_t
     sqlite3_bind_int64(s, 5, b);
     sqlite3_bind_int64(s, 6, c);
     sqlite3_bind_double(s, 7, p);
-    bind_text(s, 8, now);
-    rc = step_done(st, s, err, errlen, "store pair test");
+    lab_sq_bind_text(s, 8, now);
+    rc = lab_sq_step(st, s, err, errlen, "store pair test");
     sqlite3_finalize(s);
-    if (!rc) rc = commit(st, err, errlen);
-    if (rc) rollback(st);
+    if (!rc) rc = lab_sq_commit(st, err, errlen);
+    if (rc) lab_sq_rollback(st);
     return rc;
 }
 
@@ -1400,7 +1394,7 @@ int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, cha
     *ids = NULL;
     *n = 0;
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT t.n_pos, t.k, t.ids, r.score FROM logits_topk t JOIN runs r ON r.id = t.run_id"
+    int rc = lab_sq_prep(st, "SELECT t.n_pos, t.k, t.ids, r.score FROM logits_topk t JOIN runs r ON r.id = t.run_id"
                       " WHERE t.run_id = ?1 ORDER BY t.seq", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
@@ -1431,19 +1425,19 @@ int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, cha
         }
     }
     sqlite3_finalize(s);
-    if (rc != SQLITE_DONE) { free(out); *n = 0; return db_err(st, err, errlen, "read top-1"); }
+    if (rc != SQLITE_DONE) { free(out); *n = 0; return lab_sq_error(st, err, errlen, "read top-1"); }
     *ids = out;
     return LAB_OK;
 }
 
 int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *const *params, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, sql, &s, err, errlen);
+    int rc = lab_sq_prep(st, sql, &s, err, errlen);
     if (rc) return rc;
-    for (int i = 0; i < nparams; i++) bind_text(s, i + 1, params[i]);
+    for (int i = 0; i < nparams; i++) lab_sq_bind_text(s, i + 1, params[i]);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {}
     sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? LAB_OK : db_err(st, err, errlen, "exec");
+    return rc == SQLITE_DONE ? LAB_OK : lab_sq_error(st, err, errlen, "exec");
 }
 
 const char *lab_col_text(sqlite3_stmt *s, int i) {

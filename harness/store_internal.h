@@ -1,0 +1,46 @@
+/*
+ * store_internal.h — for the store's own files (harness/store*.c) only.
+ *
+ * The store owns results.db: every SQL statement of the harness lives in a
+ * store*.c file, behind typed functions declared in store.h (or a
+ * store_<area>.h next to it). This header gives those files the handle's
+ * fields and the statement helpers they share, so that each reads like the
+ * others: prepare, bind, step, and one error message that names the database
+ * and what was being done (a full disk and a corrupt file said in words).
+ * Nothing outside store*.c includes it.
+ */
+#ifndef LAB_STORE_INTERNAL_H
+#define LAB_STORE_INTERNAL_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+
+#include "store.h"
+
+struct lab_store {
+    sqlite3 *db;
+    char    *path;
+    int      version;
+    int      batch;           /* inside lab_store_batch_begin .. _commit: one transaction for all writes */
+    int      batch_failed;    /* a write of the batch failed: it was rolled back whole */
+};
+
+/* The connection's last error as "PATH: WHAT: ..." with its status
+ * (LAB_EIO; LAB_EINPUT for a corrupt file; LAB_ENOMEM). */
+int  lab_sq_error(lab_store *st, char *err, size_t errlen, const char *what);
+/* sqlite3_prepare_v2; on failure *s = NULL and the error. */
+int  lab_sq_prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen);
+/* One step that must end in SQLITE_DONE or SQLITE_ROW. */
+int  lab_sq_step(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, const char *what);
+/* One statement without parameters (BEGIN, COMMIT, a pragma). */
+int  lab_sq_exec(lab_store *st, const char *sql, char *err, size_t errlen);
+/* A write's transaction: BEGIN IMMEDIATE .. COMMIT, or nothing inside a
+ * batch (lab_store_batch_begin), where a failed write's rollback marks the
+ * whole batch failed. */
+int  lab_sq_begin(lab_store *st, char *err, size_t errlen);
+int  lab_sq_commit(lab_store *st, char *err, size_t errlen);
+void lab_sq_rollback(lab_store *st);
+/* Text or NULL. */
+void lab_sq_bind_text(sqlite3_stmt *s, int i, const char *v);
+
+#endif
