@@ -175,9 +175,9 @@ static int parse(const char *path, const char *text, size_t len, report *r, char
         if (vt_knobset_set(r->knobs, kv->string, kv->valuestring, kerr, sizeof kerr))
             return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: %s", path, kerr);
     }
-    if (strcmp(vt_knobset_get(r->knobs, "VT_BACKEND"), r->backend))
+    if (strcmp(vt_knobset_value(r->knobs, VT_K_BACKEND), r->backend))
         return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: VT_BACKEND is \"%s\" but \"backend\" is \"%s\"", path,
-                        vt_knobset_get(r->knobs, "VT_BACKEND"), r->backend);
+                        vt_knobset_value(r->knobs, VT_K_BACKEND), r->backend);
     const cJSON *phases = cJSON_GetObjectItemCaseSensitive(o, "phases");
     int64_t n = cJSON_IsArray(phases) ? cJSON_GetArraySize(phases) : 0;
     if (n < 1 || n > MAX_PHASES)

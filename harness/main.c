@@ -38,10 +38,7 @@ static void usage(void) {
 
 /* Status from the library -> exit status: bad input, and a request this
  * machine cannot serve (VT_BACKEND=cuda without a device), are 2; the rest 1. */
-static int exit_for(int status) {
-    if (status == VT_STATUS_OK) return 0;
-    return status == VT_STATUS_INPUT || status == VT_STATUS_UNSUPPORTED ? 2 : 1;
-}
+static int exit_for(int status) { return vt_exit_code(status); }
 
 static int fail(int status, const char *msg) {
     fprintf(stderr, "vtlab: %s\n", msg);

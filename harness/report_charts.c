@@ -26,8 +26,8 @@
 
 typedef struct layer_kinds {
     int  n;                    /* layers; 0 when unknown */
-    char attn[256];            /* 'K' KDA, 'M' MLA */
-    char ffn[256];             /* 'E' MoE, 'D' dense */
+    char attn[VT_MODEL_MAX_LAYERS + 1];   /* 'K' KDA, 'M' MLA */
+    char ffn[VT_MODEL_MAX_LAYERS + 1];    /* 'E' MoE, 'D' dense */
     char source[96];
 } layer_kinds;
 
@@ -43,7 +43,7 @@ static void kinds_from_model(const exp_view *e, layer_kinds *lk) {
         if (vt_model_open(&m, dir, err, sizeof err) == 0) {
             vt_model_info mi;
             vt_model_get_info(m, &mi);
-            lk->n = (int)(mi.n_layers < 255 ? mi.n_layers : 255);
+            lk->n = (int)mi.n_layers;   /* at most VT_MODEL_MAX_LAYERS */
             for (int l = 0; l < lk->n; l++) {
                 lk->attn[l] = mi.layer_kind[l] == 'M' ? 'M' : 'K';
                 lk->ffn[l] = mi.layer_ffn[l] == 'E' ? 'E' : 'D';
@@ -59,10 +59,11 @@ static void kinds_from_model(const exp_view *e, layer_kinds *lk) {
 static int layer_kinds_of(lab_store *st, const exp_view *e, int64_t run, layer_kinds *lk, char *err, size_t errlen) {
     memset(lk, 0, sizeof *lk);
     sqlite3_stmt *s;
-    int rc = lab_rp_prep(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < 255", &s, err,
+    int rc = lab_rp_prep(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < ?2", &s, err,
                   errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run);
+    sqlite3_bind_int(s, 2, VT_MODEL_MAX_LAYERS);
     int any_kda = 0, n = 0;
     memset(lk->attn, 'M', sizeof lk->attn);
     memset(lk->ffn, 'D', sizeof lk->ffn);
@@ -74,7 +75,7 @@ static int layer_kinds_of(lab_store *st, const exp_view *e, int64_t run, layer_k
         if (!strncmp(site, "moe.", 4)) lk->ffn[l] = 'E';
     }
     sqlite3_finalize(s);
-    lk->attn[255] = lk->ffn[255] = 0;
+    lk->attn[VT_MODEL_MAX_LAYERS] = lk->ffn[VT_MODEL_MAX_LAYERS] = 0;
     if (n > 0 && any_kda) {
         lk->n = n;
         lk->attn[n] = lk->ffn[n] = 0;

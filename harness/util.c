@@ -49,10 +49,7 @@ int lab_err_prefix(char *err, size_t errlen, int code, const char *fmt, ...) {
     return code;
 }
 
-int lab_exit_code(int status) {
-    if (status == LAB_OK) return 0;
-    return status == LAB_EINPUT ? 2 : 1;
-}
+int lab_exit_code(int status) { return vt_exit_code(status); }
 
 char *lab_strdup(const char *s) {
     if (!s) return NULL;

@@ -4,10 +4,11 @@
  *
  * The harness reports errors the way the model library does (vt.h): a
  * function returns 0 or a status and fills a caller's buffer with one line
- * naming the file, the field and what was expected. The statuses reuse
- * vt.h's numbering so that a model error passes through unchanged, and
- * lab_exit_code() maps any of them to the process exit status (2 for bad
- * input, 1 otherwise); only main turns it into an exit.
+ * naming the file, the field and what was expected. The statuses are the
+ * one status set of vt.h (vt_status), under the harness's short names, so a
+ * model error passes through unchanged, and lab_exit_code() is vt_exit_code
+ * (2 for bad input or an unsupported request, 1 otherwise); only main turns
+ * it into an exit.
  */
 #ifndef LAB_UTIL_H
 #define LAB_UTIL_H
@@ -15,11 +16,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LAB_OK       0
-#define LAB_EINPUT   2  /* bad input: experiment file, argument, dataset */
-#define LAB_ENOMEM   3
-#define LAB_EIO      4  /* an OS or SQLite I/O failure */
-#define LAB_EINTERNAL 5
+#include "model/vt.h"
+
+#define LAB_OK           VT_STATUS_OK
+#define LAB_EINPUT       VT_STATUS_INPUT        /* bad input: experiment file, argument, dataset */
+#define LAB_ENOMEM       VT_STATUS_NOMEM
+#define LAB_EIO          VT_STATUS_IO           /* an OS or SQLite I/O failure */
+#define LAB_EINTERNAL    VT_STATUS_INTERNAL
+#define LAB_EUNSUPPORTED VT_STATUS_UNSUPPORTED  /* e.g. VT_BACKEND=cuda without a device */
 
 /* Formats into err (may be NULL) and returns code. */
 int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -28,7 +32,7 @@ int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...)
 int lab_err_prefix(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* 0 -> 0, LAB_EINPUT -> 2, anything else -> 1. */
+/* vt_exit_code: 0 -> 0, LAB_EINPUT and LAB_EUNSUPPORTED -> 2, else 1. */
 int lab_exit_code(int status);
 
 /* strdup that returns NULL for NULL. */

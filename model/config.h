@@ -22,7 +22,7 @@
 #include "err.h"
 #include "safetensors.h"
 
-#define VT_MAX_LAYERS 256
+#define VT_MAX_LAYERS VT_MODEL_MAX_LAYERS   /* model/vt.h */
 
 typedef enum vt_layer_kind { VT_LAYER_NONE = 0, VT_LAYER_KDA = 1, VT_LAYER_MLA = 2 } vt_layer_kind;
 

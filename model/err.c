@@ -6,6 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
+int vt_exit_code(int status) {
+    if (status == VT_STATUS_OK) return 0;
+    return status == VT_STATUS_INPUT || status == VT_STATUS_UNSUPPORTED ? 2 : 1;
+}
+
 int vt_errf(vt_err *e, int code, const char *fmt, ...) {
     if (!e) return code;
     va_list ap;

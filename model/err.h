@@ -12,13 +12,16 @@
 
 #include <stddef.h>
 
+#include "vt.h"
+
+/* The library's short names for the one status set (vt_status, model/vt.h). */
 enum {
-    VT_OK = 0,
-    VT_EINPUT = 2,       /* bad input: a malformed file, a wrong field, a bad argument */
-    VT_ENOMEM = 3,       /* allocation failed */
-    VT_EIO = 4,          /* an operating-system call failed (open, mmap, write, rename) */
-    VT_EINTERNAL = 5,    /* an invariant of our own code was broken */
-    VT_EUNSUPPORTED = 6, /* valid input that this build cannot run (e.g. no CUDA device) */
+    VT_OK = VT_STATUS_OK,
+    VT_EINPUT = VT_STATUS_INPUT,             /* bad input: a malformed file, a wrong field, a bad argument */
+    VT_ENOMEM = VT_STATUS_NOMEM,             /* allocation failed */
+    VT_EIO = VT_STATUS_IO,                   /* an operating-system call failed (open, mmap, write, rename) */
+    VT_EINTERNAL = VT_STATUS_INTERNAL,       /* an invariant of our own code was broken */
+    VT_EUNSUPPORTED = VT_STATUS_UNSUPPORTED, /* valid input that this build cannot run (e.g. no CUDA device) */
 };
 
 typedef struct vt_err {

@@ -187,7 +187,7 @@ void vt_model_get_info(const vt_model *m, vt_model_info *info) {
     info->hidden_size = cfg->hidden_size;
     info->n_layers = cfg->num_hidden_layers;
     info->n_moe_layers = vt_config_n_moe_layers(cfg);
-    for (int64_t i = 0; i < cfg->num_hidden_layers && i < 255; i++) {
+    for (int64_t i = 0; i < cfg->num_hidden_layers; i++) {   /* at most VT_MODEL_MAX_LAYERS (config.c) */
         info->layer_kind[i] = cfg->layer_kind[i] == VT_LAYER_KDA ? 'K' : 'M';
         info->layer_ffn[i] = vt_config_layer_is_moe(cfg, i) ? 'E' : 'D';
     }

@@ -28,32 +28,33 @@ static const vt_fault_info FAULTS[] = {
 };
 #define N_FAULTS ((int)(sizeof FAULTS / sizeof FAULTS[0]))
 
-static const vt_knob_info KNOBS[] = {
-    {"VT_KIMI_BF16_STREAM", VT_KNOB_BOOL, "0", "0|1",
+static const vt_knob_info KNOBS[VT_K_COUNT] = {
+    [VT_K_BF16_STREAM] = {"VT_KIMI_BF16_STREAM", VT_KNOB_BOOL, "0", "0|1",
      "residual stream stored in bf16 between sublayers (expert buffers stay f32)", 1, 0},
-    {"VT_KIMI_BF16_EXPERT_OUT", VT_KNOB_BOOL, "0", "0|1",
+    [VT_K_BF16_EXPERT_OUT] = {"VT_KIMI_BF16_EXPERT_OUT", VT_KNOB_BOOL, "0", "0|1",
      "expert output y and expert_out follow the residual-stream dtype (the report's second fix shape)", 1, 0},
-    {"VT_KIMI_BF16_ACT", VT_KNOB_BOOL, "0", "0|1",
+    [VT_K_BF16_ACT] = {"VT_KIMI_BF16_ACT", VT_KNOB_BOOL, "0", "0|1",
      "round to bf16 where the public bf16 implementations do: linear outputs, conv, KDA core, gated norm, experts, residual adds", 1, 0},
-    {"VT_KIMI_ROUTER_WEIGHTS", VT_KNOB_ENUM, "unbiased", "unbiased|biased",
+    [VT_K_ROUTER_WEIGHTS] = {"VT_KIMI_ROUTER_WEIGHTS", VT_KNOB_ENUM, "unbiased", "unbiased|biased",
      "MoE weights from the unbiased sigmoid scores (transformers, vLLM) or the bias-corrected ones (Moonshot remote code)", 1, 0},
-    {"VT_KIMI_ROUTER_RENORM", VT_KNOB_ENUM, "moonshot", "moonshot|always",
+    [VT_K_ROUTER_RENORM] = {"VT_KIMI_ROUTER_RENORM", VT_KNOB_ENUM, "moonshot", "moonshot|always",
      "with moe_renormalize: renormalise the routed weights only when top-k > 1 (Moonshot's original gate) "
      "or for every top-k, top-1 included (the transformers port)", 1, 1},
-    {"VT_KIMI_MLA_KV_NORM_EPS", VT_KNOB_ENUM, "transformers", "transformers|config",
+    [VT_K_MLA_KV_NORM_EPS] = {"VT_KIMI_MLA_KV_NORM_EPS", VT_KNOB_ENUM, "transformers", "transformers|config",
      "eps of the MLA kv_a_layernorm: 1e-6 (transformers, Moonshot) or rms_norm_eps from config.json (vLLM)", 1, 0},
-    {"VT_BACKEND", VT_KNOB_ENUM, "cpu", "cpu|cuda",
+    [VT_K_BACKEND] = {"VT_BACKEND", VT_KNOB_ENUM, "cpu", "cpu|cuda",
      "compute backend: OpenBLAS on the CPU, or cuBLAS on an NVIDIA GPU", 1, 0},
-    {"VT_FAULT", VT_KNOB_ENUM, FAULT_NONE_NAME, "none|moe_scatter_row_bytes_from_stream",
+    [VT_K_FAULT] = {"VT_FAULT", VT_KNOB_ENUM, FAULT_NONE_NAME, "none|moe_scatter_row_bytes_from_stream",
      "replay a registered defect (see `vtlab faults`); none in normal runs", 1, 0},
-    {"VT_THREADS", VT_KNOB_INT, "0", "0..1024",
+    [VT_K_THREADS] = {"VT_THREADS", VT_KNOB_INT, "0", "0..1024",
      "CPU threads for OpenMP and OpenBLAS; 0 = all cores (results do not depend on it)", 0, 0},
-    {"VT_PROBE", VT_KNOB_ENUM, "off", "off|on|audit",
+    [VT_K_PROBE] = {"VT_PROBE", VT_KNOB_ENUM, "off", "off|on|audit",
      "runtime dtype probes: off, on (record every site), audit (also sentinel-fill and check every copy destination)", 0, 0},
-    {"VT_TEST_IGNORED_KNOB", VT_KNOB_BOOL, "0", "0|1",
+    [VT_K_TEST_IGNORED] = {"VT_TEST_IGNORED_KNOB", VT_KNOB_BOOL, "0", "0|1",
      "test-only: declared but read by no code path (the fixture for audit rule R3, a knob that never takes effect)", 1, 0},
 };
-#define N_KNOBS ((int)(sizeof KNOBS / sizeof KNOBS[0]))
+#define N_KNOBS ((int)VT_K_COUNT)
+_Static_assert(sizeof KNOBS / sizeof KNOBS[0] == VT_K_COUNT, "one registry entry per vt_knob_id");
 
 int vt_knob_count(void) { return N_KNOBS; }
 const vt_knob_info *vt_knob_at(int i) { return i >= 0 && i < N_KNOBS ? &KNOBS[i] : NULL; }
@@ -220,19 +221,23 @@ void vt_knobset_hash(const vt_knobset *ks, char out[65]) {
     vt_sha256_final_hex(&c, out);
 }
 
+const char *vt_knobset_value(const vt_knobset *ks, vt_knob_id id) { return ks->value[id]; }
+
 void vt_knobs_resolve(const vt_knobset *ks, vt_knobs *k) {
     memset(k, 0, sizeof *k);
-    k->bf16_stream = !strcmp(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "1");
-    k->bf16_expert_out = !strcmp(vt_knobset_get(ks, "VT_KIMI_BF16_EXPERT_OUT"), "1");
-    k->bf16_act = !strcmp(vt_knobset_get(ks, "VT_KIMI_BF16_ACT"), "1");
-    k->router_biased = !strcmp(vt_knobset_get(ks, "VT_KIMI_ROUTER_WEIGHTS"), "biased");
-    k->kv_norm_eps_config = !strcmp(vt_knobset_get(ks, "VT_KIMI_MLA_KV_NORM_EPS"), "config");
-    k->router_renorm_always = !strcmp(vt_knobset_get(ks, "VT_KIMI_ROUTER_RENORM"), "always");
-    k->threads = atoi(vt_knobset_get(ks, "VT_THREADS"));
-    k->backend = !strcmp(vt_knobset_get(ks, "VT_BACKEND"), "cuda") ? VT_BACKEND_CUDA : VT_BACKEND_CPU;
-    const char *p = vt_knobset_get(ks, "VT_PROBE");
+#define KV(id) vt_knobset_value(ks, id)
+    k->bf16_stream = !strcmp(KV(VT_K_BF16_STREAM), "1");
+    k->bf16_expert_out = !strcmp(KV(VT_K_BF16_EXPERT_OUT), "1");
+    k->bf16_act = !strcmp(KV(VT_K_BF16_ACT), "1");
+    k->router_biased = !strcmp(KV(VT_K_ROUTER_WEIGHTS), "biased");
+    k->kv_norm_eps_config = !strcmp(KV(VT_K_MLA_KV_NORM_EPS), "config");
+    k->router_renorm_always = !strcmp(KV(VT_K_ROUTER_RENORM), "always");
+    k->threads = atoi(KV(VT_K_THREADS));
+    k->backend = !strcmp(KV(VT_K_BACKEND), "cuda") ? VT_BACKEND_CUDA : VT_BACKEND_CPU;
+    const char *p = KV(VT_K_PROBE);
     k->probe = !strcmp(p, "audit") ? VT_PROBE_AUDIT : !strcmp(p, "on") ? VT_PROBE_ON : VT_PROBE_OFF;
-    const char *f = vt_knobset_get(ks, "VT_FAULT");
+    const char *f = KV(VT_K_FAULT);
+#undef KV
     k->fault = VT_FAULT_NONE;
     for (int i = 1; i < N_FAULTS; i++)
         if (!strcmp(f, FAULTS[i].name)) k->fault = (vt_fault_id)i;

@@ -28,16 +28,47 @@
 extern "C" {
 #endif
 
-#define VT_STATUS_OK          0
-#define VT_STATUS_INPUT       2
-#define VT_STATUS_NOMEM       3
-#define VT_STATUS_IO          4
-#define VT_STATUS_INTERNAL    5
-#define VT_STATUS_UNSUPPORTED 6
+/* The one status set of vtlab. Every fallible function of the model library
+ * (VT_OK, VT_E* in model/err.h) and of the harness (LAB_OK, LAB_E* in
+ * harness/util.h) returns one of these; those names are aliases of these
+ * values, checked at compile time. vt_exit_code maps them to the process
+ * exit status, for main and the harness alike. */
+typedef enum vt_status {
+    VT_STATUS_OK          = 0,
+    VT_STATUS_INPUT       = 2,  /* bad input: a file, a field, an argument, a knob */
+    VT_STATUS_NOMEM       = 3,  /* an allocation failed */
+    VT_STATUS_IO          = 4,  /* an operating-system or SQLite I/O failure */
+    VT_STATUS_INTERNAL    = 5,  /* an invariant of our own code was broken */
+    VT_STATUS_UNSUPPORTED = 6,  /* valid input this build or machine cannot run (VT_BACKEND=cuda, no device) */
+} vt_status;
+
+/* 0 for VT_STATUS_OK; 2 for VT_STATUS_INPUT and VT_STATUS_UNSUPPORTED (the
+ * request cannot be served as given: nothing was run or written); 1 for
+ * anything else (a failure while working). */
+int vt_exit_code(int status);
 
 /* ------------------------------------------------------------------ knobs */
 
 typedef enum vt_knob_type { VT_KNOB_BOOL = 1, VT_KNOB_ENUM, VT_KNOB_INT, VT_KNOB_STRING } vt_knob_type;
+
+/* Every knob by its registry index: C code reads a knob through its id
+ * (vt_knobset_value), so a misspelt knob is a compile error, not a NULL at
+ * run time. The registry (model/knobs.c) is indexed by these ids; its names
+ * are the environment variables and what `vtlab knobs` lists. */
+typedef enum vt_knob_id {
+    VT_K_BF16_STREAM,          /* VT_KIMI_BF16_STREAM */
+    VT_K_BF16_EXPERT_OUT,      /* VT_KIMI_BF16_EXPERT_OUT */
+    VT_K_BF16_ACT,             /* VT_KIMI_BF16_ACT */
+    VT_K_ROUTER_WEIGHTS,       /* VT_KIMI_ROUTER_WEIGHTS */
+    VT_K_ROUTER_RENORM,        /* VT_KIMI_ROUTER_RENORM */
+    VT_K_MLA_KV_NORM_EPS,      /* VT_KIMI_MLA_KV_NORM_EPS */
+    VT_K_BACKEND,              /* VT_BACKEND */
+    VT_K_FAULT,                /* VT_FAULT */
+    VT_K_THREADS,              /* VT_THREADS */
+    VT_K_PROBE,                /* VT_PROBE */
+    VT_K_TEST_IGNORED,         /* VT_TEST_IGNORED_KNOB: test-only (audit rule R3's fixture) */
+    VT_K_COUNT
+} vt_knob_id;
 
 typedef struct vt_knob_info {
     const char  *name;        /* "VT_KIMI_BF16_STREAM" */
@@ -67,9 +98,15 @@ int  vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *e
  * e.g. `environ`). Any VT_* name that no knob declares is an error. */
 int  vt_knobset_from_env(vt_knobset *ks, char *const *envp, char *err, size_t errlen);
 const char *vt_knobset_get(const vt_knobset *ks, const char *name);   /* NULL if undeclared */
+/* The canonical value of knob id (never NULL for an id < VT_K_COUNT). */
+const char *vt_knobset_value(const vt_knobset *ks, vt_knob_id id);
 /* Canonical hash of the knobs that change numerics (sorted NAME=VALUE lines,
- * sha256, hex, 64 chars + NUL). Threads, probe mode and backend are excluded
- * from this hash: they must not change the numbers. */
+ * sha256, hex, 64 chars + NUL): those whose registry entry says `numeric`.
+ * Threads and probe mode are excluded: they must not change the numbers.
+ * The backend is included: the CPU and CUDA backends round differently, so a
+ * run on each is a different identity. A knob added after runs were recorded
+ * is hashed only away from its default (hash_omits_default), so recorded
+ * identities keep their hashes. */
 void vt_knobset_hash(const vt_knobset *ks, char out[65]);
 
 /* ------------------------------------------------------------------ faults */
@@ -87,11 +124,15 @@ const vt_fault_info *vt_fault_at(int i);
 
 typedef struct vt_model vt_model;
 
+/* The most layers a config may declare (num_hidden_layers); a config with
+ * more is refused as bad input, never clamped. */
+#define VT_MODEL_MAX_LAYERS 256
+
 typedef struct vt_model_info {
     int64_t vocab_size, hidden_size, n_layers;
     int64_t n_moe_layers;
-    char    layer_kind[256];     /* 'K' (KDA) or 'M' (MLA) per layer, NUL-terminated */
-    char    layer_ffn[256];      /* 'D' (dense MLP) or 'E' (MoE) per layer */
+    char    layer_kind[VT_MODEL_MAX_LAYERS + 1];  /* 'K' (KDA) or 'M' (MLA) per layer, NUL-terminated */
+    char    layer_ffn[VT_MODEL_MAX_LAYERS + 1];   /* 'D' (dense MLP) or 'E' (MoE) per layer, NUL-terminated */
     char    weight_dtype[8];     /* dtype of most weights: "f32", "bf16", "f16" */
 } vt_model_info;
 

@@ -20,7 +20,7 @@ int main(int argc, char **argv) {
     int rc = vt_cuda_bench(argv[1], T, B, argv[2], stdout, err, sizeof err);
     if (rc) {
         fprintf(stderr, "bench_cuda: %s\n", err);
-        return rc == VT_STATUS_INPUT || rc == VT_STATUS_UNSUPPORTED ? 2 : 1;
+        return vt_exit_code(rc);
     }
     printf("bench_cuda: wrote %s\n", argv[2]);
     return 0;

@@ -72,6 +72,31 @@ static void test_hash_covers_numeric_knobs_only(void **state) {
     vt_knobset_free(b);
 }
 
+/* Each vt_knob_id indexes the registry entry of its knob, and a set's value
+ * by id is the value set by name (the ids are what the C code reads). */
+static void test_ids_index_the_registry(void **state) {
+    (void)state;
+    static const struct { vt_knob_id id; const char *name; } want[] = {
+        {VT_K_BF16_STREAM, "VT_KIMI_BF16_STREAM"}, {VT_K_BF16_EXPERT_OUT, "VT_KIMI_BF16_EXPERT_OUT"},
+        {VT_K_BF16_ACT, "VT_KIMI_BF16_ACT"}, {VT_K_ROUTER_WEIGHTS, "VT_KIMI_ROUTER_WEIGHTS"},
+        {VT_K_ROUTER_RENORM, "VT_KIMI_ROUTER_RENORM"}, {VT_K_MLA_KV_NORM_EPS, "VT_KIMI_MLA_KV_NORM_EPS"},
+        {VT_K_BACKEND, "VT_BACKEND"}, {VT_K_FAULT, "VT_FAULT"}, {VT_K_THREADS, "VT_THREADS"},
+        {VT_K_PROBE, "VT_PROBE"}, {VT_K_TEST_IGNORED, "VT_TEST_IGNORED_KNOB"},
+    };
+    assert_int_equal(vt_knob_count(), VT_K_COUNT);
+    assert_int_equal(sizeof want / sizeof want[0], VT_K_COUNT);
+    vt_knobset *ks = NULL;
+    assert_int_equal(vt_knobset_new(&ks), 0);
+    char err[256];
+    assert_int_equal(vt_knobset_set(ks, "VT_KIMI_ROUTER_WEIGHTS", "biased", err, sizeof err), 0);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_string_equal(vt_knob_at((int)want[i].id)->name, want[i].name);
+        assert_string_equal(vt_knobset_value(ks, want[i].id), vt_knobset_get(ks, want[i].name));
+    }
+    assert_string_equal(vt_knobset_value(ks, VT_K_ROUTER_WEIGHTS), "biased");
+    vt_knobset_free(ks);
+}
+
 static void test_registry_is_documented(void **state) {
     (void)state;
     const char *must[] = {"VT_KIMI_BF16_STREAM", "VT_KIMI_BF16_EXPERT_OUT", "VT_KIMI_BF16_ACT",
@@ -97,6 +122,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_env_did_you_mean),
         cmocka_unit_test(test_hash_covers_numeric_knobs_only),
         cmocka_unit_test(test_registry_is_documented),
+        cmocka_unit_test(test_ids_index_the_registry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
