@@ -263,21 +263,21 @@ static int cmd_faults(void) {
     return 0;
 }
 
-/* Threads that wait for work sleep instead of spinning. libgomp spins by
- * default (OMP_WAIT_POLICY=active) and OpenBLAS's pthread server spins about
- * 2^28 cycles before it sleeps; on a shared 2-core runner the spinning threads
- * take the cores from the ones with work, and the default thread count ran
- * slower than one thread. Both libraries read their settings when they are
- * loaded, before main, so when the user has set neither, vtlab sets them and
- * execs itself once (VTLAB_NO_REEXEC=1 turns this off). A user's own setting
- * is kept. Measured with `vtlab logits` of the tiny model, T = 1024, at load
- * 9-10 on 2 cores, 3 interleaved rounds: spinning (OMP_WAIT_POLICY=ACTIVE)
- * 1.74-1.91 s, one thread 1.09-1.32 s, the default now 0.90-1.13 s. */
+/* OpenMP threads that wait for work sleep instead of spinning. libgomp spins
+ * by default (OMP_WAIT_POLICY=active); on a shared 2-core runner the
+ * spinning threads take the cores from the ones with work, and the default
+ * thread count ran slower than one thread. (OpenBLAS itself runs
+ * single-threaded inside vt_gemm_xwT, so it has no threads to spin.) libgomp
+ * reads the policy when it is loaded, before main, so when the user has not
+ * set it vtlab sets it and execs itself once (VTLAB_NO_REEXEC=1 turns this
+ * off); a user's own setting is kept. Measured with `vtlab logits` of the
+ * tiny model, T = 1024, at load 9-10 on 2 cores, 3 interleaved rounds:
+ * spinning (OMP_WAIT_POLICY=ACTIVE) 1.74-1.91 s, one thread 1.09-1.32 s, the
+ * default now 0.90-1.13 s. */
 static void wait_passively(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("OPENBLAS_THREAD_TIMEOUT") || getenv("VTLAB_NO_REEXEC")) return;
+    if (getenv("OMP_WAIT_POLICY") || getenv("VTLAB_NO_REEXEC")) return;
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);   /* the least OpenBLAS accepts: 2^4 cycles */
-    execv("/proc/self/exe", argv);               /* returns only on failure: run as we are */
+    execv("/proc/self/exe", argv);   /* returns only on failure: run as we are */
 }
 
 int main(int argc, char **argv) {
