@@ -91,6 +91,17 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
     free(text);
     if (rc) return lab_err_prefix(err, errlen, LAB_EINPUT, "reopen: claim %s: experiment", c->id);
     cJSON *j = root;
+    /* The derived experiment is an experiment of its own (its own id, so its
+     * own runs and its own spec in results.db): reusing the claim's id made the
+     * report render the original experiment's runs against this spec. */
+    const cJSON *oid = cJSON_GetObjectItemCaseSensitive(j, "id");
+    if (!cJSON_IsString(oid)) {
+        cJSON_Delete(j);
+        return lab_errf(err, errlen, LAB_EINPUT, "reopen: %s: id: missing or not a string", c->experiment_path);
+    }
+    char did[LAB_NAME_MAX + 1];
+    snprintf(did, sizeof did, "%.*s.reopen", LAB_NAME_MAX - 7, oid->valuestring);
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "id", cJSON_CreateString(did));
     cJSON *arms = cJSON_GetObjectItemCaseSensitive(j, "arms");
     const cJSON *refname = cJSON_GetObjectItemCaseSensitive(j, "reference");
     cJSON *ref = NULL, *same = NULL;

@@ -330,6 +330,16 @@ static arm_view *add_arm(exp_view *e, const char *name) {
     return a;
 }
 
+/* An arm's description, knobs, expectations and declared assertion outcome
+ * from its entry in a spec's "arms". */
+static void arm_from_spec(arm_view *a, const cJSON *it) {
+    a->description = json_str(it, "description");
+    a->spec_knobs = json_pairs(cJSON_GetObjectItemCaseSensitive(it, "knobs"));
+    a->spec_expect = json_pairs(cJSON_GetObjectItemCaseSensitive(it, "expect"));
+    const cJSON *ea = cJSON_GetObjectItemCaseSensitive(it, "expect_assertions");
+    a->expect_fail = cJSON_IsString(ea) && !strcmp(ea->valuestring, "fail");
+}
+
 /* The experiment's spec (that of its latest run) and its arms in spec order. */
 static int load_spec(lab_store *st, exp_view *e, char *err, size_t errlen) {
     sqlite3_stmt *s;
@@ -365,12 +375,30 @@ static int load_spec(lab_store *st, exp_view *e, char *err, size_t errlen) {
         if (!cJSON_IsString(nm)) continue;
         arm_view *a = add_arm(e, nm->valuestring);
         if (!a) { cJSON_Delete(j); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
-        a->description = json_str(it, "description");
-        a->spec_knobs = json_pairs(cJSON_GetObjectItemCaseSensitive(it, "knobs"));
-        a->spec_expect = json_pairs(cJSON_GetObjectItemCaseSensitive(it, "expect"));
-        const cJSON *ea = cJSON_GetObjectItemCaseSensitive(it, "expect_assertions");
-        a->expect_fail = cJSON_IsString(ea) && !strcmp(ea->valuestring, "fail");
+        arm_from_spec(a, it);
         a->is_reference = !strcmp(a->name, e->reference);
+    }
+    cJSON_Delete(j);
+    return LAB_OK;
+}
+
+/* When the run an arm shows ran another spec than the experiment's latest (an
+ * older version of the file), the arm is described by that spec: a run is
+ * judged against what it was asked to do. */
+static int arm_from_run_spec(lab_store *st, arm_view *a, const char *sha, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = lab_rp_prep(st, "SELECT json FROM experiment_specs WHERE sha256 = ?1", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_text(s, 1, sha, -1, SQLITE_TRANSIENT);
+    cJSON *j = sqlite3_step(s) == SQLITE_ROW ? cJSON_Parse(lab_col_text(s, 0)) : NULL;
+    sqlite3_finalize(s);
+    const cJSON *it, *arms = j ? cJSON_GetObjectItemCaseSensitive(j, "arms") : NULL;
+    cJSON_ArrayForEach(it, arms) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, a->name)) continue;
+        free(a->description); free(a->spec_knobs); free(a->spec_expect);
+        arm_from_spec(a, it);
+        break;
     }
     cJSON_Delete(j);
     return LAB_OK;
@@ -379,9 +407,10 @@ static int load_spec(lab_store *st, exp_view *e, char *err, size_t errlen) {
 /* The run an arm shows: latest FINISHED repeat 0, else the latest of any. */
 static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size_t errlen) {
     sqlite3_stmt *s;
+    char run_sha[72] = "";
     int rc = lab_rp_prep(st,
-                  "SELECT id, status, error, assertions_ok, assertion_reason, backend, started_at, code_version, is_reference"
-                  " FROM runs WHERE experiment = ?1 AND arm = ?2"
+                  "SELECT id, status, error, assertions_ok, assertion_reason, backend, started_at, code_version, is_reference,"
+                  " experiment_sha256 FROM runs WHERE experiment = ?1 AND arm = ?2"
                   " ORDER BY (status = 'FINISHED' AND repeat_idx = 0) DESC, id DESC LIMIT 1", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, e->id, -1, SQLITE_TRANSIENT);
@@ -396,9 +425,11 @@ static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size
         snprintf(a->started, sizeof a->started, "%s", lab_col_text(s, 6));
         snprintf(a->code_version, sizeof a->code_version, "%s", lab_col_text(s, 7));
         if (sqlite3_column_int(s, 8)) a->is_reference = 1;
+        snprintf(run_sha, sizeof run_sha, "%s", lab_col_text(s, 9));
     }
     sqlite3_finalize(s);
     if (!a->run_id) return LAB_OK;
+    if (run_sha[0] && strcmp(run_sha, e->spec_sha) && (rc = arm_from_run_spec(st, a, run_sha, err, errlen))) return rc;
 
     if ((rc = lab_rp_prep(st,
                    "SELECT c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, c.kl_p99, c.kl_max,"
