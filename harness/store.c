@@ -14,6 +14,9 @@
  *       divergence, pair tests and verdicts.
  *   v3  the audit: audit_flags (durable confound flags), audits, reopens.
  *   v4  nightly runs: nightlies, nightly_runs, nightly_findings.
+ *   v5  the nightly's acknowledgements and re-measurements (nightly_acks,
+ *       nightly_remeasure_runs: created at run time by nightly.c before, so
+ *       v5 creates them IF NOT EXISTS) and nightlies.pid_start (pid reuse).
  * A schema change appends a migration to migrations[]; old ones never change.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction survives
@@ -287,8 +290,33 @@ static const char *const migration_v4 =
     "  evidence TEXT NOT NULL DEFAULT '{}');"
     "CREATE INDEX nightly_findings_nightly ON nightly_findings(nightly_id);";
 
+/* v5: the nightly's own tables move into the schema (until v5, nightly.c
+ * created them at run time with CREATE TABLE IF NOT EXISTS, so a v4 database
+ * may already have them, exactly as below: hence IF NOT EXISTS here too):
+ * nightly_acks, the regressions a person acknowledged (`vtlab ack`), and
+ * nightly_remeasure_runs, the runs a nightly made to re-measure a suspected
+ * throughput drop (kept out of nightly_runs: neither test cases nor the
+ * night's repeats). And nightlies.pid_start, the process start time, so that
+ * a RUNNING nightly whose pid was reused is found dead (lab_pid_alive); rows
+ * of older nightlies have NULL and are judged by their pid alone. */
+static const char *const migration_v5 =
+    "CREATE TABLE IF NOT EXISTS nightly_acks ("
+    "  finding TEXT PRIMARY KEY,"
+    "  experiment TEXT NOT NULL, arm TEXT NOT NULL, kind TEXT NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  acked_at TEXT NOT NULL,"
+    "  nightly_id INTEGER,"
+    "  value REAL,"
+    "  cleared_at TEXT,"
+    "  cleared_by INTEGER);"
+    "CREATE TABLE IF NOT EXISTS nightly_remeasure_runs ("
+    "  nightly_id INTEGER NOT NULL REFERENCES nightlies(id) ON DELETE CASCADE,"
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  PRIMARY KEY (nightly_id, run_id));"
+    "ALTER TABLE nightlies ADD COLUMN pid_start INTEGER;";
+
 static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3,
-                                                           migration_v4};
+                                                           migration_v4, migration_v5};
 
 /* ------------------------------------------------------------ helpers */
 

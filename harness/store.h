@@ -34,7 +34,8 @@
 
 #include "model/vt.h"
 
-#define LAB_SCHEMA_VERSION 4
+/* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store.c has the history). */
+#define LAB_SCHEMA_VERSION 5
 
 typedef struct lab_store lab_store;
 

@@ -134,6 +134,51 @@ check "perf: ... flagged again" \
 unset VTLAB_TEST_PLANT_SLOWDOWN
 expect_exit "perf: a bad VTLAB_TEST_PLANT_SLOWDOWN is exit 2" 2 env VTLAB_TEST_PLANT_SLOWDOWN=2 "${NIGHTLY[@]}"
 
+# ------------------------------------------------------------ schema v5
+# A v4 database as the nightly left it before schema v5: nightly_acks and
+# nightly_remeasure_runs created at run time (as here), no nightlies.pid_start.
+# Opening it (vtlab ack writes) migrates it: rows kept, pid_start added.
+cp "$DB" "$T/v4.db"
+"$PY" - "$T/v4.db" <<'PYEOF'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("ALTER TABLE nightlies DROP COLUMN pid_start")
+c.execute("PRAGMA user_version = 4")
+c.commit()
+PYEOF
+acks=$(q "$T/v4.db" 'select count(*) from nightly_acks'); rem=$(q "$T/v4.db" 'select count(*) from nightly_remeasure_runs')
+expect_exit "schema: a v4 database with the nightly's run-time tables: vtlab ack on it exits 0" 0 \
+  "$VTLAB" ack tiny/f32/performance --reason "known: slower kernel" --db "$T/v4.db"
+check "schema: ... migrated to the version of a fresh database, acknowledgements and re-measurements kept" \
+  "[ \"\$(q $T/v4.db 'pragma user_version')\" = \"\$(q $DB 'pragma user_version')\" ] && [ \"\$(q $T/v4.db 'select count(*) from nightly_acks')\" = $acks ] && [ \"\$(q $T/v4.db 'select count(*) from nightly_remeasure_runs')\" = $rem ] && [ \"\$(q $T/v4.db 'select count(*) from pragma_table_info(\"nightlies\") where name = \"pid_start\"')\" = 1 ]" \
+  "$(q $T/v4.db 'pragma user_version') $(cat $ERR)"
+
+# A RUNNING nightly whose process is gone is marked FAILED by the next
+# nightly on this host; a pid that was reused by another process (start time
+# differs) counts as gone; a live one is left alone.
+sleep 300 & LIVE=$!
+"$PY" - "$DB" "$(hostname)" "$LIVE" <<'PYEOF'
+import sqlite3, sys
+db, host, live = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def start(pid):
+    s = open("/proc/%d/stat" % pid).read()
+    return int(s[s.rindex(")") + 2:].split()[19])
+c = sqlite3.connect(db)
+for nid, pid, ps in ((101, live, start(live) + 1), (102, live, start(live))):
+    c.execute("INSERT INTO nightlies (id, started_at, status, git_commit, code_version, host, pid, pid_start,"
+              " experiments_dir) VALUES (?, 't', 'RUNNING', 'g', 'c', ?, ?, ?, 'x')", (nid, host, pid, ps))
+c.commit()
+PYEOF
+"${NIGHTLY[@]}" >"$OUT_FILE" 2>"$ERR"
+check "reap: a RUNNING nightly whose pid was reused (other start time) is marked FAILED" \
+  "[ \"\$(q $DB 'select status, error from nightlies where id = 101')\" = 'FAILED|the process died (found by a later nightly)' ]" \
+  "$(q $DB 'select id, status, error from nightlies where id > 100')"
+check "reap: ... a RUNNING nightly of a live process is left RUNNING" \
+  "[ \"\$(q $DB 'select status from nightlies where id = 102')\" = RUNNING ]"
+check "reap: ... the new nightly records its pid_start" \
+  "[ \"\$(q $DB 'select pid_start > 0 from nightlies order by id desc limit 1')\" = 1 ]"
+kill $LIVE 2>/dev/null; wait $LIVE 2>/dev/null
+
 # A short no-change campaign under a CPU burner (tests/soak/nightly_noise.sh
 # is the long one): no night may be marked REGRESSED for throughput noise.
 out=$(bash tests/soak/nightly_noise.sh "$VTLAB" 4 0 2>&1)

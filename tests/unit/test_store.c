@@ -56,7 +56,9 @@ static void test_fresh_schema(void **state) {
     assert_int_equal(q_int(st, "PRAGMA foreign_keys"), 1);
     for (const char *const *t = (const char *const[]){"runs", "run_knobs", "metrics", "probes", "expectations",
                                                        "logits_topk", "logits_full", "comparisons", "layer_divergence",
-                                                       "pair_tests", "verdicts", "experiment_specs", NULL};
+                                                       "pair_tests", "verdicts", "experiment_specs", "nightlies",
+                                                       "nightly_runs", "nightly_findings", "nightly_acks",
+                                                       "nightly_remeasure_runs", NULL};
          *t; t++) {
         char sql[200];
         snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", *t);
@@ -100,6 +102,72 @@ static void test_migrate_from_v1(void **state) {
     assert_int_equal(q_int(st, "SELECT repeat_idx FROM runs WHERE id = 1"), 0);
     assert_int_equal(q_int(st, "SELECT count(*) FROM metrics"), 1);
     assert_int_equal(q_int(st, "SELECT count(*) FROM probes"), 0);
+    lab_store_close(st);
+}
+
+/* A v4 database as the nightly left it before v5: its run-time tables
+ * (nightly_acks, nightly_remeasure_runs) created by the old code's own
+ * CREATE TABLE IF NOT EXISTS, with rows. Opening it migrates to the current
+ * version: the tables and rows are kept, nightlies gains pid_start (NULL for
+ * the old row), and the migrated file has what a fresh one has. */
+static void test_migrate_v4_nightly_tables(void **state) {
+    (void)state;
+    lab_store *st;
+    char err[1024] = "", buf[64];
+    assert_int_equal(lab_store_open_version(&st, dbpath, 4, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st,
+                                    "CREATE TABLE IF NOT EXISTS nightly_acks ("
+                                    "  finding TEXT PRIMARY KEY,"
+                                    "  experiment TEXT NOT NULL, arm TEXT NOT NULL, kind TEXT NOT NULL,"
+                                    "  reason TEXT NOT NULL,"
+                                    "  acked_at TEXT NOT NULL,"
+                                    "  nightly_id INTEGER,"
+                                    "  value REAL,"
+                                    "  cleared_at TEXT,"
+                                    "  cleared_by INTEGER)", 0, NULL, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st,
+                                    "CREATE TABLE IF NOT EXISTS nightly_remeasure_runs ("
+                                    "  nightly_id INTEGER NOT NULL REFERENCES nightlies(id) ON DELETE CASCADE,"
+                                    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+                                    "  PRIMARY KEY (nightly_id, run_id))", 0, NULL, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st, "INSERT INTO runs (id, experiment, arm, status, knob_hash, model_sha256,"
+                                        " dataset_sha256, code_version, started_at) VALUES"
+                                        " (1, 'e', 'a', 'FINISHED', 'k', 'm', 'd', 'c', 't0')", 0, NULL, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st, "INSERT INTO nightlies (id, started_at, status, git_commit, code_version, host,"
+                                        " pid, experiments_dir) VALUES (1, 't0', 'RUNNING', 'g', 'c', 'h', 4242, 'x')",
+                                    0, NULL, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st, "INSERT INTO nightly_remeasure_runs VALUES (1, 1)", 0, NULL, err, sizeof err), 0);
+    assert_int_equal(lab_store_exec(st, "INSERT INTO nightly_acks (finding, experiment, arm, kind, reason, acked_at,"
+                                        " nightly_id, value) VALUES ('e/a/performance', 'e', 'a', 'performance',"
+                                        " 'known', 't1', 1, 12.5)", 0, NULL, err, sizeof err), 0);
+    lab_store_close(st);
+
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(lab_store_version(st), LAB_SCHEMA_VERSION);
+    assert_int_equal(q_int(st, "PRAGMA user_version"), LAB_SCHEMA_VERSION);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM nightly_remeasure_runs WHERE nightly_id = 1 AND run_id = 1"), 1);
+    assert_string_equal(q_text(st, "SELECT reason FROM nightly_acks WHERE finding = 'e/a/performance'", buf, sizeof buf),
+                        "known");
+    assert_int_equal(q_int(st, "SELECT count(*) FROM pragma_table_info('nightlies') WHERE name = 'pid_start'"), 1);
+    assert_int_equal(q_int(st, "SELECT pid_start IS NULL FROM nightlies WHERE id = 1"), 1);
+    assert_int_equal(lab_store_exec(st, "UPDATE nightlies SET pid_start = 7 WHERE id = 1", 0, NULL, err, sizeof err), 0);
+    lab_store_close(st);
+
+    /* The same tables and columns as a fresh database. */
+    char fresh[300];
+    snprintf(fresh, sizeof fresh, "%s-fresh", dbpath);
+    unlink(fresh);
+    assert_int_equal(lab_store_open(&st, fresh, err, sizeof err), 0);
+    int64_t want = q_int(st, "SELECT count(*) FROM sqlite_master m, pragma_table_info(m.name) WHERE m.type = 'table'");
+    lab_store_close(st);
+    for (int i = 0; i < 3; i++) {
+        char p[320];
+        snprintf(p, sizeof p, "%s%s", fresh, (const char *const[]){"", "-wal", "-shm"}[i]);
+        unlink(p);
+    }
+    assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
+    assert_int_equal(q_int(st, "SELECT count(*) FROM sqlite_master m, pragma_table_info(m.name) WHERE m.type = 'table'"),
+                     want);
     lab_store_close(st);
 }
 
@@ -644,6 +712,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fresh_schema, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_from_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_v4_nightly_tables, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_version_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch_all_or_nothing, setup, teardown),
