@@ -316,8 +316,8 @@ int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
     return 0;
 }
 
-void vt_lab_usage(void) {
-    fprintf(stderr,
+void vt_lab_usage(FILE *out) {
+    fprintf(out,
             "lab commands (default database: results.db in the current directory):\n"
             "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force]\n"
             "                                       run the arms (reference first); finished runs are skipped\n"
@@ -336,7 +336,7 @@ void vt_lab_usage(void) {
             "reports and CI:\n"
             "  report   [--db PATH] [--out DIR] [--no-plots]\n"
             "                                       static HTML page + markdown + gnuplot charts (default report/)\n"
-            "  nightly  [DIR] [--db PATH] [--out DIR] [--specs DIR] [--alpha A] [--perf-min-drop F] [--no-audit]\n"
+            "  nightly  [DIR] [--db PATH] [--out DIR] [--specs DIR] [--alpha A] [--perf-min-drop F] [--no-audit] [--no-plots]\n"
             "                                       rerun DIR/*.json, audit, compare with the previous nightly;\n"
             "                                       junit.xml, nightly.md, regressions.atom; exit 1 on a regression\n"
             "  ack      EXPERIMENT/ARM/KIND --reason TEXT [--db PATH]\n"

@@ -22,8 +22,8 @@
 
 extern char **environ;
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *out) {
+    fprintf(out,
             "usage: vtlab COMMAND [options]\n"
             "model commands:\n"
             "  synth    --config CONFIG.json --seed N --out DIR [--dtype f32|bf16|f16]\n"
@@ -33,7 +33,52 @@ static void usage(void) {
             "  knobs    [--markdown]                the knob registry (VT_* variables)\n"
             "  faults                               the replayable defects (VT_FAULT)\n"
             "  version                              the build's code version\n");
-    vt_lab_usage();
+    vt_lab_usage(out);
+}
+
+/* `vtlab CMD --help` (or -h): CMD's lines of the usage, on stdout. The usage
+ * text is the one place commands and options are listed: a command's entry
+ * is the line "  CMD ..." and the more-indented lines under it. 0 when CMD has
+ * an entry, -1 when not. */
+static int command_help(const char *cmd) {
+    char *text = NULL;
+    size_t len = 0, cl = strlen(cmd);
+    FILE *m = open_memstream(&text, &len);
+    if (!m) return -1;
+    usage(m);
+    fclose(m);
+    int found = 0, in = 0;
+    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        int entry = n > 2 + cl && !strncmp(line, "  ", 2) && !strncmp(line + 2, cmd, cl) && line[2 + cl] == ' ';
+        int more = in && n > 3 && !strncmp(line, "   ", 3);
+        if (entry && !found) printf("usage: vtlab %s\n", cmd);
+        if (entry || more) printf("%.*s\n", (int)n, line);
+        found |= entry;
+        in = entry || more;
+    }
+    free(text);
+    return found ? 0 : -1;
+}
+
+/* "--opt=value" becomes "--opt" "value", so every command takes both
+ * spellings. A new argv (never freed: it lives as long as the process). */
+static char **split_equals(int *argc, char **argv) {
+    char **out = calloc((size_t)*argc * 2 + 1, sizeof *out);
+    if (!out) return argv;
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        if (i > 0 && !strncmp(argv[i], "--", 2) && eq && eq > argv[i] + 2) {
+            out[n++] = strndup(argv[i], (size_t)(eq - argv[i]));
+            out[n++] = eq + 1;
+        } else {
+            out[n++] = argv[i];
+        }
+    }
+    *argc = n;
+    return out;
 }
 
 /* Status from the library -> exit status: bad input, and a request this
@@ -283,11 +328,19 @@ static void wait_passively(char **argv) {
 int main(int argc, char **argv) {
     wait_passively(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage();
+        usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
     argc--; argv++;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            if (command_help(cmd) == 0) return 0;
+            fprintf(stderr, "vtlab: unknown command \"%s\"\n", cmd);
+            usage(stderr);
+            return 2;
+        }
+    argv = split_equals(&argc, argv);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc, argv);
     if (!strcmp(cmd, "validate")) return cmd_validate(argc, argv);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv, 0);
@@ -299,6 +352,6 @@ int main(int argc, char **argv) {
     int rc = vt_lab_main(cmd, argc, argv, &handled);
     if (handled) return rc;
     fprintf(stderr, "vtlab: unknown command \"%s\"\n", cmd);
-    usage();
+    usage(stderr);
     return 2;
 }
