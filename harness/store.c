@@ -17,6 +17,7 @@
  *   v5  the nightly's acknowledgements and re-measurements (nightly_acks,
  *       nightly_remeasure_runs: created at run time by nightly.c before, so
  *       v5 creates them IF NOT EXISTS) and nightlies.pid_start (pid reuse).
+ *   v6  views: run_summary, latest_verdicts, open_confounds (docs/schema.md).
  * A schema change appends a migration to migrations[]; old ones never change.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction survives
@@ -315,8 +316,55 @@ static const char *const migration_v5 =
     "  PRIMARY KEY (nightly_id, run_id));"
     "ALTER TABLE nightlies ADD COLUMN pid_start INTEGER;";
 
+/* v6: views for the questions people ask of results.db from elsewhere (SQL,
+ * pandas; docs/schema.md): one row per run with its comparison, verdict,
+ * common metrics and knobs pivoted into columns (run_summary), the latest
+ * verdict of each experiment and arm (latest_verdicts), and the confounds an
+ * audit left open (open_confounds). A knob added to the registry later gets
+ * its column in a later migration (DROP VIEW, CREATE VIEW); until then it is
+ * in the `knobs` JSON column. */
+static const char *const migration_v6 =
+    "CREATE VIEW run_summary AS SELECT"
+    "  r.id AS run_id, r.experiment, r.arm, r.repeat_idx, r.is_reference, r.status, r.error,"
+    "  r.started_at, r.finished_at, r.code_version, r.git_commit, r.backend, r.device, r.host,"
+    "  r.knob_hash, r.model_sha256, r.dataset_sha256, r.logits_sha256, r.score,"
+    "  r.n_sequences, r.n_tokens, r.n_scored, r.wall_s, r.forward_s,"
+    "  r.assertions_ok, r.expected_assertions, r.assertion_reason,"
+    "  c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi,"
+    "  CAST(c.top1_k AS REAL) / c.top1_n AS top1_agreement,"
+    "  c.kl_mean, c.kl_p99, c.kl_max, c.max_abs_dlogit, c.rms_dp, c.mcnemar_p,"
+    "  c.first_div_layer, c.first_div_value,"
+    "  v.verdict, v.metric AS decision_metric, v.threshold AS decision_threshold, v.direction AS decision_direction,"
+    "  (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s') AS tokens_per_s,"
+    "  (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'perplexity') AS perplexity,"
+    "  (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'nll_mean') AS nll_mean,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_BF16_STREAM') AS VT_KIMI_BF16_STREAM,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_BF16_EXPERT_OUT') AS VT_KIMI_BF16_EXPERT_OUT,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_BF16_ACT') AS VT_KIMI_BF16_ACT,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_ROUTER_WEIGHTS') AS VT_KIMI_ROUTER_WEIGHTS,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_ROUTER_RENORM') AS VT_KIMI_ROUTER_RENORM,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_MLA_KV_NORM_EPS') AS VT_KIMI_MLA_KV_NORM_EPS,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_BACKEND') AS VT_BACKEND,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_FAULT') AS VT_FAULT,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_THREADS') AS VT_THREADS,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_PROBE') AS VT_PROBE,"
+    "  (SELECT json_group_object(name, value) FROM run_knobs k WHERE k.run_id = r.id) AS knobs"
+    "  FROM runs r LEFT JOIN comparisons c ON c.run_id = r.id"
+    "  LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id;"
+    "CREATE VIEW latest_verdicts AS SELECT"
+    "  s.experiment, s.arm, s.run_id, s.verdict, s.top1_k, s.top1_n, s.top1_lo, s.top1_hi,"
+    "  s.decision_metric, s.decision_threshold, s.decision_direction, s.code_version, s.started_at"
+    "  FROM run_summary s WHERE s.verdict IS NOT NULL AND s.run_id = (SELECT max(r2.id) FROM runs r2"
+    "  JOIN verdicts v2 ON v2.run_id = r2.id WHERE r2.experiment = s.experiment AND r2.arm = s.arm"
+    "  AND r2.status = 'FINISHED');"
+    "CREATE VIEW open_confounds AS SELECT"
+    "  f.id, f.subject_kind, f.subject, f.rule, f.key, f.reason, f.first_seen, f.last_seen,"
+    "  r.experiment, r.arm"
+    "  FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run' AND r.id = CAST(f.subject AS INTEGER)"
+    "  WHERE f.resolved_at IS NULL AND f.expected = 0;";
+
 static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3,
-                                                           migration_v4, migration_v5};
+                                                           migration_v4, migration_v5, migration_v6};
 
 /* ------------------------------------------------------------ helpers */
 

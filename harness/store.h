@@ -35,7 +35,7 @@
 #include "model/vt.h"
 
 /* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store.c has the history). */
-#define LAB_SCHEMA_VERSION 5
+#define LAB_SCHEMA_VERSION 6
 
 typedef struct lab_store lab_store;
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The SQL views of results.db (schema v6, docs/schema.md): run_summary (one
+# row per run, comparison, verdict, metrics, knobs pivoted), latest_verdicts
+# and open_confounds, checked against the tables they summarise after a real
+# run, a rerun and an audit.
+set -u
+VTLAB=${1:-./vtlab}
+. tests/cli/lib.sh
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+OUT_FILE=$W/out; ERR=$W/err
+q() { /usr/bin/python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print('\n'.join('|'.join(str(x) for x in t) for t in c.execute(sys.argv[2])))" "$@"; }
+cat > "$W/e.json" <<'J'
+{"id": "views", "model": {"synth": "model/configs/kimi-linear-tiny.json", "seed": 1},
+ "dataset": {"generate": {"n_sequences": 4, "length": 8, "seed": 2}}, "score": "all", "reference": "f32",
+ "arms": [{"name": "f32"}, {"name": "bf16", "knobs": {"VT_KIMI_BF16_STREAM": "1"}},
+          {"name": "ignored", "knobs": {"VT_TEST_IGNORED_KNOB": "1"}, "expect": {"residual.stream": "bf16"}}],
+ "decision": {"metric": "top1_agreement", "threshold": 0.5, "direction": ">="}}
+J
+"$VTLAB" run "$W/e.json" --db "$W/r.db" >/dev/null 2>&1
+"$VTLAB" run "$W/e.json" --db "$W/r.db" --force --arm bf16 >/dev/null 2>&1
+D=$W/r.db
+[ "$(q $D 'select count(*) from run_summary')" = "$(q $D 'select count(*) from runs')" ] \
+  && ok "run_summary: one row per run" || not_ok "run_summary rows" "$(q $D 'select count(*) from run_summary')"
+[ "$(q $D 'select count(*) from run_summary s join comparisons c on c.run_id = s.run_id where s.top1_k = c.top1_k and s.top1_n = c.top1_n and abs(s.top1_agreement - 1.0 * c.top1_k / c.top1_n) < 1e-12')" = "$(q $D 'select count(*) from comparisons')" ] \
+  && ok "run_summary: top-1 k/n and agreement as in comparisons" || not_ok "run_summary top1" "$(q $D 'select run_id, top1_k, top1_n from run_summary')"
+[ "$(q $D "select count(*) from run_summary s join metrics m on m.run_id = s.run_id and m.name = 'tokens_per_s' where s.tokens_per_s = m.value")" = "$(q $D "select count(*) from metrics where name = 'tokens_per_s'")" ] \
+  && ok "run_summary: tokens_per_s pivoted from metrics" || not_ok "run_summary metrics" ""
+[ "$(q $D "select group_concat(VT_KIMI_BF16_STREAM, '') from (select VT_KIMI_BF16_STREAM from run_summary order by run_id)")" = "$(q $D "select group_concat(value, '') from (select value from run_knobs where name = 'VT_KIMI_BF16_STREAM' order by run_id)")" ] \
+  && [ "$(q $D "select json_extract(knobs, '\$.VT_TEST_IGNORED_KNOB') from run_summary where arm = 'ignored'")" = 1 ] \
+  && ok "run_summary: knobs pivoted into columns and the knobs JSON" || not_ok "run_summary knobs" "$(q $D 'select run_id, VT_KIMI_BF16_STREAM, knobs from run_summary')"
+want=$(q $D "select r.experiment || '/' || r.arm || '=' || max(r.id) from runs r join verdicts v on v.run_id = r.id where r.status = 'FINISHED' group by r.experiment, r.arm order by 1")
+got=$(q $D "select experiment || '/' || arm || '=' || run_id from latest_verdicts order by 1")
+[ -n "$got" ] && [ "$got" = "$want" ] && ok "latest_verdicts: the latest verdict of each experiment/arm (the rerun's)" || not_ok "latest_verdicts" "got $got want $want"
+"$VTLAB" audit --db "$D" --specs specs >/dev/null 2>&1
+[ "$(q $D 'select count(*) from open_confounds')" = "$(q $D 'select count(*) from audit_flags where resolved_at is null and expected = 0')" ] \
+  && [ "$(q $D "select count(*) from open_confounds where arm = 'ignored' and rule = 'R3'")" -ge 1 ] \
+  && ok "open_confounds: the open, unexpected flags, with their run's arm" || not_ok "open_confounds" "$(q $D 'select * from open_confounds')"
+finish
