@@ -381,9 +381,109 @@ static int add_rows(lab_store *st, cJSON *root, const char *key, const char *sql
     return rows_done(st, s, step, key, err, errlen);
 }
 
+/* One sequence's top-k of a run: ids and logprobs [n_pos][k] (owned). */
+typedef struct seq_topk { int64_t seq, n_pos, k; int32_t *ids; float *lp; } seq_topk;
+
+static void seq_topk_free(seq_topk *t, int64_t n) {
+    for (int64_t i = 0; i < n; i++) { free(t[i].ids); free(t[i].lp); }
+    free(t);
+}
+
+/* Every sequence's top-k of run id, in sequence order. A row whose blobs do
+ * not have n_pos x k entries is an error (a corrupt row), not skipped. */
+static int load_topk(lab_store *st, int64_t id, seq_topk **out, int64_t *n, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    *out = NULL;
+    *n = 0;
+    int rc = prepare(st, "SELECT seq, n_pos, k, ids, logprobs FROM logits_topk WHERE run_id = ?1 ORDER BY seq", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    int step;
+    seq_topk *t = NULL;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        int64_t np = sqlite3_column_int64(s, 1), k = sqlite3_column_int64(s, 2);
+        if (np < 0 || k <= 0 || sqlite3_column_bytes(s, 3) != np * k * 4 || sqlite3_column_bytes(s, 4) != np * k * 4) {
+            rc = lab_errf(err, errlen, LAB_EINPUT, "%s: run %lld: logits_topk of sequence %lld has the wrong size",
+                          lab_store_path(st), (long long)id, (long long)sqlite3_column_int64(s, 0));
+            break;
+        }
+        seq_topk *nt = realloc(t, (size_t)(*n + 1) * sizeof *t);
+        if (!nt) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
+        t = nt;
+        seq_topk *q = &t[(*n)++];
+        q->seq = sqlite3_column_int64(s, 0), q->n_pos = np, q->k = k;
+        q->ids = malloc((size_t)(np * k) * sizeof *q->ids + 1);
+        q->lp = malloc((size_t)(np * k) * sizeof *q->lp + 1);
+        if (!q->ids || !q->lp) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
+        memcpy(q->ids, sqlite3_column_blob(s, 3), (size_t)(np * k) * 4);
+        memcpy(q->lp, sqlite3_column_blob(s, 4), (size_t)(np * k) * 4);
+    }
+    if (!rc) rc = rows_done(st, s, step, "export top-k", err, errlen);
+    else sqlite3_finalize(s);
+    if (rc) { seq_topk_free(t, *n); *n = 0; return rc; }
+    *out = t;
+    return LAB_OK;
+}
+
+/* `--format positions` (JSON lines) and `positions-csv`: one record per
+ * position of the run against its reference, what lm-evaluation-harness's
+ * --log_samples gives per sample: whether the position is scored, the
+ * reference's top-1 and its probability, the run's top-1, agreement, and the
+ * run's probability of the reference's top-1 with the difference (dp; empty
+ * when that token is not in the run's stored top-k). Per-position KL needs
+ * both full distributions, which results.db does not keep (only kl_mean,
+ * kl_p99 and kl_max per run). A run without a comparison (a reference) is
+ * LAB_EINPUT. */
+static int export_positions(lab_store *st, int64_t id, int csv, FILE *out, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = prepare(st, "SELECT c.reference_run_id, r.score FROM runs r JOIN comparisons c ON c.run_id = r.id"
+                         " WHERE r.id = ?1 LIMIT 1", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, id);
+    int step = sqlite3_step(s);
+    int64_t ref = step == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+    int last_only = step == SQLITE_ROW && !strcmp(lab_col_text(s, 1), "last");
+    if ((rc = rows_done(st, s, step == SQLITE_ROW ? SQLITE_DONE : step, "export positions", err, errlen))) return rc;
+    if (!ref)
+        return lab_errf(err, errlen, LAB_EINPUT, "run %lld has no comparison with a reference (it is one, or it did not "
+                        "finish): nothing to export per position", (long long)id);
+    seq_topk *a = NULL, *b = NULL;
+    int64_t na = 0, nb = 0;
+    if ((rc = load_topk(st, id, &a, &na, err, errlen)) || (rc = load_topk(st, ref, &b, &nb, err, errlen))) {
+        seq_topk_free(a, na);
+        return rc;
+    }
+    if (csv) fprintf(out, "run_id,reference_run_id,seq,pos,scored,ref_top1,ref_p,top1,agree,p_of_ref_top1,dp\n");
+    for (int64_t i = 0; i < na && i < nb; i++) {
+        const seq_topk *x = &a[i], *r = &b[i];
+        for (int64_t p = 0; x->seq == r->seq && p < x->n_pos && p < r->n_pos; p++) {
+            int32_t rt = r->ids[p * r->k], t = x->ids[p * x->k];
+            double rp = exp(r->lp[p * r->k]), xp = NAN;
+            for (int64_t j = 0; j < x->k; j++)
+                if (x->ids[p * x->k + j] == rt) { xp = exp(x->lp[p * x->k + j]); break; }
+            int scored = !last_only || p == x->n_pos - 1;
+            char pv[32] = "", dv[32] = "";
+            if (!isnan(xp)) snprintf(pv, sizeof pv, "%.9g", xp), snprintf(dv, sizeof dv, "%.9g", xp - rp);
+            if (csv)
+                fprintf(out, "%lld,%lld,%lld,%lld,%d,%d,%.9g,%d,%d,%s,%s\n", (long long)id, (long long)ref, (long long)x->seq,
+                        (long long)p, scored, rt, rp, t, t == rt, pv, dv);
+            else
+                fprintf(out, "{\"run_id\": %lld, \"reference_run_id\": %lld, \"seq\": %lld, \"pos\": %lld, \"scored\": %s, "
+                        "\"ref_top1\": %d, \"ref_p\": %.9g, \"top1\": %d, \"agree\": %s, \"p_of_ref_top1\": %s, \"dp\": %s}\n",
+                        (long long)id, (long long)ref, (long long)x->seq, (long long)p, scored ? "true" : "false", rt, rp,
+                        t, t == rt ? "true" : "false", pv[0] ? pv : "null", dv[0] ? dv : "null");
+        }
+    }
+    seq_topk_free(a, na);
+    seq_topk_free(b, nb);
+    return ferror(out) ? lab_errf(err, errlen, LAB_EIO, "export: write failed") : LAB_OK;
+}
+
 int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, char *err, size_t errlen) {
     int rc = run_exists(st, id, err, errlen);
     if (rc) return rc;
+    if (!strcmp(format, "positions") || !strcmp(format, "positions-csv"))
+        return export_positions(st, id, !strcmp(format, "positions-csv"), out, err, errlen);
     if (!strcmp(format, "csv")) {
         /* Long form, one row per (sequence, position, rank): the per-position
          * top-k of the run, what a spreadsheet or pandas wants. */

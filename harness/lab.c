@@ -202,8 +202,9 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
         if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
         if ((u = parse_run_id(cmd, a.pos[0], &id))) return u;
         if (!a.format) a.format = "json";
-        if (strcmp(a.format, "json") && strcmp(a.format, "csv"))
-            return usage_error(cmd, "--format must be json or csv, got \"%s\"", a.format);
+        if (strcmp(a.format, "json") && strcmp(a.format, "csv") && strcmp(a.format, "positions") &&
+            strcmp(a.format, "positions-csv"))
+            return usage_error(cmd, "--format must be json, csv, positions or positions-csv, got \"%s\"", a.format);
     }
     lab_store *st = NULL;
     if ((u = open_for_read(cmd, a.db, &st))) return u;
@@ -325,8 +326,9 @@ void vt_lab_usage(FILE *out) {
             "  runs     [--db PATH] [--experiment ID]  list runs: status, assertions, top-1 k/n, verdict\n"
             "  show     RUN [--db PATH]             everything recorded about one run\n"
             "  compare  RUN_A RUN_B [--db PATH]     side by side, agreement, McNemar's exact test\n"
-            "  export   RUN [--format json|csv] [--out FILE] [--db PATH]\n"
-            "                                       the run's records (json) or per-position top-k (csv)\n"
+            "  export   RUN [--format json|csv|positions|positions-csv] [--out FILE] [--db PATH]\n"
+            "                                       the run's records (json), per-position top-k (csv), or one\n"
+            "                                       record per position against the reference (positions: JSONL)\n"
             "  record-bench REPORT.json [--db PATH] a benchmark report (make bench, bench_cuda) as runs, one per phase\n"
             "the ledger (specs/: recorded claims and known defects):\n"
             "  specs    check [--specs DIR]         validate every claim and defect record\n"
