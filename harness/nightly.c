@@ -908,15 +908,15 @@ int lab_nightly_write_md(lab_store *st, int64_t id, const char *path, char *err,
 }
 
 /* One <entry> of the feed. */
-static void atom_entry(lab_buf *b, const char *host, const lab_nightly_shown *f) {
+static void atom_entry(lab_buf *b, const char *feed, const lab_nightly_shown *f) {
     lab_buf_printf(b, "  <entry>\n    <title>nightly %lld: ", (long long)f->nightly);
     x(b, f->experiment);
     lab_buf_printf(b, "%s", f->experiment[0] && f->arm[0] ? "/" : "");
     x(b, f->arm);
     lab_buf_printf(b, ": ");
     x(b, f->kind);
-    lab_buf_printf(b, " regression</title>\n    <id>urn:vtlab:nightly-regressions:");
-    x(b, host);
+    lab_buf_printf(b, " regression</title>\n    <id>urn:vtlab:feed:");
+    x(b, feed);
     lab_buf_printf(b, ":finding:%lld</id>\n    <updated>", (long long)f->id);
     x(b, f->at);
     lab_buf_printf(b, "</updated>\n    <link rel=\"alternate\" href=\"index.html#nightly\"/>\n"
@@ -928,20 +928,22 @@ static void atom_entry(lab_buf *b, const char *host, const lab_nightly_shown *f)
 }
 
 int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t errlen) {
-    char now[32], host[128] = "localhost";
+    /* ids from the database's feed_id: the same feed and entries whatever
+     * host writes it (a host-named id made every entry look new) */
+    char now[32], feed[72];
     lab_now_iso(now);
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
-    host[sizeof host - 1] = 0;
-    lab_nightly_shown_list l;
-    int rc = lab_store_nightly_feed(st, 20, &l, err, errlen);
+    int rc = lab_store_meta(st, "feed_id", feed, sizeof feed, err, errlen);
     if (rc) return rc;
+    lab_nightly_shown_list l;
+    if ((rc = lab_store_nightly_feed(st, 20, &l, err, errlen))) return rc;
     lab_buf b = {0};
     lab_buf_printf(&b, "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<feed xmlns=\"http://www.w3.org/2005/Atom\">\n"
-                       "  <title>vtlab nightly regressions</title>\n  <id>urn:vtlab:nightly-regressions:");
-    x(&b, host);
+                       "  <title>vtlab nightly regressions</title>\n  <id>urn:vtlab:feed:");
+    x(&b, feed);
     lab_buf_printf(&b, "</id>\n  <updated>%s</updated>\n  <author><name>vtlab nightly</name></author>\n"
+                       "  <link rel=\"self\" href=\"regressions.atom\"/>\n"
                        "  <link rel=\"alternate\" href=\"index.html\"/>\n", now);
-    for (int64_t i = 0; i < l.n; i++) atom_entry(&b, host, &l.r[i]);
+    for (int64_t i = 0; i < l.n; i++) atom_entry(&b, feed, &l.r[i]);
     lab_nightly_shown_free(&l);
     lab_buf_printf(&b, "</feed>\n");
     rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);

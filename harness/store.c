@@ -17,7 +17,8 @@
  *   v5  the nightly's acknowledgements and re-measurements (nightly_acks,
  *       nightly_remeasure_runs: created at run time by nightly.c before, so
  *       v5 creates them IF NOT EXISTS) and nightlies.pid_start (pid reuse).
- *   v6  views: run_summary, latest_verdicts, open_confounds (docs/schema.md).
+ *   v6  views: run_summary, latest_verdicts, open_confounds (docs/schema.md);
+ *       meta (key, value): the database's feed_id.
  * A schema change appends a migration to migrations[]; old ones never change.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction survives
@@ -361,7 +362,12 @@ static const char *const migration_v6 =
     "  f.id, f.subject_kind, f.subject, f.rule, f.key, f.reason, f.first_seen, f.last_seen,"
     "  r.experiment, r.arm"
     "  FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run' AND r.id = CAST(f.subject AS INTEGER)"
-    "  WHERE f.resolved_at IS NULL AND f.expected = 0;";
+    "  WHERE f.resolved_at IS NULL AND f.expected = 0;"
+    /* facts about the database itself: feed_id names its Atom feed, made once
+     * at random so that the feed's and its entries' ids do not change with
+     * the host a nightly runs on (a reader would see every entry as new) */
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "INSERT INTO meta (key, value) VALUES ('feed_id', lower(hex(randomblob(16))));";
 
 static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3,
                                                            migration_v4, migration_v5, migration_v6};
@@ -1519,4 +1525,17 @@ int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *cons
 const char *lab_col_text(sqlite3_stmt *s, int i) {
     const unsigned char *t = sqlite3_column_text(s, i);
     return t ? (const char *)t : "";
+}
+
+int lab_store_meta(lab_store *st, const char *key, char *out, size_t outlen, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    out[0] = '\0';
+    int rc = lab_sq_prep(st, "SELECT value FROM meta WHERE key = ?1", &s, err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_TRANSIENT);
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) snprintf(out, outlen, "%s", (const char *)sqlite3_column_text(s, 0));
+    sqlite3_finalize(s);
+    if (step != SQLITE_ROW && step != SQLITE_DONE) return lab_sq_error(st, err, errlen, "meta");
+    return step == SQLITE_ROW ? LAB_OK : lab_errf(err, errlen, LAB_EINTERNAL, "%s: meta has no %s", st->path, key);
 }

@@ -266,4 +266,8 @@ const char *lab_col_text(sqlite3_stmt *s, int i);
 int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *const *params,
                    char *err, size_t errlen);
 
+/* The value of key in the database's meta table (v6): "feed_id", the id of
+ * its Atom feed. LAB_EINTERNAL when the key is missing. */
+int lab_store_meta(lab_store *st, const char *key, char *out, size_t outlen, char *err, size_t errlen);
+
 #endif

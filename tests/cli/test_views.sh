@@ -52,4 +52,13 @@ want="$(q $D "select n_tokens, top1_n, top1_k from run_summary where run_id = $r
   && [ $(($(wc -l <"$W/pos.csv") - 1)) = "$(wc -l <"$W/pos.jsonl")" ] && ok "export --format positions-csv: header and the same rows" || not_ok "positions-csv" "$(head -2 "$W/pos.csv")"
 ref=$(q $D "select run_id from run_summary where arm = 'f32' limit 1")
 expect_exit "export --format positions of a reference run: exit 2 (nothing to compare)" 2 "$VTLAB" export "$ref" --db "$D" --format positions
+# the Atom feed's ids come from the database (meta.feed_id), not the host name
+mkdir -p "$W/nx"; cp "$W/e.json" "$W/nx/"
+"$VTLAB" nightly "$W/nx" --db "$W/n.db" --out "$W/nr" --no-audit --no-plots >/dev/null 2>&1
+"$VTLAB" nightly "$W/nx" --db "$W/n.db" --out "$W/nr2" --no-audit --no-plots >/dev/null 2>&1
+fid=$(q "$W/n.db" "select value from meta where key = 'feed_id'")
+id1=$(sed -n 's|^  <id>\(.*\)</id>|\1|p' "$W/nr/regressions.atom"); id2=$(sed -n 's|^  <id>\(.*\)</id>|\1|p' "$W/nr2/regressions.atom")
+[ ${#fid} = 32 ] && [ "$id1" = "urn:vtlab:feed:$fid" ] && [ "$id1" = "$id2" ] && ! grep -q "$(hostname)" "$W/nr/regressions.atom" \
+  && grep -q '<link rel="self" href="regressions.atom"/>' "$W/nr/regressions.atom" \
+  && ok "regressions.atom: feed id from the database's feed_id (stable, no host name), rel=self" || not_ok "atom ids" "fid=$fid id1=$id1 id2=$id2"
 finish
