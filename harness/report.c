@@ -686,9 +686,27 @@ static void section_flags(page *pg, const exp_view *e) {
     if (shown) lab_buf_printf(&pg->md, "\n");
 }
 
+/* The probe table is written into its own buffer and shown collapsed
+ * (<details>) when every record and expectation is healthy, open when not. */
+static void section_probes_table(page *pg, const exp_view *e, int64_t *n_rows, int64_t *n_bad);
 static void section_probes(page *pg, const exp_view *e) {
+    lab_buf saved = pg->html;
+    memset(&pg->html, 0, sizeof pg->html);
+    int64_t rows = 0, bad = 0;
+    section_probes_table(pg, e, &rows, &bad);
+    lab_buf table = pg->html;
+    pg->html = saved;
+    lab_buf_printf(&pg->html, "<details%s><summary><b>Runtime dtype probes</b>: %lld row(s), %s</summary>\n",
+                   bad ? " open" : "", (long long)rows, bad ? "<span class=\"bad\">some failed</span>" : "all healthy");
+    if (table.oom) pg->html.oom = 1;
+    else lab_buf_append(&pg->html, table.data ? table.data : "", table.len);
+    lab_buf_printf(&pg->html, "</details>\n");
+    lab_buf_free(&table);
+}
+
+static void section_probes_table(page *pg, const exp_view *e, int64_t *n_rows, int64_t *n_bad) {
     lab_buf *o = &pg->html;
-    lab_buf_printf(o, "<h4>Runtime dtype probes</h4>\n<table><tr><th>arm</th><th>site</th><th>dtypes seen (src&rarr;dst)</th>"
+    lab_buf_printf(o, "<table><tr><th>arm</th><th>site</th><th>dtypes seen (src&rarr;dst)</th>"
                       "<th>layers</th><th>bytes/row copied (src/dst row)</th><th>violations</th><th>rows unwritten</th>"
                       "<th>first violation</th></tr>\n");
     int any = 0;
@@ -710,6 +728,8 @@ static void section_probes(page *pg, const exp_view *e) {
             any = 1;
             int64_t viol = sqlite3_column_int64(s, 9), unw = sqlite3_column_int64(s, 10);
             int audited = sqlite3_column_int64(s, 11) >= 0;
+            (*n_rows)++;
+            *n_bad += viol || unw;
             lab_buf_printf(o, "<tr class=\"%s\"><td>", viol || unw ? "bad" : "");
             if (first) h(pg, a->name);
             first = 0;
@@ -737,6 +757,8 @@ static void section_probes(page *pg, const exp_view *e) {
             sqlite3_bind_int64(s, 1, a->run_id);
             while (sqlite3_step(s) == SQLITE_ROW) {
                 any = 1;
+                (*n_rows)++;
+                *n_bad += !sqlite3_column_int(s, 3);
                 lab_buf_printf(o, "<tr class=\"%s\"><td>", sqlite3_column_int(s, 3) ? "" : "bad");
                 if (first) h(pg, a->name);
                 first = 0;
@@ -858,6 +880,93 @@ static void section_nightlies(page *pg) {
     else lab_buf_printf(o, "<p>Nightly %lld found nothing to note against the previous nightly.</p>\n", (long long)latest);
 }
 
+/* A cell's text, cut at max characters (UTF-8 safe) with an ellipsis. */
+static void h_cut(page *pg, const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n <= max) { h(pg, s); return; }
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80) max--;   /* not inside a character */
+    char *c = strndup(s, max);
+    h(pg, c ? c : "");
+    free(c);
+    lab_buf_printf(&pg->html, "&hellip;");
+}
+
+/* What matters first: the open confounds, each experiment's verdicts, the
+ * latest nightly; the details follow. Returns an error only for a failed
+ * read (a page that says "no confounds" because a query failed would lie). */
+static int section_summary(page *pg, char **ids, int nid, char *err, size_t errlen) {
+    lab_buf *o = &pg->html;
+    sqlite3_stmt *s;
+    int rc, step, n = 0;
+    lab_buf_printf(o, "<h2 id=\"summary\">Summary</h2>\n");
+    if (lab_rp_has_table(pg->st, "audit_flags")) {
+        if ((rc = lab_rp_prep(pg->st, "SELECT f.subject_kind, f.subject, f.rule, f.reason, coalesce(r.experiment, ''),"
+                              " coalesce(r.arm, '') FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run'"
+                              " AND r.id = CAST(f.subject AS INTEGER) WHERE f.resolved_at IS NULL AND f.expected = 0"
+                              " ORDER BY f.id", &s, err, errlen))) return rc;
+        while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+            if (!n++) lab_buf_printf(o, "<table class=\"bad\"><tr><th>open confound</th><th>rule</th><th>reason</th></tr>\n");
+            lab_buf_printf(o, "<tr><td>%s ", lab_col_text(s, 0));
+            h(pg, lab_col_text(s, 1));
+            if (*lab_col_text(s, 4)) { lab_buf_printf(o, " ("); h(pg, lab_col_text(s, 4)); lab_buf_printf(o, "/"); h(pg, lab_col_text(s, 5)); lab_buf_printf(o, ")"); }
+            lab_buf_printf(o, "</td><td>%s</td><td>", lab_col_text(s, 2));
+            h_cut(pg, lab_col_text(s, 3), 240);
+            lab_buf_printf(o, "</td></tr>\n");
+        }
+        sqlite3_finalize(s);
+        if (step != SQLITE_DONE) return lab_store_error(pg->st, "report: open confounds", err, errlen);
+        if (n) lab_buf_printf(o, "</table>\n");
+        lab_buf_printf(o, "<p><b>%d open confound(s)</b>%s (rules R1&ndash;R6: docs/specs.md; details under each "
+                          "experiment and in <a href=\"#ledger\">the ledger</a>).</p>\n", n, n ? "" : ": none");
+        lab_buf_printf(&pg->md, "**%d open confound(s)**\n\n", n);
+    } else {
+        lab_buf_printf(o, "<p>No audit has run on this database (<code>vtlab audit</code>).</p>\n");
+    }
+    /* each experiment's arms: the latest verdict */
+    if ((rc = lab_rp_prep(pg->st, "SELECT r.experiment, r.arm, v.verdict, v.k, v.n, v.lo, v.hi, r.assertions_ok,"
+                          " r.expected_assertions FROM runs r JOIN verdicts v ON v.run_id = r.id WHERE r.status = 'FINISHED'"
+                          " AND r.id = (SELECT max(r2.id) FROM runs r2 JOIN verdicts v2 ON v2.run_id = r2.id"
+                          " WHERE r2.experiment = r.experiment AND r2.arm = r.arm AND r2.status = 'FINISHED')"
+                          " ORDER BY r.experiment, r.id", &s, err, errlen))) return rc;
+    n = 0;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *eid = lab_col_text(s, 0), *v = lab_col_text(s, 2);
+        int k = 0;
+        for (int i = 0; i < nid; i++) if (!strcmp(ids[i], eid)) k = i;
+        if (!n++) lab_buf_printf(o, "<table><tr><th>experiment</th><th>arm</th><th>verdict</th><th>top-1 k/n [95%% CI]</th>"
+                                    "<th>assertions</th></tr>\n");
+        lab_buf_printf(o, "<tr><td><a href=\"#exp-%d\">", k);
+        h(pg, eid);
+        lab_buf_printf(o, "</a></td><td>");
+        h(pg, lab_col_text(s, 1));
+        int expect_fail = !strcmp(lab_col_text(s, 8), "fail"), aok = sqlite3_column_int(s, 7);
+        lab_buf_printf(o, "</td><td class=\"%s\">%s</td><td>%lld/%lld [%.3f, %.3f]</td><td>%s%s</td></tr>\n",
+                       !strcmp(v, "SUPPORTED") ? "good" : !strcmp(v, "REFUTED") ? "bad" : "warn", v,
+                       sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4), sqlite3_column_double(s, 5),
+                       sqlite3_column_double(s, 6), aok ? "ok" : "FAIL", expect_fail ? " (a replay: expected to fail)" : "");
+        lab_buf_printf(&pg->md, "- ");
+        lab_esc_md(&pg->md, eid);
+        lab_buf_printf(&pg->md, "/");
+        lab_esc_md(&pg->md, lab_col_text(s, 1));
+        lab_buf_printf(&pg->md, ": %s %lld/%lld\n", v, sqlite3_column_int64(s, 3), sqlite3_column_int64(s, 4));
+    }
+    sqlite3_finalize(s);
+    if (step != SQLITE_DONE) return lab_store_error(pg->st, "report: verdicts", err, errlen);
+    if (n) { lab_buf_printf(o, "</table>\n"); lab_buf_printf(&pg->md, "\n"); }
+    if (lab_rp_has_table(pg->st, "nightlies")) {
+        if ((rc = lab_rp_prep(pg->st, "SELECT id, status, n_regressions, started_at FROM nightlies ORDER BY id DESC LIMIT 1",
+                              &s, err, errlen))) return rc;
+        if ((step = sqlite3_step(s)) == SQLITE_ROW)
+            lab_buf_printf(o, "<p>Latest <a href=\"#nightly\">nightly</a>: #%lld <b class=\"%s\">%s</b>, %lld regression(s), "
+                              "started %s.</p>\n", sqlite3_column_int64(s, 0),
+                           strcmp(lab_col_text(s, 1), "PASSED") ? "bad" : "good", lab_col_text(s, 1),
+                           sqlite3_column_int64(s, 2), lab_col_text(s, 3));
+        sqlite3_finalize(s);
+        if (step != SQLITE_ROW && step != SQLITE_DONE) return lab_store_error(pg->st, "report: nightlies", err, errlen);
+    }
+    return LAB_OK;
+}
+
 static const char *const CSS =
     "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;"
     "padding:0 1em}h1{margin-bottom:0}h2{border-bottom:2px solid #ddd;margin-top:2em}table{border-collapse:collapse;"
@@ -899,7 +1008,8 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
     sqlite3_finalize(s);
 
     lab_buf *ht = &pg.html;
-    lab_buf_printf(ht, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>vtlab report</title>\n"
+    lab_buf_printf(ht, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+                       "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>vtlab report</title>\n"
                        "<style>%s</style></head><body>\n<h1>vtlab report</h1>\n<p class=\"meta\">database <code>", CSS);
     h(&pg, o->db_label ? o->db_label : "results.db");
     lab_buf_printf(ht, "</code> &middot; generated %s by <code>", now);
@@ -913,7 +1023,14 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
         h(&pg, ids[i]);
         lab_buf_printf(ht, "</a>");
     }
-    lab_buf_printf(ht, "<a href=\"#ledger\">ledger</a><a href=\"#nightly\">nightly</a></nav>\n");
+    lab_buf_printf(ht, "<a href=\"#summary\">summary</a><a href=\"#ledger\">ledger</a><a href=\"#nightly\">nightly</a></nav>\n");
+    if ((rc = section_summary(&pg, ids, nid, err, errlen))) {
+        for (int i = 0; i < nid; i++) free(ids[i]);
+        free(ids);
+        lab_buf_free(&pg.html);
+        lab_buf_free(&pg.md);
+        return rc;
+    }
     if (!pg.plots_on) {
         lab_buf_printf(ht, "<p class=\"warn\">No charts: ");
         h(&pg, res->plots_skipped);

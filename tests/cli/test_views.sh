@@ -35,6 +35,30 @@ got=$(q $D "select experiment || '/' || arm || '=' || run_id from latest_verdict
 [ "$(q $D 'select count(*) from open_confounds')" = "$(q $D 'select count(*) from audit_flags where resolved_at is null and expected = 0')" ] \
   && [ "$(q $D "select count(*) from open_confounds where arm = 'ignored' and rule = 'R3'")" -ge 1 ] \
   && ok "open_confounds: the open, unexpected flags, with their run's arm" || not_ok "open_confounds" "$(q $D 'select * from open_confounds')"
+# the report shows what matters first: the summary (open confounds, verdicts) before any experiment
+sed -e 's/"id": "views"/"id": "views-healthy"/' -e '/"ignored"/d' -e 's/"VT_KIMI_BF16_STREAM": "1"}},/"VT_KIMI_BF16_STREAM": "1"}}],/' "$W/e.json" > "$W/e2.json"
+"$VTLAB" run "$W/e2.json" --db "$W/r2.db" >/dev/null 2>&1 || echo "# healthy fixture run failed: $("$VTLAB" run "$W/e2.json" --db "$W/r2.db" 2>&1 | tail -2)"
+"$VTLAB" report --db "$W/r2.db" --out "$W/rep2" --no-plots >/dev/null 2>&1
+grep -q '<details><summary><b>Runtime dtype probes</b>: [0-9]* row(s), all healthy' "$W/rep2/index.html" \
+  && ok "report: a healthy experiment's probe table is collapsed" || not_ok "healthy details" "$(grep -o '<details.\{0,100\}' "$W/rep2/index.html")"
+"$VTLAB" report --db "$D" --out "$W/rep" --no-plots >/dev/null 2>&1
+/usr/bin/python3 - "$W/rep/index.html" >"$W/py" 2>&1 <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+s, e = t.index('id="summary"'), t.index('id="exp-0"')
+assert s < e, "summary after the first experiment"
+summ = t[s:e]
+assert "1 open confound(s)" in summ or re.search(r"<b>[1-9]\d* open confound", summ), "open confounds not counted"
+assert "R3" in summ and "ignored" in summ, "the open R3 confound of arm 'ignored' is not in the summary"
+assert "SUPPORTED" in summ or "REFUTED" in summ or "INCONCLUSIVE" in summ, "no verdict in the summary"
+assert '<meta name="viewport"' in t, "no viewport meta"
+dets = re.findall(r'<details( open)?><summary><b>Runtime dtype probes</b>: (\d+) row\(s\), (all healthy|<span class="bad">some failed)', t)
+assert dets, "probe tables not in <details>"
+for op, n, word in dets:
+    assert (op == " open") == (word != "all healthy"), (op, word)
+print("ok")
+PY
+[ "$(cat "$W/py")" = ok ] && ok "report: summary first (open confounds, verdicts), viewport meta, probe tables collapsed when healthy" || not_ok "report summary" "$(tail -3 "$W/py")"
 # the per-position export (the equivalent of --log_samples): one record per position
 run=$(q $D "select run_id from run_summary where arm = 'bf16' order by run_id desc limit 1")
 "$VTLAB" export "$run" --db "$D" --format positions >"$W/pos.jsonl" 2>"$ERR"
