@@ -270,6 +270,18 @@ static int load_brief(lab_store *st, int64_t id, run_brief *b, char *err, size_t
     return LAB_OK;
 }
 
+/* A metric of both runs with the difference and the ratio (B - A, B / A). */
+static void metric_row(const char *name, double va, double vb) {
+    printf("%-16s %-40.6g %-16.6g B-A %+.4g", name, va, vb, vb - va);
+    if (va != 0 && isfinite(va) && isfinite(vb)) printf(", B/A %.4f", vb / va);
+    printf("\n");
+}
+
+/* "*" p < 0.05, "**" p < 0.01, "***" p < 0.001, else "(not significant)". */
+static const char *signif(double p) {
+    return p < 0.001 ? "***" : p < 0.01 ? "**" : p < 0.05 ? "*" : "(not significant at 0.05)";
+}
+
 int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errlen) {
     run_brief A, B;
     int rc;
@@ -305,8 +317,25 @@ int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errle
     sqlite3_bind_int64(s, 1, a);
     sqlite3_bind_int64(s, 2, b);
     while ((step = sqlite3_step(s)) == SQLITE_ROW)
-        printf("%-16s %-40.6g %-40.6g\n", lab_col_text(s, 0), sqlite3_column_double(s, 1), sqlite3_column_double(s, 2));
+        metric_row(lab_col_text(s, 0), sqlite3_column_double(s, 1), sqlite3_column_double(s, 2));
     if ((rc = rows_done(st, s, step, "compare metrics", err, errlen))) return rc;
+    /* Each run against its own reference, side by side. */
+    if ((rc = prepare(st,
+                      "WITH ca AS (SELECT * FROM comparisons WHERE run_id = ?1 LIMIT 1),"
+                      " cb AS (SELECT * FROM comparisons WHERE run_id = ?2 LIMIT 1)"
+                      " SELECT 'top1 vs ref', 1.0 * ca.top1_k / ca.top1_n, 1.0 * cb.top1_k / cb.top1_n FROM ca, cb"
+                      " UNION ALL SELECT 'kl_mean', ca.kl_mean, cb.kl_mean FROM ca, cb"
+                      " UNION ALL SELECT 'kl_p99', ca.kl_p99, cb.kl_p99 FROM ca, cb"
+                      " UNION ALL SELECT 'kl_max', ca.kl_max, cb.kl_max FROM ca, cb"
+                      " UNION ALL SELECT 'max |dlogit|', ca.max_abs_dlogit, cb.max_abs_dlogit FROM ca, cb"
+                      " UNION ALL SELECT 'rms dp', ca.rms_dp, cb.rms_dp FROM ca, cb", &s, err, errlen)))
+        return rc;
+    sqlite3_bind_int64(s, 1, a);
+    sqlite3_bind_int64(s, 2, b);
+    while ((step = sqlite3_step(s)) == SQLITE_ROW)
+        if (sqlite3_column_type(s, 1) != SQLITE_NULL && sqlite3_column_type(s, 2) != SQLITE_NULL)
+            metric_row(lab_col_text(s, 0), sqlite3_column_double(s, 1), sqlite3_column_double(s, 2));
+    if ((rc = rows_done(st, s, step, "compare comparisons", err, errlen))) return rc;
 
     /* Top-1 agreement between A and B on the same positions, and McNemar on
      * agreement with their common reference. */
@@ -332,8 +361,9 @@ int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errle
                 bb += ra && !rb;
                 cc += !ra && rb;
             }
-            printf("McNemar exact    vs reference run %lld: A-only agree %lld, B-only agree %lld, p = %.4g\n",
-                   (long long)A.reference_run, (long long)bb, (long long)cc, lab_mcnemar_exact(bb, cc));
+            double p = lab_mcnemar_exact(bb, cc);
+            printf("McNemar exact    vs reference run %lld: A-only agree %lld, B-only agree %lld, p = %.4g %s\n",
+                   (long long)A.reference_run, (long long)bb, (long long)cc, p, signif(p));
         }
     } else {
         printf("McNemar exact    not computed: the runs have no common reference run\n");

@@ -59,6 +59,14 @@ for op, n, word in dets:
 print("ok")
 PY
 [ "$(cat "$W/py")" = ok ] && ok "report: summary first (open confounds, verdicts), viewport meta, probe tables collapsed when healthy" || not_ok "report summary" "$(tail -3 "$W/py")"
+# compare: metric differences and ratios, each run against its reference, significance marked
+ra=$(q $D "select run_id from run_summary where arm = 'bf16' order by run_id limit 1")
+rb=$(q $D "select run_id from run_summary where arm = 'ignored' order by run_id limit 1")
+"$VTLAB" compare "$ra" "$rb" --db "$D" >"$W/cmp" 2>&1
+ka=$(q $D "select kl_mean from comparisons where run_id = $ra"); kb=$(q $D "select kl_mean from comparisons where run_id = $rb")
+want=$(/usr/bin/python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('B-A %+.4g' % (b - a))" "$ka" "$kb")
+grep -q "^kl_mean .*$want" "$W/cmp" && grep -q "^top1 vs ref .*B/A" "$W/cmp" && grep -qE "^McNemar exact .*p = [0-9.e+-]+ (\*+|\(not significant at 0.05\))$" "$W/cmp" \
+  && ok "compare: deltas and ratios, each run against its reference, McNemar with a significance marker" || not_ok "compare" "want '$want'; $(cat "$W/cmp")"
 # the per-position export (the equivalent of --log_samples): one record per position
 run=$(q $D "select run_id from run_summary where arm = 'bf16' order by run_id desc limit 1")
 "$VTLAB" export "$run" --db "$D" --format positions >"$W/pos.jsonl" 2>"$ERR"
