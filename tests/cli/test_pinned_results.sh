@@ -24,7 +24,8 @@
 #
 # Usage (from the repository root): bash tests/cli/test_pinned_results.sh ./vtlab [--regen]
 # Prints "ok - ..." / "not ok - ..." per case and "N passed, M failed".
-# Time: the three shipped experiments, about 40 s on an idle 2-core machine.
+# Time: the three shipped experiments are ~90 s of CPU (8 runs); 3 min wall on
+# the shared 2-core machine where this was written (load 7-9), less when idle.
 set -u
 VTLAB=${1:-./vtlab}
 case "$VTLAB" in /*) ;; *) VTLAB="$PWD/$VTLAB" ;; esac
