@@ -22,6 +22,8 @@
 
 #include "experiment.h"
 #include "model/vt.h"
+#include "model_cache.h"  /* lab_model_dir */
+#include "provenance.h"   /* lab_resolve_knobs, lab_model_sha256 */
 
 typedef struct lab_run_opts {
     const char *db_path;     /* results.db by default */
@@ -52,18 +54,5 @@ void lab_install_signals(void);
  * into *sum (not cleared), so a sweep can sum over files. */
 int lab_run_experiment(const char *path, const lab_run_opts *o, lab_run_summary *sum,
                        char *err, size_t errlen);
-
-/* Resolves the knob set of arm i: the process environment's VT_* variables,
- * then the arm's knobs, then VT_PROBE (the experiment's probe mode) unless
- * the arm sets it. Errors name the file and field. Caller frees *out. */
-int lab_resolve_knobs(const lab_experiment *e, int64_t i, char *const *envp, vt_knobset **out,
-                      char *err, size_t errlen);
-
-/* Directory holding the model of e: the checkpoint dir, or the synth cache
- * build/models/<sha>/ (built on first use). Caller frees *dir. */
-int lab_model_dir(const lab_experiment *e, char **dir, char *err, size_t errlen);
-
-/* sha256 of config.json then every *.safetensors file (sorted by name). */
-int lab_model_sha256(const char *dir, char out[65], char *err, size_t errlen);
 
 #endif

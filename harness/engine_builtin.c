@@ -1,0 +1,89 @@
+/*
+ * engine_builtin.c — the builtin engine: model/vt.h in process (see
+ * engine.h). A model handle is a vt_model; an instance is a vt_session.
+ */
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "provenance.h"
+#include "util.h"
+
+/* VT_STATUS_INPUT and _UNSUPPORTED (no such device here) are bad input. */
+static int status_of(int vt_status) {
+    if (vt_status == VT_STATUS_INPUT || vt_status == VT_STATUS_UNSUPPORTED) return LAB_EINPUT;
+    return vt_status == VT_STATUS_NOMEM ? LAB_ENOMEM : vt_status == VT_STATUS_IO ? LAB_EIO : LAB_EINTERNAL;
+}
+
+static int builtin_load(const char *model_dir, void **model, lab_engine_info *info, char *err, size_t errlen) {
+    vt_model *m = NULL;
+    char verr[1024] = "";
+    *model = NULL;
+    memset(info, 0, sizeof *info);
+    int rc = vt_model_open(&m, model_dir, verr, sizeof verr);
+    if (rc) return lab_errf(err, errlen, rc == VT_STATUS_INPUT ? LAB_EINPUT : rc, "model %s: %s", model_dir, verr);
+    vt_model_info mi;
+    vt_model_get_info(m, &mi);
+    if ((rc = lab_model_sha256(model_dir, info->model_sha256, err, errlen))) {
+        vt_model_free(m);
+        return rc;
+    }
+    snprintf(info->engine, sizeof info->engine, "vtlab-builtin");
+    snprintf(info->version, sizeof info->version, "%s", vt_build_info());
+    info->vocab = mi.vocab_size;
+    info->hidden = mi.hidden_size;
+    info->n_layers = mi.n_layers;
+    *model = m;
+    return LAB_OK;
+}
+
+static void builtin_unload(void *model) { vt_model_free(model); }
+
+static int builtin_open(void *model, const vt_knobset *ks, void **inst, lab_engine_hello *hello, char *err,
+                        size_t errlen) {
+    vt_session *s = NULL;
+    char verr[1024] = "";
+    *inst = NULL;
+    memset(hello, 0, sizeof *hello);
+    int rc = vt_session_new(&s, model, ks, verr, sizeof verr);
+    if (rc) return lab_errf(err, errlen, status_of(rc), "%s", verr);
+    const char *backend = vt_knobset_get(ks, "VT_BACKEND");
+    snprintf(hello->backend, sizeof hello->backend, "%s", backend ? backend : "cpu");
+    vt_device_name(backend, hello->device, sizeof hello->device);
+    *inst = s;
+    return LAB_OK;
+}
+
+static int builtin_forward(void *inst, const int32_t *tokens, int64_t T, int capture, float *logits, char *err,
+                           size_t errlen) {
+    char verr[1024] = "";
+    vt_session_capture(inst, capture);
+    int rc = vt_session_prefill(inst, tokens, T, logits, verr, sizeof verr);
+    return rc ? lab_errf(err, errlen, status_of(rc), "%s", verr) : LAB_OK;
+}
+
+static const float *builtin_residual(void *inst, int64_t layer, int site, int64_t *T) {
+    return vt_session_residual(inst, layer, site, T);
+}
+
+static int builtin_probes(void *inst, vt_probe **recs, int64_t *n, int64_t *lost, char *err, size_t errlen) {
+    const vt_session *s = inst;
+    *recs = NULL;
+    *n = vt_session_probe_count(s);
+    *lost = vt_session_probes_lost(s);
+    if (*n <= 0) return LAB_OK;
+    if (!(*recs = malloc((size_t)*n * sizeof **recs))) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < *n; i++) (*recs)[i] = *vt_session_probe_at(s, i);
+    return LAB_OK;
+}
+
+static double builtin_forward_seconds(void *inst) { return vt_session_forward_seconds(inst); }
+
+static void builtin_close(void *inst) { vt_session_free(inst); }
+
+const lab_engine_ops lab_engine_builtin = {
+    "builtin",        builtin_load,   builtin_unload,          builtin_open, builtin_forward,
+    builtin_residual, builtin_probes, builtin_forward_seconds, builtin_close,
+};

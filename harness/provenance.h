@@ -1,0 +1,58 @@
+/*
+ * provenance.h — what a run is (its identity: the key under which a
+ * FINISHED run is found and skipped) and where it came from (provenance:
+ * commit, build, host, device), and the two inputs of both that take work:
+ * the model's content hash and each arm's resolved knob set.
+ */
+#ifndef LAB_PROVENANCE_H
+#define LAB_PROVENANCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "experiment.h"
+#include "model/vt.h"
+#include "store.h"
+
+/* sha256 (64 hex + NUL into out) of config.json then every *.safetensors
+ * file of dir, sorted by name. For a dir under build/models/ (vtlab's own
+ * synth cache) the hash is cached in the sidecar dir/model.sha256 and
+ * trusted only while every hashed file's size and mtime are unchanged; a
+ * user's checkpoint dir is never written. No *.safetensors is LAB_EINPUT;
+ * an unreadable file LAB_EIO. */
+int lab_model_sha256(const char *dir, char out[65], char *err, size_t errlen);
+
+/* Resolves the knob set of arm i: the process environment's VT_* variables
+ * (envp, may be NULL), then the arm's knobs, then VT_PROBE (the experiment's
+ * probe mode) unless the arm sets it. Errors name the file and field
+ * (LAB_EINPUT for a bad name or value). Caller frees *out (vt_knobset_free). */
+int lab_resolve_knobs(const lab_experiment *e, int64_t i, char *const *envp, vt_knobset **out,
+                      char *err, size_t errlen);
+
+/* The identity and provenance shared by every run of one experiment. The
+ * strings are owned here; lab_identity / lab_provenance filled from it
+ * point into it and live as long as it does. */
+typedef struct lab_exp_ident {
+    char      (*knob_hash)[65];     /* [n_arms] vt_knobset_hash of each arm */
+    char        model_sha[65], dataset_sha[65], spec_sha[65];
+    const char *code_version;       /* vt_build_info(), static */
+    char        host[256], device[128], commit[64];
+} lab_exp_ident;
+
+/* Fills x for experiment e whose arms resolved to ks[0..n_arms): knob
+ * hashes, the dataset's canonical hash, the spec's hash, build, host, and
+ * the given model hash and device (both from the engine's hello).
+ * LAB_ENOMEM on failure; lab_exp_ident_free in every case. */
+int  lab_exp_ident_init(lab_exp_ident *x, const lab_experiment *e, vt_knobset *const *ks, const char *model_sha256,
+                        const char *device, char *err, size_t errlen);
+void lab_exp_ident_free(lab_exp_ident *x);
+
+/* The identity of run (arm, repeat). */
+void lab_exp_identity(const lab_exp_ident *x, const lab_experiment *e, int64_t arm, int64_t rep, lab_identity *id);
+
+/* The provenance fields common to every run of e (this process, build,
+ * host, device, scoring). The per-run ones (is_reference, backend,
+ * expected_assertions) are the caller's. */
+void lab_exp_provenance(const lab_exp_ident *x, const lab_experiment *e, lab_provenance *pv);
+
+#endif

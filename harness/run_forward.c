@@ -1,0 +1,362 @@
+/*
+ * run_forward.c — one forward pass over a dataset (see run_forward.h).
+ *
+ * Memory: the reference cache holds [n_scored, vocab] f32 plus the captured
+ * residuals of `divergence.sequences` sequences; for the tiny model and the
+ * shipped datasets that is under 20 MB. A run's own top-k is [n_tokens,
+ * top_k] ids and log-probs, written at the end in one transaction.
+ */
+#include "run_forward.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+#include "runner.h"
+#include "util.h"
+
+void lab_ref_cache_free(lab_ref_cache *r) {
+    free(r->logits);
+    free(r->top1);
+    free(r->resid);
+    free(r->resid_off);
+    free(r->resid_T);
+    memset(r, 0, sizeof *r);
+}
+
+void lab_pass_acc_free(lab_pass_acc *a) {
+    free(a->topk_ids);
+    free(a->topk_lp);
+    free(a->full);
+    free(a->kl);
+    free(a->div_num);
+    free(a->div_den);
+    free(a->probes);
+    memset(a, 0, sizeof *a);
+}
+
+void lab_progress_start(lab_progress *p, const char *label) {
+    if (!p) return;
+    p->label = label;
+    p->t0 = lab_mono();
+    p->tokens_done = 0;
+}
+
+static void progress_show(lab_progress *p, int64_t q, int64_t nq) {
+    if (!p || !p->on) return;
+    double dt = lab_mono() - p->t0;
+    double tps = dt > 0 ? (double)p->tokens_done / dt : 0.0;
+    double eta = tps > 0 ? (double)(p->tokens_total - p->tokens_done) / tps : 0.0;
+    fprintf(stderr, "\r\033[K  %s  sequence %lld/%lld  %.0f tok/s  ETA %.0fs", p->label, (long long)q,
+            (long long)nq, tps, eta);
+    fflush(stderr);
+}
+
+void lab_progress_end(lab_progress *p) {
+    if (p && p->on) fprintf(stderr, "\r\033[K");
+}
+
+/* What one position contributes to a pass's sums; filled in parallel, one
+ * slot per position, and summed in position order (fold_sequence). */
+typedef struct pos_stat {
+    double nll;                  /* -log p(next token), when has_nll */
+    double f16_kl, f16_dlogit;   /* the f16 store's noise, when has_f16 */
+    double maxd, dp2;            /* |dlogit| max and delta-p squared, when compared */
+    int8_t has_nll, has_f16, compared, agree;
+} pos_stat;
+
+/* The state of one pass. */
+typedef struct pass {
+    const lab_experiment *e;
+    const lab_engine     *eng;
+    int                   flags;
+    lab_ref_cache        *ref;
+    lab_pass_acc         *acc;
+    int64_t               V, H, L, n_tok, n_sc, n_div;
+    float                *logits;    /* f32 [max_len, V] */
+    double               *scratch;   /* f64 [threads, 4, V]: log-probs, reference log-probs, KL scratch */
+    pos_stat             *ps;        /* [max_len] */
+    void                 *inst;      /* the engine instance */
+} pass;
+
+static int64_t count_scored(const lab_experiment *e) {
+    return e->score_last ? e->ds.n_seq : e->ds.offsets[e->ds.n_seq];
+}
+
+/* The pass's own buffers and acc's. 0 or -1 (out of memory). */
+static int pass_alloc(pass *p) {
+    const lab_experiment *e = p->e;
+    lab_pass_acc *acc = p->acc;
+    vt_sha256_init(&acc->hash);
+    acc->top_k = e->top_k < p->V ? e->top_k : p->V;
+    p->logits = malloc((size_t)(e->ds.max_len * p->V) * sizeof *p->logits);
+    p->scratch = malloc((size_t)omp_get_max_threads() * 4 * (size_t)p->V * sizeof *p->scratch);
+    p->ps = malloc((size_t)(e->ds.max_len > 0 ? e->ds.max_len : 1) * sizeof *p->ps);
+    if (!p->logits || !p->scratch || !p->ps) return -1;
+    if (p->flags & LAB_PASS_RECORD) {
+        acc->topk_ids = malloc((size_t)(p->n_tok * acc->top_k) * sizeof *acc->topk_ids);
+        acc->topk_lp = malloc((size_t)(p->n_tok * acc->top_k) * sizeof *acc->topk_lp);
+        if (!acc->topk_ids || !acc->topk_lp) return -1;
+        if (e->store_full_logits && !(acc->full = malloc((size_t)(p->n_tok * p->V) * sizeof *acc->full))) return -1;
+    }
+    if (p->flags & LAB_PASS_COMPARE) {
+        if (!(acc->kl = malloc((size_t)(p->n_sc > 0 ? p->n_sc : 1) * sizeof *acc->kl))) return -1;
+        if (p->n_div && (!(acc->div_num = calloc((size_t)(p->L * 2), sizeof *acc->div_num)) ||
+                         !(acc->div_den = calloc((size_t)(p->L * 2), sizeof *acc->div_den))))
+            return -1;
+    }
+    return 0;
+}
+
+/* The reference cache's buffers (FILL_REF). 0 or -1 (out of memory). */
+static int ref_alloc(pass *p) {
+    lab_ref_cache *ref = p->ref;
+    const lab_dataset *ds = &p->e->ds;
+    lab_ref_cache_free(ref);
+    ref->n_scored = p->n_sc;
+    ref->vocab = p->V;
+    ref->n_layers = p->L;
+    ref->hidden = p->H;
+    ref->n_div_seq = p->n_div;
+    ref->hash_match = -1;
+    ref->logits = malloc((size_t)(p->n_sc * p->V) * sizeof *ref->logits);
+    ref->top1 = malloc((size_t)p->n_sc * sizeof *ref->top1);
+    if (!ref->logits || !ref->top1) return -1;
+    if (!p->n_div) return 0;
+    ref->resid_off = calloc((size_t)p->n_div, sizeof *ref->resid_off);
+    ref->resid_T = calloc((size_t)p->n_div, sizeof *ref->resid_T);
+    size_t tot = 0;
+    for (int64_t q = 0; q < p->n_div; q++) {
+        if (ref->resid_off) ref->resid_off[q] = tot;
+        tot += (size_t)(p->L * 2 * (ds->offsets[q + 1] - ds->offsets[q]) * p->H);
+    }
+    ref->resid = malloc(tot * sizeof *ref->resid);
+    return ref->resid_off && ref->resid_T && ref->resid ? 0 : -1;
+}
+
+/* RECORD at position t of sequence q (global position gi): top-k log-probs,
+ * the next token's NLL, the f16 store and its noise. lp holds the row's
+ * log-probs (lse their normaliser); back and kls are scratch of V doubles. */
+static void record_position(const pass *p, const int32_t *tok, int64_t T, int64_t t, int64_t gi, const float *row,
+                            const double *lp, double lse, double *back_d, double *kls, pos_stat *s) {
+    lab_pass_acc *acc = p->acc;
+    int64_t V = p->V;
+    int32_t *ids = acc->topk_ids + gi * acc->top_k;
+    float *vals = acc->topk_lp + gi * acc->top_k;
+    lab_topk(row, V, acc->top_k, ids, vals);
+    for (int64_t j = 0; j < acc->top_k; j++) vals[j] = (float)((double)vals[j] - lse);
+    if (t + 1 < T) {
+        s->nll = -lp[tok[t + 1]];
+        s->has_nll = 1;
+    }
+    if (!acc->full) return;
+    uint16_t *h = acc->full + gi * V;
+    float *back = (float *)back_d;   /* V floats fit in V doubles */
+    for (int64_t v = 0; v < V; v++) {
+        h[v] = vt_f16_bits_from_f32(row[v]);
+        back[v] = vt_f32_from_f16_bits(h[v]);
+    }
+    /* The noise floor of the f16 store: KL(f32 || f16-rounded). */
+    s->f16_dlogit = lab_max_abs_diff(row, back, V);
+    s->f16_kl = lab_kl_logits(row, back, V, kls);
+    s->has_f16 = 1;
+}
+
+/* COMPARE at scored position si: KL, top-1 agreement, |dlogit|, delta-p
+ * against the reference row. lp: this row's log-probs; lq: scratch for the
+ * reference's. */
+static void compare_position(const pass *p, int64_t si, const float *row, const double *lp, double *lq,
+                             pos_stat *s) {
+    const float *rrow = p->ref->logits + si * p->V;
+    lab_log_softmax(rrow, p->V, lq);
+    p->acc->kl[si] = lab_kl_logp(lq, lp, p->V);
+    int32_t rt = p->ref->top1[si];
+    s->agree = (int32_t)lab_argmax(row, p->V) == rt;
+    s->maxd = lab_max_abs_diff(row, rrow, p->V);
+    double dp = exp(lp[rt]) - exp(lq[rt]);
+    s->dp2 = dp * dp;
+    s->compared = 1;
+}
+
+/* Every statistic of position t of sequence q (thread-local scratch sc). */
+static void score_position(const pass *p, int64_t q, int64_t T, int64_t t, int64_t sc0, double *sc) {
+    const lab_experiment *e = p->e;
+    const float *row = p->logits + t * p->V;
+    pos_stat *s = &p->ps[t];
+    double *lp = sc, *lq = sc + p->V, *kls = lq + p->V;
+    int scored = !e->score_last || t == T - 1;
+    int64_t si = e->score_last ? sc0 : sc0 + t;
+    int need_lp = (p->flags & LAB_PASS_RECORD) || ((p->flags & LAB_PASS_COMPARE) && scored);
+    double lse = need_lp ? lab_log_softmax(row, p->V, lp) : 0.0;
+    memset(s, 0, sizeof *s);
+    if (p->flags & LAB_PASS_RECORD)
+        record_position(p, e->ds.tokens + e->ds.offsets[q], T, t, e->ds.offsets[q] + t, row, lp, lse, lq, kls, s);
+    if (scored && (p->flags & LAB_PASS_FILL_REF)) {
+        memcpy(p->ref->logits + si * p->V, row, (size_t)p->V * sizeof *row);
+        p->ref->top1[si] = (int32_t)lab_argmax(row, p->V);
+    }
+    if (scored && (p->flags & LAB_PASS_COMPARE)) compare_position(p, si, row, lp, lq, s);
+}
+
+/* Sums the positions of one sequence into acc, in position order. */
+static void fold_sequence(const pass *p, int64_t T) {
+    lab_pass_acc *acc = p->acc;
+    double nll = 0, f16kl = 0, f16klmax = 0, f16dmax = 0, dp2 = 0, maxd = 0;
+    int64_t nlln = 0, f16n = 0, agree = 0, nan_seen = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const pos_stat *s = &p->ps[t];
+        if (s->has_nll) { nll += s->nll; nlln++; }
+        if (s->has_f16) {
+            f16kl += s->f16_kl;
+            f16n++;
+            if (s->f16_kl > f16klmax) f16klmax = s->f16_kl;
+            if (s->f16_dlogit > f16dmax) f16dmax = s->f16_dlogit;
+        }
+        if (!s->compared) continue;
+        agree += s->agree;
+        dp2 += s->dp2;
+        if (s->maxd != s->maxd) nan_seen++;
+        else if (s->maxd > maxd) maxd = s->maxd;
+    }
+    acc->nll_sum += nll;
+    acc->nll_n += nlln;
+    acc->f16_kl_sum += f16kl;
+    acc->f16_n += f16n;
+    if (f16klmax > acc->f16_kl_max) acc->f16_kl_max = f16klmax;
+    if (f16dmax > acc->f16_dlogit_max) acc->f16_dlogit_max = f16dmax;
+    acc->agree += agree;
+    acc->dp2_sum += dp2;
+    if (nan_seen) acc->maxdiff = NAN;
+    else if (maxd > acc->maxdiff) acc->maxdiff = maxd;
+}
+
+/* Per-position statistics of sequence q, spread over the OpenMP threads
+ * while one of them hashes the sequence's logits (a task): the hash is the
+ * largest single cost outside the forward pass (16 MB per run of the tiny
+ * model at ~175 MB/s). Scored position t is sc0 + t ("all") or sc0 ("last"). */
+static void score_sequence(const pass *p, int64_t q, int64_t T, int64_t sc0) {
+    #pragma omp parallel
+    {
+        #pragma omp single nowait
+        {
+            #pragma omp task
+            vt_sha256_update(&p->acc->hash, p->logits, (size_t)(T * p->V) * sizeof *p->logits);
+        }
+        double *sc = p->scratch + (size_t)omp_get_thread_num() * 4 * (size_t)p->V;
+        #pragma omp for schedule(dynamic, 4)
+        for (int64_t t = 0; t < T; t++) score_position(p, q, T, t, sc0, sc);
+    }
+    fold_sequence(p, T);
+}
+
+/* The residual captures of sequence q (q < n_div): kept (FILL_REF) and/or
+ * compared with the reference's as per-layer sums of squares (COMPARE). */
+static int capture_residuals(pass *p, int64_t q, int64_t T, char *err, size_t errlen) {
+    lab_ref_cache *ref = p->ref;
+    int64_t H = p->H;
+    for (int64_t l = 0; l < p->L; l++)
+        for (int site = 0; site < 2; site++) {
+            int64_t Tr = 0;
+            const float *h = p->eng->ops->residual(p->inst, l, site, &Tr);
+            if (!h || Tr != T)
+                return lab_errf(err, errlen, LAB_EINTERNAL, "sequence %lld: no residual capture at layer %lld site %d",
+                                (long long)q, (long long)l, site);
+            float *hr = ref->resid + ref->resid_off[q] + (size_t)((l * 2 + site) * T * H);
+            if (p->flags & LAB_PASS_FILL_REF) {
+                memcpy(hr, h, (size_t)(T * H) * sizeof *h);
+                ref->resid_T[q] = T;
+            }
+            if (!(p->flags & LAB_PASS_COMPARE)) continue;
+            double *num = &p->acc->div_num[l * 2 + site], *den = &p->acc->div_den[l * 2 + site];
+            for (int64_t i = 0; i < T * H; i++) {
+                double dd = (double)h[i] - (double)hr[i];
+                *num += dd * dd;
+                *den += (double)hr[i] * (double)hr[i];
+            }
+        }
+    return LAB_OK;
+}
+
+/* Every sequence of the dataset through the open instance. */
+static int run_sequences(pass *p, lab_progress *pg, int *killed, char *err, size_t errlen) {
+    const lab_dataset *ds = &p->e->ds;
+    const lab_engine_ops *ops = p->eng->ops;
+    int64_t sc = 0;
+    for (int64_t q = 0; q < ds->n_seq; q++) {
+        if (lab_interrupted) {
+            *killed = 1;
+            return lab_errf(err, errlen, LAB_EINTERNAL, "interrupted by a signal");
+        }
+        int64_t T = ds->offsets[q + 1] - ds->offsets[q];
+        char verr[1024] = "";
+        if (ops->forward(p->inst, ds->tokens + ds->offsets[q], T, q < p->n_div, p->logits, verr, sizeof verr))
+            return lab_errf(err, errlen, LAB_EINTERNAL, "sequence %lld: %s", (long long)q, verr);
+        score_sequence(p, q, T, sc);
+        sc += p->e->score_last ? 1 : T;
+        int rc = q < p->n_div ? capture_residuals(p, q, T, err, errlen) : LAB_OK;
+        if (rc) return rc;
+        if (pg) {
+            pg->tokens_done += T;
+            progress_show(pg, q + 1, ds->n_seq);
+        }
+    }
+    p->acc->n_scored = sc;
+    return LAB_OK;
+}
+
+/* Sets up p for a pass of e through eng. */
+static void pass_init(pass *p, const lab_experiment *e, const lab_engine *eng, int flags, lab_ref_cache *ref,
+                      lab_pass_acc *acc) {
+    memset(p, 0, sizeof *p);
+    p->e = e;
+    p->eng = eng;
+    p->flags = flags;
+    p->ref = ref;
+    p->acc = acc;
+    p->V = eng->info.vocab;
+    p->H = eng->info.hidden;
+    p->L = eng->info.n_layers;
+    p->n_tok = e->ds.offsets[e->ds.n_seq];
+    p->n_sc = count_scored(e);
+    int want_div = (e->metrics & LAB_M_LAYERDIV) && (flags & (LAB_PASS_FILL_REF | LAB_PASS_COMPARE));
+    p->n_div = want_div ? (e->div_sequences < e->ds.n_seq ? e->div_sequences : e->ds.n_seq) : 0;
+}
+
+int lab_forward_pass(const lab_experiment *e, const lab_engine *eng, const vt_knobset *ks, int flags,
+                     lab_ref_cache *ref, lab_pass_acc *acc, lab_progress *pg, int *killed, char *err, size_t errlen) {
+    pass p;
+    pass_init(&p, e, eng, flags, ref, acc);
+    lab_engine_hello hello;
+    char verr[1024] = "";
+    int rc = LAB_OK;
+    *killed = 0;
+    if (pass_alloc(&p) || ((flags & LAB_PASS_FILL_REF) && ref_alloc(&p))) {
+        rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory (dataset %lld tokens x vocab %lld)",
+                      (long long)p.n_tok, (long long)p.V);
+        goto done;
+    }
+    if ((rc = eng->ops->open(eng->model, ks, &p.inst, &hello, verr, sizeof verr))) {
+        rc = lab_errf(err, errlen, rc, "session: %s", verr);
+        goto done;
+    }
+    if ((rc = run_sequences(&p, pg, killed, err, errlen))) goto done;
+    vt_sha256_final_hex(&acc->hash, acc->hash_hex);
+    if (flags & LAB_PASS_FILL_REF) {
+        memcpy(ref->hash, acc->hash_hex, 65);
+        ref->ready = 1;
+    }
+    rc = eng->ops->probes(p.inst, &acc->probes, &acc->n_probes, &acc->probes_lost, err, errlen);
+done:
+    if (p.inst) {
+        acc->forward_s += eng->ops->forward_seconds(p.inst);
+        eng->ops->close(p.inst);
+    }
+    free(p.logits);
+    free(p.scratch);
+    free(p.ps);
+    if (rc && (flags & LAB_PASS_FILL_REF)) lab_ref_cache_free(ref);
+    return rc;
+}

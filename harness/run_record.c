@@ -1,0 +1,244 @@
+/*
+ * run_record.c — the rows of a run, built from its pass (see run_record.h).
+ */
+#include "run_record.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+/* Checks the arm's expectations against its probes. */
+static void check_expect(const lab_arm *a, const lab_pass_acc *acc, lab_expect_result *out) {
+    for (int64_t i = 0; i < a->n_expect; i++) {
+        lab_expect_result *x = &out[i];
+        memset(x, 0, sizeof *x);
+        snprintf(x->site, sizeof x->site, "%s", a->expect_sites[i]);
+        snprintf(x->expected, sizeof x->expected, "%s", a->expect_dtypes[i]);
+        x->ok = 1;
+        for (int64_t p = 0; p < acc->n_probes; p++) {
+            const vt_probe *pr = &acc->probes[p];
+            if (strcmp(pr->site, x->site)) continue;
+            x->records++;
+            char tok[16];   /* ",bf16," style match: "f16" must not be found inside "bf16" */
+            snprintf(tok, sizeof tok, ",%s,", pr->dtype);
+            char seen[sizeof x->seen + 2];
+            snprintf(seen, sizeof seen, ",%s,", x->seen);
+            if (!strstr(seen, tok) && strlen(x->seen) + strlen(pr->dtype) + 2 < sizeof x->seen) {
+                if (*x->seen) strcat(x->seen, ",");
+                strcat(x->seen, pr->dtype);
+            }
+            if (x->ok && strcmp(pr->dtype, x->expected)) {
+                x->ok = 0;
+                if (pr->layer >= 0)
+                    snprintf(x->reason, sizeof x->reason,
+                             "knob did not take effect: arm expects %s %s, probe saw %s (layer %d)", x->site,
+                             x->expected, pr->dtype, pr->layer);
+                else
+                    snprintf(x->reason, sizeof x->reason, "knob did not take effect: arm expects %s %s, probe saw %s",
+                             x->site, x->expected, pr->dtype);
+            }
+        }
+        if (x->records == 0) {
+            x->ok = 0;
+            snprintf(x->reason, sizeof x->reason,
+                     "knob did not take effect: arm expects %s %s, but no probe record exists at that site", x->site,
+                     x->expected);
+        }
+    }
+}
+
+static double kl_quantile(const double *kl, int64_t n, double q) {
+    double *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
+    if (!tmp) return NAN;
+    memcpy(tmp, kl, (size_t)n * sizeof *tmp);
+    double v = lab_quantile(tmp, n, q);
+    free(tmp);
+    return v;
+}
+
+void lab_run_record_free(lab_run_record *r) {
+    free(r->probe_ok);
+    free(r->ex);
+    free(r->kn);
+    free(r->kv);
+    free(r->knum);
+    free(r->cmp.div_layer);
+    free(r->cmp.div_site);
+    free(r->cmp.div_value);
+    lab_buf_free(&r->reason);
+}
+
+/* Probe invariants and the arm's expectations: r->ok and r->reason. */
+static void record_assertions(const lab_arm *a, const lab_pass_acc *acc, lab_run_record *r) {
+    r->ok = 1;
+    for (int64_t i = 0; i < acc->n_probes; i++) {
+        const vt_probe *p = &acc->probes[i];
+        /* rows_unwritten is -1 when not audited: only a positive count fails. */
+        r->probe_ok[i] = p->violations == 0 && p->rows_unwritten <= 0;
+        if (!r->probe_ok[i]) {
+            if (r->ok) lab_buf_printf(&r->reason, "probe %s layer %d: %s", p->site, p->layer,
+                                      *p->detail ? p->detail : "invariant violated");
+            r->ok = 0;
+        }
+    }
+    if (acc->probes_lost) {
+        lab_buf_printf(&r->reason, "%s%lld probe record(s) lost (out of memory): the probes cannot vouch for this run",
+                       r->reason.len ? "; " : "", (long long)acc->probes_lost);
+        r->ok = 0;
+    }
+    check_expect(a, acc, r->ex);
+    for (int64_t i = 0; i < a->n_expect; i++)
+        if (!r->ex[i].ok) {
+            lab_buf_printf(&r->reason, "%s%s", r->reason.len ? "; " : "", r->ex[i].reason);
+            r->ok = 0;
+        }
+}
+
+/* The run's own metrics: perplexity, speed, the f16 store's noise. */
+static void record_metrics(const lab_experiment *e, const lab_pass_acc *acc, lab_run_record *r) {
+    if (e->metrics & LAB_M_PPL) {
+        double nll = acc->nll_n ? acc->nll_sum / (double)acc->nll_n : NAN;
+        r->mn[r->nm] = "perplexity"; r->mv[r->nm++] = exp(nll);
+        r->mn[r->nm] = "nll_mean"; r->mv[r->nm++] = nll;
+    }
+    r->mn[r->nm] = "tokens_per_s";
+    r->mv[r->nm++] = acc->forward_s > 0 ? (double)e->ds.offsets[e->ds.n_seq] / acc->forward_s : NAN;
+    if (acc->full) {
+        r->mn[r->nm] = "f16_store_kl_mean"; r->mv[r->nm++] = acc->f16_n ? acc->f16_kl_sum / (double)acc->f16_n : NAN;
+        r->mn[r->nm] = "f16_store_kl_max"; r->mv[r->nm++] = acc->f16_kl_max;
+        r->mn[r->nm] = "f16_store_max_abs_dlogit"; r->mv[r->nm++] = acc->f16_dlogit_max;
+    }
+}
+
+/* Per-layer relative L2 of the residuals, and the first beyond tolerance. */
+static int record_divergence(const lab_experiment *e, const lab_pass_acc *acc, int64_t L, lab_comparison *c,
+                             char *err, size_t errlen) {
+    c->div_tolerance = e->div_tolerance;
+    c->n_div = L * 2;
+    c->div_layer = calloc((size_t)(L * 2), sizeof *c->div_layer);
+    c->div_site = calloc((size_t)(L * 2), sizeof *c->div_site);
+    c->div_value = calloc((size_t)(L * 2), sizeof *c->div_value);
+    if (!c->div_layer || !c->div_site || !c->div_value) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < L * 2; i++) {
+        c->div_layer[i] = i / 2;
+        c->div_site[i] = (int)(i % 2);
+        double den = acc->div_den[i], num = acc->div_num[i];
+        c->div_value[i] = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+        if (c->first_div_layer < 0 && c->div_value[i] > e->div_tolerance) {
+            c->first_div_layer = i / 2;
+            c->first_div_site = (int)(i % 2);
+            c->first_div_value = c->div_value[i];
+        }
+    }
+    return LAB_OK;
+}
+
+/* The comparison with the reference: top-1 agreement, KL, |dlogit|, delta-p,
+ * McNemar against the reference itself, per-layer divergence. */
+static int record_comparison(const lab_experiment *e, const lab_pass_acc *acc, const lab_ref_cache *ref,
+                             int64_t n_layers, lab_comparison *c, char *err, size_t errlen) {
+    c->reference_run_id = ref->run_id;
+    c->reference_recomputed = ref->recomputed;
+    c->reference_hash_match = ref->recomputed ? ref->hash_match : -1;
+    c->n_scored = acc->n_scored;
+    c->top1_k = acc->agree;
+    c->top1_n = acc->n_scored;
+    lab_wilson(c->top1_k, c->top1_n, LAB_Z95, &c->top1_lo, &c->top1_hi);
+    c->kl_mean = c->kl_p99 = c->kl_max = c->max_abs_dlogit = c->rms_dp = c->mcnemar_p = NAN;
+    if (e->metrics & LAB_M_KL) {
+        double sum = 0, mx = 0;
+        for (int64_t i = 0; i < acc->n_scored; i++) {
+            sum += acc->kl[i];
+            if (acc->kl[i] > mx) mx = acc->kl[i];
+        }
+        c->kl_mean = acc->n_scored ? sum / (double)acc->n_scored : NAN;
+        c->kl_max = mx;
+        c->kl_p99 = kl_quantile(acc->kl, acc->n_scored, 0.99);
+    }
+    if (e->metrics & LAB_M_MAXDIFF) c->max_abs_dlogit = acc->maxdiff;
+    if (e->metrics & LAB_M_RMSDP) c->rms_dp = acc->n_scored ? sqrt(acc->dp2_sum / (double)acc->n_scored) : NAN;
+    /* Outcome "agrees with the reference's top-1": the reference agrees with
+     * itself, so b = disagreements and c = 0. Pairs of arms get their own
+     * test (the runner's pair_tests). */
+    c->mcnemar_b = c->top1_n - c->top1_k;
+    c->mcnemar_c = 0;
+    if (e->metrics & LAB_M_MCNEMAR) c->mcnemar_p = lab_mcnemar_exact(c->mcnemar_b, 0);
+    c->first_div_layer = -1;
+    if (!acc->div_num) return LAB_OK;
+    c->div_sequences = ref->n_div_seq;
+    return record_divergence(e, acc, n_layers, c, err, errlen);
+}
+
+/* The decision's verdict on top-1 agreement. */
+static void record_verdict(const lab_experiment *e, const lab_comparison *c, lab_verdict_row *v) {
+    snprintf(v->metric, sizeof v->metric, "%s", e->decision_metric);
+    v->threshold = e->decision_threshold;
+    v->direction_ge = e->decision_ge;
+    v->k = c->top1_k;
+    v->n = c->top1_n;
+    v->value = v->n ? (double)v->k / (double)v->n : NAN;
+    v->lo = c->top1_lo;
+    v->hi = c->top1_hi;
+    snprintf(v->verdict, sizeof v->verdict, "%s",
+             lab_verdict_name(lab_decide(v->lo, v->hi, v->threshold, v->direction_ge)));
+}
+
+int lab_run_record_build(const lab_experiment *e, int64_t arm, const vt_knobset *ks, const lab_pass_acc *acc,
+                         const lab_ref_cache *ref, int64_t n_layers, lab_run_record *r, char *err, size_t errlen) {
+    const lab_arm *a = &e->arms[arm];
+    int64_t nk = vt_knob_count();
+    r->probe_ok = calloc((size_t)(acc->n_probes > 0 ? acc->n_probes : 1), sizeof *r->probe_ok);
+    r->ex = calloc((size_t)(a->n_expect > 0 ? a->n_expect : 1), sizeof *r->ex);
+    r->kn = calloc((size_t)nk + 1, sizeof *r->kn);
+    r->kv = calloc((size_t)nk + 1, sizeof *r->kv);
+    r->knum = calloc((size_t)nk + 1, sizeof *r->knum);
+    if (!r->probe_ok || !r->ex || !r->kn || !r->kv || !r->knum) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    record_assertions(a, acc, r);
+    if (r->reason.oom) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < nk; i++) {
+        const vt_knob_info *ki = vt_knob_at((int)i);
+        r->kn[i] = ki->name;
+        r->kv[i] = vt_knobset_get(ks, ki->name);
+        r->knum[i] = ki->numeric;
+    }
+    record_metrics(e, acc, r);
+    if (!ref) return LAB_OK;
+    int rc = record_comparison(e, acc, ref, n_layers, &r->cmp, err, errlen);
+    if (!rc && e->has_decision) record_verdict(e, &r->cmp, &r->vr);
+    return rc;
+}
+
+void lab_run_result_fill(lab_run_result *res, const lab_experiment *e, int64_t arm, int64_t vocab,
+                         const lab_pass_acc *acc, lab_run_record *r, int compared, int with_verdict) {
+    memset(res, 0, sizeof *res);
+    res->n_sequences = e->ds.n_seq;
+    res->n_tokens = e->ds.offsets[e->ds.n_seq];
+    res->n_scored = acc->n_scored;
+    res->forward_s = acc->forward_s;
+    memcpy(res->logits_sha256, acc->hash_hex, 65);
+    res->assertions_ok = r->ok;
+    res->assertion_reason = r->ok ? NULL : r->reason.data;
+    res->n_knobs = vt_knob_count();
+    res->knob_names = r->kn;
+    res->knob_values = r->kv;
+    res->knob_numeric = r->knum;
+    res->n_probes = acc->n_probes;
+    res->probes = acc->probes;
+    res->probe_ok = r->probe_ok;
+    res->n_expect = e->arms[arm].n_expect;
+    res->expect = r->ex;
+    res->n_metrics = r->nm;
+    res->metric_names = r->mn;
+    res->metric_values = r->mv;
+    res->top_k = acc->top_k;
+    res->offsets = e->ds.offsets;
+    res->topk_ids = acc->topk_ids;
+    res->topk_logprobs = acc->topk_lp;
+    res->vocab = vocab;
+    res->full_f16 = acc->full;
+    res->cmp = compared ? &r->cmp : NULL;
+    res->verdict = with_verdict ? &r->vr : NULL;
+}

@@ -1,0 +1,46 @@
+/*
+ * run_record.h — what a run writes to results.db, built from a finished
+ * forward pass: probe invariants, expectations, resolved knobs, metrics,
+ * the comparison with the reference and the verdict.
+ */
+#ifndef LAB_RUN_RECORD_H
+#define LAB_RUN_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "experiment.h"
+#include "run_forward.h"
+#include "store.h"
+#include "util.h"
+
+/* Everything of one run that goes to the database; zero-initialise, free
+ * with lab_run_record_free. */
+typedef struct lab_run_record {
+    int               *probe_ok;     /* [n_probes] invariant held */
+    lab_expect_result *ex;           /* [n_expect] */
+    const char       **kn, **kv;     /* [n_knobs] names and values (borrowed from the knob set) */
+    int               *knum;         /* [n_knobs] */
+    lab_comparison     cmp;          /* filled when compared */
+    lab_verdict_row    vr;           /* filled when the experiment has a decision */
+    lab_buf            reason;       /* why the assertions failed */
+    const char        *mn[8];        /* metric names (static) */
+    double             mv[8];
+    int64_t            nm;
+    int                ok;           /* assertions held */
+} lab_run_record;
+
+void lab_run_record_free(lab_run_record *r);
+
+/* Builds r for arm `arm` of e from pass acc, run under knob set ks. With
+ * ref (non-NULL: the run was compared) also the comparison and verdict;
+ * n_layers sizes the per-layer divergence. LAB_ENOMEM on failure. */
+int lab_run_record_build(const lab_experiment *e, int64_t arm, const vt_knobset *ks, const lab_pass_acc *acc,
+                         const lab_ref_cache *ref, int64_t n_layers, lab_run_record *r, char *err, size_t errlen);
+
+/* Fills res (every pointer borrowed from e, acc and r) for lab_store_finish.
+ * with_verdict: the run gets r's verdict row. */
+void lab_run_result_fill(lab_run_result *res, const lab_experiment *e, int64_t arm, int64_t vocab,
+                         const lab_pass_acc *acc, lab_run_record *r, int compared, int with_verdict);
+
+#endif
