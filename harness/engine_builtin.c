@@ -11,11 +11,9 @@
 #include "provenance.h"
 #include "util.h"
 
-/* VT_STATUS_INPUT and _UNSUPPORTED (no such device here) are bad input. */
-static int status_of(int vt_status) {
-    if (vt_status == VT_STATUS_INPUT || vt_status == VT_STATUS_UNSUPPORTED) return LAB_EINPUT;
-    return vt_status == VT_STATUS_NOMEM ? LAB_ENOMEM : vt_status == VT_STATUS_IO ? LAB_EIO : LAB_EINTERNAL;
-}
+/* The model library's statuses are the harness's (one set, vt_status): they
+ * pass through unchanged; VT_STATUS_UNSUPPORTED (no such device here) exits 2
+ * like bad input (vt_exit_code). */
 
 static int builtin_load(const char *model_dir, void **model, lab_engine_info *info, char *err, size_t errlen) {
     vt_model *m = NULL;
@@ -23,7 +21,7 @@ static int builtin_load(const char *model_dir, void **model, lab_engine_info *in
     *model = NULL;
     memset(info, 0, sizeof *info);
     int rc = vt_model_open(&m, model_dir, verr, sizeof verr);
-    if (rc) return lab_errf(err, errlen, rc == VT_STATUS_INPUT ? LAB_EINPUT : rc, "model %s: %s", model_dir, verr);
+    if (rc) return lab_errf(err, errlen, rc, "model %s: %s", model_dir, verr);
     vt_model_info mi;
     vt_model_get_info(m, &mi);
     if ((rc = lab_model_sha256(model_dir, info->model_sha256, err, errlen))) {
@@ -48,8 +46,8 @@ static int builtin_open(void *model, const vt_knobset *ks, void **inst, lab_engi
     *inst = NULL;
     memset(hello, 0, sizeof *hello);
     int rc = vt_session_new(&s, model, ks, verr, sizeof verr);
-    if (rc) return lab_errf(err, errlen, status_of(rc), "%s", verr);
-    const char *backend = vt_knobset_get(ks, "VT_BACKEND");
+    if (rc) return lab_errf(err, errlen, rc, "%s", verr);
+    const char *backend = vt_knobset_value(ks, VT_K_BACKEND);
     snprintf(hello->backend, sizeof hello->backend, "%s", backend ? backend : "cpu");
     vt_device_name(backend, hello->device, sizeof hello->device);
     *inst = s;
@@ -61,7 +59,7 @@ static int builtin_forward(void *inst, const int32_t *tokens, int64_t T, int cap
     char verr[1024] = "";
     vt_session_capture(inst, capture);
     int rc = vt_session_prefill(inst, tokens, T, logits, verr, sizeof verr);
-    return rc ? lab_errf(err, errlen, status_of(rc), "%s", verr) : LAB_OK;
+    return rc ? lab_errf(err, errlen, rc, "%s", verr) : LAB_OK;
 }
 
 static const float *builtin_residual(void *inst, int64_t layer, int site, int64_t *T) {

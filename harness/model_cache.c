@@ -37,7 +37,7 @@ static int synth_if_missing(const lab_experiment *e, const char *path, char *err
     char verr[1024] = "";
     rc = vt_synth(e->synth_config, e->synth_seed, e->synth_dtype, path, verr, sizeof verr);
     if (rc)
-        return lab_errf(err, errlen, rc == VT_STATUS_INPUT ? LAB_EINPUT : rc, "%s: model.synth: %s", e->path, verr);
+        return lab_errf(err, errlen, rc, "%s: model.synth: %s", e->path, verr);
     return LAB_OK;
 }
 

@@ -137,13 +137,13 @@ int lab_resolve_knobs(const lab_experiment *e, int64_t i, char *const *envp, vt_
     if (rc) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     if (envp && (rc = vt_knobset_from_env(ks, envp, verr, sizeof verr))) {
         vt_knobset_free(ks);
-        return lab_errf(err, errlen, rc == VT_STATUS_INPUT ? LAB_EINPUT : rc, "environment: %s", verr);
+        return lab_errf(err, errlen, rc, "environment: %s", verr);
     }
     int probe_set = 0;
     for (int64_t k = 0; k < a->n_knobs; k++) {
         if ((rc = vt_knobset_set(ks, a->knob_names[k], a->knob_values[k], verr, sizeof verr))) {
             vt_knobset_free(ks);
-            return lab_errf(err, errlen, rc == VT_STATUS_INPUT ? LAB_EINPUT : rc, "%s: arms[%lld].knobs.%s: %s",
+            return lab_errf(err, errlen, rc, "%s: arms[%lld].knobs.%s: %s",
                             e->path, (long long)i, a->knob_names[k], verr);
         }
         if (!strcmp(a->knob_names[k], "VT_PROBE")) probe_set = 1;

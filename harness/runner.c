@@ -270,7 +270,7 @@ static int claim_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, i
     lab_identity id;
     lab_exp_identity(&x->id, e, arm, rep, &id);
     pv->is_reference = arm == e->ref_index;
-    pv->backend = vt_knobset_get(x->ks[arm], "VT_BACKEND");
+    pv->backend = vt_knobset_value(x->ks[arm], VT_K_BACKEND);
     pv->expected_assertions = a->expect_fail ? "fail" : "pass";
     int64_t stale = 0, redone = 0;
     int rc = lab_store_claim_ex(x->st, &id, pv, x->o->force, kind, run_id, &stale, &redone, err, errlen);
