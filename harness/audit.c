@@ -161,7 +161,7 @@ static int audit_one_run(lab_confound *cx, const lab_audit_finished_run *r) {
     if (!rc) rc = lab_rule_r3(cx, &s);
     lab_audit_reference *refs = NULL;
     int64_t n = 0;
-    if (!rc) rc = lab_audit_read_references(cx->st, r->id, &refs, &n, cx->err, cx->errlen);
+    if (!rc) rc = lab_confound_references(cx, r, &refs, &n);
     for (int64_t i = 0; !rc && i < n; i++) {
         /* a comparison is confounded whichever side went through a defect */
         lab_subject with_ref = {.run = r, .ref = &refs[i]};

@@ -383,6 +383,11 @@ static int r4_claim(lab_confound *cx, const lab_claim *c) {
     return LAB_OK;
 }
 
+int lab_confound_references(lab_confound *cx, const lab_audit_finished_run *r, lab_audit_reference **refs,
+                            int64_t *n) {
+    return rule_failed(cx, "R4", lab_audit_read_references(cx->st, r->id, refs, n, cx->err, cx->errlen));
+}
+
 int lab_rule_r4(lab_confound *cx, const lab_subject *s) {
     if (s->claim) return rule_failed(cx, "R4", r4_claim(cx, s->claim));
     if (s->run && s->ref) r4_reference(cx, s->run, s->ref);

@@ -87,6 +87,11 @@ int lab_rule_r5(lab_confound *cx, const lab_subject *s);
  * Wilson interval does not support. */
 int lab_rule_r6(lab_confound *cx, const lab_subject *s);
 
+/* The references of run r's comparisons (the subjects R4, R3 and R1 take
+ * with r), in *refs[*n] (lab_audit_free); a failed read is prefixed "R4: ". */
+int lab_confound_references(lab_confound *cx, const lab_audit_finished_run *r, lab_audit_reference **refs,
+                            int64_t *n);
+
 /* Claims that name their runs (runs.arm, runs.reference) inherit the R2-R5
  * findings of those runs found so far, keyed "runID:KEY". */
 void lab_confound_inherit(lab_confound *cx);
