@@ -55,7 +55,9 @@ static int rule_failed(lab_confound *cx, const char *rule, int rc) {
     return rc;
 }
 
-static void run_subject(const lab_audit_finished_run *r, char *out, size_t n) { snprintf(out, n, "%lld", (long long)r->id); }
+static void run_subject(const lab_audit_finished_run *r, char *out, size_t n) {
+    snprintf(out, n, "%lld", (long long)r->id);
+}
 
 static const lab_audit_finished_run *find_run(const lab_confound *cx, int64_t id) {
     int64_t lo = 0, hi = cx->n_runs - 1;
@@ -110,8 +112,9 @@ static void r1_claim_side(lab_confound *cx, const lab_claim *c, const lab_defect
     if (c->code.commit) snprintf(commit, sizeof commit, "%s", c->code.commit);
     commit[strcspn(commit, "+")] = '\0';
     char how[1100];
-    lab_placement pl = cx->place(cx->place_env, c->code.commit ? commit : NULL,
-                                 c->code.date ? c->code.date : c->measured_at, &x->introduced, &x->fixed, how, sizeof how);
+    const char *date = c->code.date ? c->code.date : c->measured_at;
+    lab_placement pl = cx->place(cx->place_env, c->code.commit ? commit : NULL, date, &x->introduced, &x->fixed, how,
+                                 sizeof how);
     if (pl == LAB_PLACE_OUTSIDE) return;
     char trig[256], reason[2048], replay[160], key[160];
     trigger_text(&x->trigger, trig, sizeof trig);
@@ -142,8 +145,8 @@ static void r1_claim_side(lab_confound *cx, const lab_claim *c, const lab_defect
 /* R1 by trigger for the run m measured on one side of subject run r's
  * comparison: 1 when the defect's trigger is in m's knobs and m's code is (or
  * may be) in its range (a finding was added), else 0. */
-static int r1_run_trigger(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m, const lab_defect *x,
-                          const lab_knobs_kv *knobs, const char *side, const char *key) {
+static int r1_run_trigger(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m,
+                          const lab_defect *x, const lab_knobs_kv *knobs, const char *side, const char *key) {
     if (strcmp(x->codebase, "vtlab") || !lab_knobs_trigger(&x->trigger, knobs)) return 0;
     char commit[64], how[1100];
     snprintf(commit, sizeof commit, "%s", m->commit);
@@ -169,8 +172,8 @@ static int r1_run_trigger(lab_confound *cx, const lab_audit_finished_run *r, con
 }
 
 /* R1 by probes: m's own probes show the defect's site violated. */
-static int r1_run_probes(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m, const lab_defect *x,
-                         const char *side, const char *key) {
+static int r1_run_probes(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m,
+                         const lab_defect *x, const char *side, const char *key) {
     lab_audit_violations v;
     int rc = lab_audit_read_violations(cx->st, m->id, x->site, &v, cx->err, cx->errlen);
     if (rc || !v.n) return rc;

@@ -45,22 +45,22 @@ void lab_findings_free(lab_findings *f);
 
 /* What the rules of one audit work with. */
 typedef struct lab_confound {
-    lab_store           *st;
-    const lab_ledger    *l;
+    lab_store                    *st;
+    const lab_ledger             *l;
     const lab_audit_finished_run *runs;     /* the finished runs, ascending id */
-    int64_t              n_runs;
-    lab_place_fn         place;
-    void                *place_env;
-    lab_findings        *f;
-    char                *err;
-    size_t               errlen;
+    int64_t                       n_runs;
+    lab_place_fn                  place;
+    void                         *place_env;
+    lab_findings                 *f;
+    char                         *err;
+    size_t                        errlen;
 } lab_confound;
 
 /* What a rule is applied to: exactly one of claim and run; ref only with run. */
 typedef struct lab_subject {
-    const lab_claim           *claim;
-    const lab_audit_finished_run       *run;
-    const lab_audit_reference *ref;
+    const lab_claim              *claim;
+    const lab_audit_finished_run *run;
+    const lab_audit_reference    *ref;
 } lab_subject;
 
 /* R1 measured through a registered defect. A claim: on each side (arm,
