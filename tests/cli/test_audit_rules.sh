@@ -6,7 +6,9 @@
 #    shallow clone, not a repository, unknown commit) is flagged with its reason;
 #  - the reference side of a comparison can go through a defect too (R1),
 #    a trigger on a knob's default value included;
-#  - an audit that cannot read a table fails (error, not "no flags").
+#  - an audit that cannot read a table fails (error, not "no flags"), and so
+#    does each rule whose read fails (VTLAB_TEST_AUDIT_FAIL, a test-only hook
+#    in harness/store_audit.c: RULE or RULE:READER makes that reader fail).
 set -u
 VTLAB=$(readlink -f "${1:-./vtlab}")
 . tests/cli/lib.sh
@@ -116,4 +118,29 @@ for t in run_knobs probes expectations comparisons verdicts; do
     ok "audit with table $t unreadable fails closed (exit $rc, the error names it)"
   else not_ok "fail closed ($t)" "exit $rc; stderr: $(cat $ERR); out: $(tail -3 $OUT_FILE)"; fi
 done
+# fail closed, rule by rule: a read that fails inside a rule stops the audit with that error on stderr;
+# nothing is printed (no table, no "(no flags)") and nothing is stored (the audits count is unchanged)
+hook_case() {  # hook specs-dir what
+  cp "$W/r.db" "$W/hook.db"; rm -f "$W/hook.db-wal" "$W/hook.db-shm"
+  local before after rc
+  before=$(q "$W/hook.db" "SELECT count(*) FROM audits")
+  VTLAB_TEST_AUDIT_FAIL=$1 "$VTLAB" audit --db "$W/hook.db" --specs "$2" >"$OUT_FILE" 2>"$ERR"; rc=$?
+  after=$(q "$W/hook.db" "SELECT count(*) FROM audits")
+  if [ $rc -ne 0 ] && grep -q "^vtlab audit: .*injected failure (VTLAB_TEST_AUDIT_FAIL=$1)" "$ERR" && [ ! -s "$OUT_FILE" ] \
+     && [ "$before" = "$after" ]; then
+    ok "a failing read in $3 fails the audit closed (exit $rc: $(head -c 120 "$ERR"))"
+  else not_ok "fail closed ($1)" "exit $rc; audits $before -> $after; stderr: $(cat $ERR); out: $(tail -3 $OUT_FILE)"; fi
+}
+hook_case R1 "$S" "R1 (a run's knobs)"
+hook_case R1:probes "$S" "R1 (a run's probes)"
+hook_case R1:references "$S" "R1 (the reference side)"
+hook_case R2 "$S" "R2 (the finished runs)"
+hook_case R3 "$S" "R3 (expectations)"
+hook_case R3:references "$S" "R3 (bit-identical logits against the reference)"
+hook_case R4 "$S" "R4 (the comparisons' references)"
+hook_case R5 "$S" "R5 (the finished runs)"
+hook_case R6 "$S" "R6 (a run's verdicts)"
+claim paired-ok vtlab null 2026-05-01 '{}' "$ON" "{\"arm\": $ARM, \"reference\": $REF}"
+hook_case R4:claim-runs "$S" "R4 (the runs a claim names)"
+rm -f "$S/claims/"*.json
 finish
