@@ -310,8 +310,8 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
         int kind = 0;
         int64_t run_id = 0, stale = 0;
         /* forced: every report is a new measurement, never "already finished" */
-        if ((rc = lab_store_claim(st, &id, &pv, 1, &kind, &run_id, &stale, err, errlen))) goto done;
-        if (kind != LAB_CLAIMED) {
+        if ((rc = lab_store_lease(st, &id, &pv, 1, &kind, &run_id, &stale, err, errlen))) goto done;
+        if (kind != LAB_LEASED) {
             rc = lab_errf(err, errlen, LAB_EIO, "run %s/%s is held by another process (run %lld)", r.experiment, p->name,
                           (long long)run_id);
             goto done;

@@ -1,7 +1,7 @@
 /*
  * runner.c — the per-experiment loop (see runner.h): validate everything
  * first, then the reference arm's runs first and each other arm's after,
- * claiming each run (leases: another live process's run is waited for, a
+ * leasing each run (another live process's run is waited for, a
  * FINISHED one skipped), executing it through the engine and recording it.
  *
  * The pieces it drives live beside it:
@@ -140,7 +140,7 @@ static int record_run(exp_ctx *x, int64_t arm, int64_t run_id, const char *label
     return LAB_OK;
 }
 
-/* Executes one claimed run and records it as FINISHED, FAILED or KILLED.
+/* Executes one leased run and records it as FINISHED, FAILED or KILLED.
  * Returns LAB_OK when the outcome was recorded; another status only when
  * the database itself failed (err filled). */
 static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int *finished, int *assert_ok,
@@ -261,9 +261,9 @@ static int reference_available(exp_ctx *x, int64_t arm, int64_t rep, int *busy, 
     return 1;
 }
 
-/* Claims run (arm, rep): *kind LAB_CLAIMED, LAB_DONE or LAB_BUSY (see
- * lab_store_claim_ex), saying on stderr what it found left behind. */
-static int claim_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, int *kind, int64_t *run_id,
+/* Claims run (arm, rep): *kind LAB_LEASED, LAB_LEASE_DONE or LAB_LEASE_BUSY (see
+ * lab_store_lease_ex), saying on stderr what it found left behind. */
+static int lease_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, int *kind, int64_t *run_id,
                      char *err, size_t errlen) {
     const lab_experiment *e = x->e;
     const lab_arm *a = &e->arms[arm];
@@ -273,7 +273,7 @@ static int claim_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, i
     pv->backend = vt_knobset_value(x->ks[arm], VT_K_BACKEND);
     pv->expected_assertions = a->expect_fail ? "fail" : "pass";
     int64_t stale = 0, redone = 0;
-    int rc = lab_store_claim_ex(x->st, &id, pv, x->o->force, kind, run_id, &stale, &redone, err, errlen);
+    int rc = lab_store_lease_ex(x->st, &id, pv, x->o->force, kind, run_id, &stale, &redone, err, errlen);
     if (rc) return rc;
     if (redone) {
         x->sum->stale_redone++;
@@ -285,7 +285,7 @@ static int claim_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, i
         fprintf(stderr, "vtlab: run %lld (%s/%s) was left RUNNING by a dead process: marked KILLED, redoing\n",
                 (long long)stale, e->id, a->name);
     }
-    if (*kind == LAB_BUSY && !x->busy_noted) {
+    if (*kind == LAB_LEASE_BUSY && !x->busy_noted) {
         x->busy_noted = 1;
         fprintf(stderr, "vtlab: %s/%s: run %lld is being run by another process; waiting for it\n", e->id, a->name,
                 (long long)*run_id);
@@ -316,13 +316,13 @@ static int one_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, int
      * repeat of the reference) is compared with the FINISHED reference
      * repeat 0: while another process holds that run, wait for it. */
     if (!(is_ref && rep == 0) && reference_available(x, arm, rep, busy, &rc, err, errlen) != 1) return rc;
-    if ((rc = claim_run(x, arm, rep, pv, &kind, &run_id, err, errlen))) return rc;
-    if (kind == LAB_BUSY) {
+    if ((rc = lease_run(x, arm, rep, pv, &kind, &run_id, err, errlen))) return rc;
+    if (kind == LAB_LEASE_BUSY) {
         (*busy)++;
         return LAB_OK;
     }
     x->tried[arm * e->repeats + rep] = 1;
-    if (kind == LAB_DONE) {
+    if (kind == LAB_LEASE_DONE) {
         if ((rc = skip_finished(x, arm, run_id, &assert_ok, err, errlen))) return rc;
         finished = 1;
     } else {

@@ -994,12 +994,12 @@ static int mark_incomplete(lab_store *st, int64_t run_id, const char *what, char
     return rc;
 }
 
-int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+int lab_store_lease(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                     int *kind, int64_t *run_id, int64_t *stale_id, char *err, size_t errlen) {
-    return lab_store_claim_ex(st, id, pv, force, kind, run_id, stale_id, NULL, err, errlen);
+    return lab_store_lease_ex(st, id, pv, force, kind, run_id, stale_id, NULL, err, errlen);
 }
 
-int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                        int *kind, int64_t *run_id, int64_t *stale_id, int64_t *redone_id, char *err, size_t errlen) {
     *kind = 0;
     *run_id = 0;
@@ -1021,7 +1021,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
         int step = sqlite3_step(s);
         if (step == SQLITE_ROW) done_id = sqlite3_column_int64(s, 0);
         else if (step != SQLITE_DONE) {   /* an I/O error must not read as "not finished yet" */
-            rc = lab_sq_error(st, err, errlen, "claim run");
+            rc = lab_sq_error(st, err, errlen, "lease run");
             goto fail;
         }
         sqlite3_finalize(s);
@@ -1034,10 +1034,10 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
             redone = done_id;
             continue;
         }
-        *kind = LAB_DONE;
+        *kind = LAB_LEASE_DONE;
         *run_id = done_id;
         /* Nothing to keep, unless an incomplete run was marked on the way
-         * (in a batch, a DONE claim fails the batch either way, as documented). */
+         * (in a batch, a DONE lease fails the batch either way, as documented). */
         if (redone && !st->batch) {
             if ((rc = lab_sq_commit(st, err, errlen))) goto fail;
             if (redone_id) *redone_id = redone;
@@ -1051,7 +1051,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
     bind_identity(s, id);
     int step = sqlite3_step(s);
     if (step != SQLITE_ROW && step != SQLITE_DONE) {
-        rc = lab_sq_error(st, err, errlen, "claim run");
+        rc = lab_sq_error(st, err, errlen, "lease run");
         goto fail;
     }
     if (step == SQLITE_ROW) {
@@ -1063,7 +1063,7 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
         if (!same_host || lab_pid_alive(pid, ps)) {
             sqlite3_finalize(s);
             lab_sq_rollback(st);
-            *kind = LAB_BUSY;
+            *kind = LAB_LEASE_BUSY;
             *run_id = rid;
             return LAB_OK;
         }
@@ -1102,12 +1102,12 @@ int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenan
     lab_sq_bind_text(s, 20, pv->score);
     sqlite3_bind_int64(s, 21, pv->top_k);
     lab_sq_bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
-    if ((rc = lab_sq_step(st, s, err, errlen, "claim run"))) goto fail;
+    if ((rc = lab_sq_step(st, s, err, errlen, "lease run"))) goto fail;
     sqlite3_finalize(s);
     s = NULL;
     *run_id = sqlite3_last_insert_rowid(st->db);
     if ((rc = lab_sq_commit(st, err, errlen))) goto fail;
-    *kind = LAB_CLAIMED;
+    *kind = LAB_LEASED;
     if (redone_id) *redone_id = redone;
     return LAB_OK;
 fail:
@@ -1371,12 +1371,12 @@ int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, cha
     int rc = lab_sq_begin(st, err, errlen);
     if (rc) return rc;
     sqlite3_stmt *s = NULL;
-    /* The claim must still be ours: a RUNNING row. If another process judged
+    /* The lease must still be ours: a RUNNING row. If another process judged
      * us dead and marked it KILLED, our results are not written under it. */
     if ((rc = lab_sq_prep(st, "SELECT status FROM runs WHERE id = ?1", &s, err, errlen))) goto fail;
     sqlite3_bind_int64(s, 1, run_id);
     if (sqlite3_step(s) != SQLITE_ROW || strcmp((const char *)sqlite3_column_text(s, 0), "RUNNING")) {
-        rc = lab_errf(err, errlen, LAB_EINTERNAL, "%s: run %lld is no longer RUNNING (claimed by another process?)",
+        rc = lab_errf(err, errlen, LAB_EINTERNAL, "%s: run %lld is no longer RUNNING (leased by another process?)",
                       st->path, (long long)run_id);
         goto fail;
     }

@@ -113,21 +113,23 @@ typedef struct lab_provenance {
     const char *expected_assertions; /* "pass" | "fail" */
 } lab_provenance;
 
-enum { LAB_CLAIMED = 1, LAB_DONE, LAB_BUSY };
+/* A run's lease: the RUNNING row a process holds (pid, pid start time, host)
+ * while it computes the run. (A "claim" is a record of the ledger, never this.) */
+enum { LAB_LEASED = 1, LAB_LEASE_DONE, LAB_LEASE_BUSY };
 
-/* Claims the run: in one BEGIN IMMEDIATE transaction, looks for the run's
- * identity; a FINISHED row (and !force) gives LAB_DONE with its id; a RUNNING
- * row of a live process gives LAB_BUSY with its id; a RUNNING row of a dead
- * process on this host is marked KILLED (*stale_id) and the run claimed.
- * LAB_CLAIMED: a new RUNNING row was inserted, *run_id is its id. */
-int lab_store_claim(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+/* Leases the run: in one BEGIN IMMEDIATE transaction, looks for the run's
+ * identity; a FINISHED row (and !force) gives LAB_LEASE_DONE with its id; a
+ * RUNNING row of a live process gives LAB_LEASE_BUSY with its id; a RUNNING
+ * row of a dead process on this host is marked KILLED (*stale_id) and the run
+ * leased. LAB_LEASED: a new RUNNING row was inserted, *run_id is its id. */
+int lab_store_lease(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                     int *kind, int64_t *run_id, int64_t *stale_id, char *err, size_t errlen);
-/* lab_store_claim, and: a FINISHED row that is not complete (see
+/* lab_store_lease, and: a FINISHED row that is not complete (see
  * lab_store_run_missing; an older vtlab could leave one) does not make the
- * run LAB_DONE: it is marked FAILED, its error saying what it lacks, and the
- * run claimed again (or an older complete FINISHED row found). *redone_id
+ * run LAB_LEASE_DONE: it is marked FAILED, its error saying what it lacks, and the
+ * run leased again (or an older complete FINISHED row found). *redone_id
  * (may be NULL) receives the last run so marked, 0 when none. */
-int lab_store_claim_ex(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
+int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                        int *kind, int64_t *run_id, int64_t *stale_id, int64_t *redone_id, char *err, size_t errlen);
 
 /* What a FINISHED run must have, checked on the rows of run_id as they are
@@ -144,7 +146,7 @@ int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t what
  * claims, finishes and specs of several runs land together or not at all.
  * A write that fails inside the batch rolls all of it back and every later
  * write is refused; commit then reports the failure. So does a claim that
- * finds its run LAB_DONE or LAB_BUSY (it ends its own transaction). Batches
+ * finds its run LAB_LEASE_DONE or LAB_LEASE_BUSY (it ends its own transaction). Batches
  * do not nest. */
 int  lab_store_batch_begin(lab_store *st, char *err, size_t errlen);
 int  lab_store_batch_commit(lab_store *st, char *err, size_t errlen);

@@ -247,11 +247,11 @@ static void test_claims(void **state) {
     lab_provenance pv = prov(getpid());
     int kind;
     int64_t run, stale, run2;
-    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_CLAIMED);
+    assert_int_equal(lab_store_lease(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASED);
     /* The same identity while we (alive) hold it: busy. */
-    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run2, &stale, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_BUSY);
+    assert_int_equal(lab_store_lease(st, &id, &pv, 0, &kind, &run2, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASE_BUSY);
     assert_int_equal(run2, run);
 
     /* A finish that fails half-way (duplicate metric name) leaves nothing. */
@@ -273,8 +273,8 @@ static void test_claims(void **state) {
     assert_int_equal(q_int(st, "SELECT length(ids) FROM logits_topk"), 3 * 2 * 4);
 
     /* Finished: skipped unless forced. */
-    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run2, &stale, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_DONE);
+    assert_int_equal(lab_store_lease(st, &id, &pv, 0, &kind, &run2, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASE_DONE);
     assert_int_equal(run2, run);
     int64_t found;
     char h[65];
@@ -288,8 +288,8 @@ static void test_claims(void **state) {
     assert_int_equal(top1[0], 5);
     assert_int_equal(top1[2], 9);
     free(top1);
-    assert_int_equal(lab_store_claim(st, &id, &pv, 1, &kind, &run2, &stale, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_CLAIMED);
+    assert_int_equal(lab_store_lease(st, &id, &pv, 1, &kind, &run2, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASED);
     assert_true(run2 != run);
     assert_int_equal(lab_store_abort(st, run2, "FAILED", "boom", err, sizeof err), 0);
     lab_store_close(st);
@@ -312,14 +312,14 @@ static void test_batch_all_or_nothing(void **state) {
     /* run a finishes, run b's finish fails: the batch leaves nothing at all */
     assert_int_equal(lab_store_batch_begin(st, err, sizeof err), 0);
     lab_identity a = ident("a"), b = ident("b");
-    assert_int_equal(lab_store_claim(st, &a, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(lab_store_lease(st, &a, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
     small_result(&r, good);
     assert_int_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
-    assert_int_equal(lab_store_claim(st, &b, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(lab_store_lease(st, &b, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
     small_result(&r, dup);
     assert_int_not_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
     /* everything after the failure is refused, and the commit says the batch failed */
-    assert_int_not_equal(lab_store_claim(st, &b, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_not_equal(lab_store_lease(st, &b, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
     assert_int_not_equal(lab_store_batch_commit(st, err, sizeof err), 0);
     assert_int_equal(q_int(st, "SELECT count(*) FROM runs"), 0);
     assert_int_equal(q_int(st, "SELECT count(*) FROM metrics"), 0);
@@ -328,8 +328,8 @@ static void test_batch_all_or_nothing(void **state) {
     assert_int_equal(lab_store_batch_begin(st, err, sizeof err), 0);
     for (int i = 0; i < 2; i++) {
         lab_identity id = ident(i ? "b" : "a");
-        assert_int_equal(lab_store_claim(st, &id, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
-        assert_int_equal(kind, LAB_CLAIMED);
+        assert_int_equal(lab_store_lease(st, &id, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+        assert_int_equal(kind, LAB_LEASED);
         small_result(&r, good);
         assert_int_equal(lab_store_finish(st, run, &r, err, sizeof err), 0);
     }
@@ -339,7 +339,7 @@ static void test_batch_all_or_nothing(void **state) {
     /* a batch given up leaves nothing */
     assert_int_equal(lab_store_batch_begin(st, err, sizeof err), 0);
     lab_identity c = ident("c");
-    assert_int_equal(lab_store_claim(st, &c, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(lab_store_lease(st, &c, &pv, 1, &kind, &run, &stale, err, sizeof err), 0);
     lab_store_batch_rollback(st);
     assert_int_equal(q_int(st, "SELECT count(*) FROM runs"), 2);
     lab_store_close(st);
@@ -360,7 +360,7 @@ static void test_stale_running_redone(void **state) {
         lab_provenance pv = prov(getpid());
         int kind;
         int64_t run, stale;
-        if (lab_store_claim(cs, &id, &pv, 0, &kind, &run, &stale, e2, sizeof e2) || kind != LAB_CLAIMED) _exit(4);
+        if (lab_store_lease(cs, &id, &pv, 0, &kind, &run, &stale, e2, sizeof e2) || kind != LAB_LEASED) _exit(4);
         _exit(0); /* no close, no finish */
     }
     int status;
@@ -371,8 +371,8 @@ static void test_stale_running_redone(void **state) {
     lab_provenance pv = prov(getpid());
     int kind;
     int64_t run, stale;
-    assert_int_equal(lab_store_claim(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_CLAIMED);
+    assert_int_equal(lab_store_lease(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASED);
     assert_true(stale > 0);
     char sql[160];
     snprintf(sql, sizeof sql, "SELECT status FROM runs WHERE id = %lld", (long long)stale);
@@ -383,9 +383,9 @@ static void test_stale_running_redone(void **state) {
     lab_identity id2 = ident("other");
     lab_provenance pv2 = prov(999999);
     pv2.host = "elsewhere";
-    assert_int_equal(lab_store_claim(st, &id2, &pv2, 0, &kind, &run, &stale, err, sizeof err), 0);
-    assert_int_equal(lab_store_claim(st, &id2, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_BUSY);
+    assert_int_equal(lab_store_lease(st, &id2, &pv2, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(lab_store_lease(st, &id2, &pv, 0, &kind, &run, &stale, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASE_BUSY);
     /* reap: marks dead same-host rows only */
     int64_t nreap;
     assert_int_equal(lab_store_reap(st, "testhost", &nreap, err, sizeof err), 0);
@@ -415,8 +415,8 @@ static void test_two_writers(void **state) {
                 lab_provenance pv = prov(getpid());
                 int kind;
                 int64_t run, stale;
-                if (lab_store_claim(cs, &id, &pv, 0, &kind, &run, &stale, e2, sizeof e2)) _exit(4);
-                if (kind != LAB_CLAIMED) continue;
+                if (lab_store_lease(cs, &id, &pv, 0, &kind, &run, &stale, e2, sizeof e2)) _exit(4);
+                if (kind != LAB_LEASED) continue;
                 lab_run_result r;
                 const char *mn[] = {"a", "b"};
                 small_result(&r, mn);
@@ -511,7 +511,7 @@ static int64_t claim_new(lab_store *st, const char *arm, int64_t repeat, int is_
     int kind;
     int64_t run, stale;
     char err[1024] = "";
-    if (lab_store_claim(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err) || kind != LAB_CLAIMED)
+    if (lab_store_lease(st, &id, &pv, 0, &kind, &run, &stale, err, sizeof err) || kind != LAB_LEASED)
         fail_msg("claim %s #%lld: %s", arm, (long long)repeat, err);
     return run;
 }
@@ -639,16 +639,16 @@ static void test_claim_redoes_incomplete(void **state) {
     pv.is_reference = 0;
     int kind;
     int64_t run, stale, redone;
-    assert_int_equal(lab_store_claim_ex(st, &id, &pv, 0, &kind, &run, &stale, &redone, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_DONE);
+    assert_int_equal(lab_store_lease_ex(st, &id, &pv, 0, &kind, &run, &stale, &redone, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASE_DONE);
     assert_int_equal(run, arm);
     assert_int_equal(redone, 0);
 
     char sql[128];
     snprintf(sql, sizeof sql, "DELETE FROM comparisons WHERE run_id = %lld", (long long)arm);
     assert_int_equal(lab_store_exec(st, sql, 0, NULL, err, sizeof err), 0);
-    assert_int_equal(lab_store_claim_ex(st, &id, &pv, 0, &kind, &run, &stale, &redone, err, sizeof err), 0);
-    assert_int_equal(kind, LAB_CLAIMED);
+    assert_int_equal(lab_store_lease_ex(st, &id, &pv, 0, &kind, &run, &stale, &redone, err, sizeof err), 0);
+    assert_int_equal(kind, LAB_LEASED);
     assert_int_equal(redone, arm);
     assert_true(run != arm);
     assert_string_equal(run_status(st, arm, buf, sizeof buf), "FAILED");
