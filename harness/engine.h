@@ -54,6 +54,10 @@ typedef struct lab_engine_info {
     char    version[256];        /* engine version (the builtin: vt_build_info()) */
     char    model_sha256[65];    /* content hash of the model (64 hex + NUL) */
     int64_t vocab, hidden, n_layers;
+    /* Per layer, the attention kind (K KDA, M MLA), a '/', then the FFN kind
+     * (D dense, E MoE): "KKKM/DEEE". Empty when the engine does not say.
+     * Stored with each run, so a report never opens a model to draw it. */
+    char    layer_kinds[2 * VT_MODEL_MAX_LAYERS + 2];
 } lab_engine_info;
 
 /* Hello, instance part: where this knob set runs. */

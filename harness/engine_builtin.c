@@ -33,6 +33,7 @@ static int builtin_load(const char *model_dir, void **model, lab_engine_info *in
     info->vocab = mi.vocab_size;
     info->hidden = mi.hidden_size;
     info->n_layers = mi.n_layers;
+    snprintf(info->layer_kinds, sizeof info->layer_kinds, "%s/%s", mi.layer_kind, mi.layer_ffn);
     *model = m;
     return LAB_OK;
 }

@@ -6,10 +6,11 @@
  * data file (plot.h); one that cannot be drawn is named on the page and on
  * stderr, and the rest of the report is still written.
  *
- * Layer kinds for the divergence chart come from the run's own probe
- * records (kda.state marks a KDA layer, the moe.* sites a MoE layer, every
- * other layer of residual.stream is MLA); when a run has no probes (VT_PROBE
- * off) the model named by the stored experiment spec is opened and asked.
+ * Layer kinds for the divergence chart are recorded with each run
+ * (runs.layer_kinds, from the engine); for a run recorded before schema v6
+ * they come from its probe records (kda.state marks a KDA layer, the moe.*
+ * sites a MoE layer, every other layer of residual.stream is MLA), and
+ * without those the chart is drawn unshaded. No report opens a model.
  */
 #include <math.h>
 #include <stdio.h>
@@ -20,7 +21,6 @@
 #include "model/vt.h"
 #include "plot.h"
 #include "report_page.h"
-#include "runner.h"
 
 /* ------------------------------------------------------------ layer kinds */
 
@@ -31,35 +31,37 @@ typedef struct layer_kinds {
     char source[96];
 } layer_kinds;
 
-static void kinds_from_model(const exp_view *e, layer_kinds *lk) {
-    if (!e->spec_json) return;
-    lab_experiment *x = NULL;
-    char err[1024];
-    if (lab_experiment_parse(&x, e->file ? e->file : "spec", e->spec_json, err, sizeof err)) return;
-    char *dir = NULL;
-    if (!x->model_synth && (!x->model_dir || !lab_path_exists(x->model_dir))) { lab_experiment_free(x); return; }
-    if (lab_model_dir(x, &dir, err, sizeof err) == 0) {
-        vt_model *m = NULL;
-        if (vt_model_open(&m, dir, err, sizeof err) == 0) {
-            vt_model_info mi;
-            vt_model_get_info(m, &mi);
-            lk->n = (int)mi.n_layers;   /* at most VT_MODEL_MAX_LAYERS */
-            for (int l = 0; l < lk->n; l++) {
-                lk->attn[l] = mi.layer_kind[l] == 'M' ? 'M' : 'K';
-                lk->ffn[l] = mi.layer_ffn[l] == 'E' ? 'E' : 'D';
-            }
-            snprintf(lk->source, sizeof lk->source, "the model of the experiment spec");
-            vt_model_free(m);
-        }
+/* "KKKM/DEEE" (runs.layer_kinds) into lk; 0 when the text is not that. */
+static int kinds_from_text(const char *t, layer_kinds *lk) {
+    const char *slash = strchr(t, '/');
+    size_t n = slash ? (size_t)(slash - t) : 0;
+    if (!n || n > VT_MODEL_MAX_LAYERS || strlen(slash + 1) != n) return 0;
+    for (size_t l = 0; l < n; l++) {
+        lk->attn[l] = t[l] == 'K' ? 'K' : 'M';
+        lk->ffn[l] = slash[1 + l] == 'E' ? 'E' : 'D';
     }
-    free(dir);
-    lab_experiment_free(x);
+    lk->attn[n] = lk->ffn[n] = 0;
+    lk->n = (int)n;
+    snprintf(lk->source, sizeof lk->source, "the model's layer kinds recorded with the run");
+    return 1;
 }
 
 static int layer_kinds_of(lab_store *st, const exp_view *e, int64_t run, layer_kinds *lk, char *err, size_t errlen) {
     memset(lk, 0, sizeof *lk);
     sqlite3_stmt *s;
-    int rc = lab_rp_prep(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < ?2", &s, err,
+    /* recorded with the run (schema v6; the report's store is migrated) */
+    int rc = lab_rp_prep(st, "SELECT layer_kinds FROM runs WHERE id = ?1", &s, err, errlen);
+    if (rc) return rc;
+    {
+        sqlite3_bind_int64(s, 1, run);
+        int found = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_TEXT &&
+                    kinds_from_text(lab_col_text(s, 0), lk);
+        sqlite3_finalize(s);
+        if (found) return LAB_OK;
+    }
+    /* a run recorded before v6: from its probe records */
+    memset(lk, 0, sizeof *lk);
+    rc = lab_rp_prep(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < ?2", &s, err,
                   errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run);
@@ -82,8 +84,7 @@ static int layer_kinds_of(lab_store *st, const exp_view *e, int64_t run, layer_k
         snprintf(lk->source, sizeof lk->source, "the run's probe records");
         return LAB_OK;
     }
-    memset(lk, 0, sizeof *lk);
-    kinds_from_model(e, lk);
+    memset(lk, 0, sizeof *lk);   /* unknown: the chart is drawn without shading, no model is opened */
     return LAB_OK;
 }
 

@@ -272,6 +272,7 @@ static int lease_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, i
     pv->is_reference = arm == e->ref_index;
     pv->backend = vt_knobset_value(x->ks[arm], VT_K_BACKEND);
     pv->expected_assertions = a->expect_fail ? "fail" : "pass";
+    pv->layer_kinds = x->eng.info.layer_kinds;
     int64_t stale = 0, redone = 0;
     int rc = lab_store_lease_ex(x->st, &id, pv, x->o->force, kind, run_id, &stale, &redone, err, errlen);
     if (rc) return rc;

@@ -18,7 +18,7 @@
  *       nightly_remeasure_runs: created at run time by nightly.c before, so
  *       v5 creates them IF NOT EXISTS) and nightlies.pid_start (pid reuse).
  *   v6  views: run_summary, latest_verdicts, open_confounds (docs/schema.md);
- *       meta (key, value): the database's feed_id.
+ *       meta (key, value): the database's feed_id; runs.layer_kinds.
  * A schema change appends a migration to migrations[]; old ones never change.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction survives
@@ -366,6 +366,9 @@ static const char *const migration_v6 =
     /* facts about the database itself: feed_id names its Atom feed, made once
      * at random so that the feed's and its entries' ids do not change with
      * the host a nightly runs on (a reader would see every entry as new) */
+    /* the model's layer kinds with each run ("KKKM/DEEE"), so that no report
+     * opens a model to shade them */
+    "ALTER TABLE runs ADD COLUMN layer_kinds TEXT;"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
     "INSERT INTO meta (key, value) VALUES ('feed_id', lower(hex(randomblob(16))));";
 
@@ -1083,9 +1086,9 @@ int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenan
                    "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version,"
                    " repeat_idx, status, started_at, experiment_sha256, git_commit, git_dirty, build_flags,"
                    " compiler, backend, device, host, pid, pid_start, is_reference, score, top_k,"
-                   " expected_assertions)"
+                   " expected_assertions, layer_kinds)"
                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22)", &s, err, errlen))) goto fail;
+                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)", &s, err, errlen))) goto fail;
     bind_identity(s, id);
     lab_sq_bind_text(s, 8, now);
     lab_sq_bind_text(s, 9, pv->experiment_sha256);
@@ -1102,6 +1105,7 @@ int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenan
     lab_sq_bind_text(s, 20, pv->score);
     sqlite3_bind_int64(s, 21, pv->top_k);
     lab_sq_bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
+    lab_sq_bind_text(s, 23, pv->layer_kinds && *pv->layer_kinds ? pv->layer_kinds : NULL);
     if ((rc = lab_sq_step(st, s, err, errlen, "lease run"))) goto fail;
     sqlite3_finalize(s);
     s = NULL;

@@ -111,6 +111,7 @@ typedef struct lab_provenance {
     const char *score;               /* "all" | "last" */
     int64_t     top_k;
     const char *expected_assertions; /* "pass" | "fail" */
+    const char *layer_kinds;         /* "KKKM/DEEE" (lab_engine_info), NULL when unknown */
 } lab_provenance;
 
 /* A run's lease: the RUNNING row a process holds (pid, pid start time, host)
