@@ -25,6 +25,7 @@
 
 #include "metrics.h"
 #include "store.h"
+#include "store_report.h"
 #include "util.h"
 
 
@@ -460,10 +461,10 @@ static int load_topk(lab_store *st, int64_t id, seq_topk **out, int64_t *n, char
  * --log_samples gives per sample: whether the position is scored, the
  * reference's top-1 and its probability, the run's top-1, agreement, and the
  * run's probability of the reference's top-1 with the difference (dp; empty
- * when that token is not in the run's stored top-k). Per-position KL needs
- * both full distributions, which results.db does not keep (only kl_mean,
- * kl_p99 and kl_max per run). A run without a comparison (a reference) is
- * LAB_EINPUT. */
+ * when that token is not in the run's stored top-k), and, at a scored
+ * position, KL(reference || run) from lab_position_kl: exact when both runs
+ * stored full logits (kl_exact), else estimated from the stored top-k. A run
+ * without a comparison (a reference) is LAB_EINPUT. */
 static int export_positions(lab_store *st, int64_t id, int csv, FILE *out, char *err, size_t errlen) {
     sqlite3_stmt *s;
     int rc = prepare(st, "SELECT c.reference_run_id, r.score FROM runs r JOIN comparisons c ON c.run_id = r.id"
@@ -478,12 +479,16 @@ static int export_positions(lab_store *st, int64_t id, int csv, FILE *out, char 
         return lab_errf(err, errlen, LAB_EINPUT, "run %lld has no comparison with a reference (it is one, or it did not "
                         "finish): nothing to export per position", (long long)id);
     seq_topk *a = NULL, *b = NULL;
-    int64_t na = 0, nb = 0;
+    int64_t na = 0, nb = 0, nkl = 0, ikl = 0;
+    double *kl = NULL;
+    int exact = 0;
+    if ((rc = lab_position_kl(st, ref, id, &kl, &nkl, &exact, err, errlen))) return rc;
     if ((rc = load_topk(st, id, &a, &na, err, errlen)) || (rc = load_topk(st, ref, &b, &nb, err, errlen))) {
         seq_topk_free(a, na);
+        free(kl);
         return rc;
     }
-    if (csv) fprintf(out, "run_id,reference_run_id,seq,pos,scored,ref_top1,ref_p,top1,agree,p_of_ref_top1,dp\n");
+    if (csv) fprintf(out, "run_id,reference_run_id,seq,pos,scored,ref_top1,ref_p,top1,agree,p_of_ref_top1,dp,kl,kl_exact\n");
     for (int64_t i = 0; i < na && i < nb; i++) {
         const seq_topk *x = &a[i], *r = &b[i];
         for (int64_t p = 0; x->seq == r->seq && p < x->n_pos && p < r->n_pos; p++) {
@@ -492,20 +497,24 @@ static int export_positions(lab_store *st, int64_t id, int csv, FILE *out, char 
             for (int64_t j = 0; j < x->k; j++)
                 if (x->ids[p * x->k + j] == rt) { xp = exp(x->lp[p * x->k + j]); break; }
             int scored = !last_only || p == x->n_pos - 1;
-            char pv[32] = "", dv[32] = "";
+            char pv[32] = "", dv[32] = "", kv[32] = "";
             if (!isnan(xp)) snprintf(pv, sizeof pv, "%.9g", xp), snprintf(dv, sizeof dv, "%.9g", xp - rp);
+            if (scored && ikl < nkl) snprintf(kv, sizeof kv, "%.9g", kl[ikl++]);
             if (csv)
-                fprintf(out, "%lld,%lld,%lld,%lld,%d,%d,%.9g,%d,%d,%s,%s\n", (long long)id, (long long)ref, (long long)x->seq,
-                        (long long)p, scored, rt, rp, t, t == rt, pv, dv);
+                fprintf(out, "%lld,%lld,%lld,%lld,%d,%d,%.9g,%d,%d,%s,%s,%s,%d\n", (long long)id, (long long)ref,
+                        (long long)x->seq, (long long)p, scored, rt, rp, t, t == rt, pv, dv, kv, exact);
             else
                 fprintf(out, "{\"run_id\": %lld, \"reference_run_id\": %lld, \"seq\": %lld, \"pos\": %lld, \"scored\": %s, "
-                        "\"ref_top1\": %d, \"ref_p\": %.9g, \"top1\": %d, \"agree\": %s, \"p_of_ref_top1\": %s, \"dp\": %s}\n",
+                        "\"ref_top1\": %d, \"ref_p\": %.9g, \"top1\": %d, \"agree\": %s, \"p_of_ref_top1\": %s, \"dp\": %s, "
+                        "\"kl\": %s, \"kl_exact\": %s}\n",
                         (long long)id, (long long)ref, (long long)x->seq, (long long)p, scored ? "true" : "false", rt, rp,
-                        t, t == rt ? "true" : "false", pv[0] ? pv : "null", dv[0] ? dv : "null");
+                        t, t == rt ? "true" : "false", pv[0] ? pv : "null", dv[0] ? dv : "null", kv[0] ? kv : "null",
+                        exact ? "true" : "false");
         }
     }
     seq_topk_free(a, na);
     seq_topk_free(b, nb);
+    free(kl);
     return ferror(out) ? lab_errf(err, errlen, LAB_EIO, "export: write failed") : LAB_OK;
 }
 

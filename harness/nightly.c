@@ -37,6 +37,7 @@
 #include "report.h"
 #include "runner.h"
 #include "store_nightly.h"
+#include "store_report.h"
 #include "util.h"
 
 void lab_nightly_defaults(lab_nightly_opts *o) {

@@ -50,23 +50,5 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
  * written), 2 for bad usage or a missing database. */
 int lab_report_main(int argc, char **argv);
 
-/* Appends s escaped for HTML/XML text and attribute values (& < > " '). */
-void lab_esc_html(lab_buf *b, const char *s);
-/* Appends s escaped for markdown (also safe where markdown passes HTML). */
-void lab_esc_md(lab_buf *b, const char *s);
-
-/* Appends s for the inside of a markdown `code span` (backticks and line
- * breaks replaced; markdown shows the rest literally). */
-void lab_esc_md_code(lab_buf *b, const char *s);
-
-/* KL(P || Q) per scored position of run_p against run_q (same dataset),
- * nats, in dataset order: exact from the stored f16 full logits when both
- * runs have them (*exact = 1), otherwise estimated from the top-k
- * log-probabilities (*exact = 0): P's top-k tokens, with the probability
- * mass outside them lumped into one bucket, and Q's probability of a token
- * outside its own top-k taken as its k-th largest. Caller frees *kl. A
- * mismatch of the runs' positions is LAB_EINPUT. */
-int lab_position_kl(lab_store *st, int64_t run_p, int64_t run_q, double **kl, int64_t *n, int *exact, char *err,
-                    size_t errlen);
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "report.h"
 #include "store.h"
+#include "store_report.h"
 #include "util.h"
 
 typedef struct arm_view {
@@ -64,12 +65,6 @@ typedef struct page {
     char err[1024];
 } page;
 
-/* report.c: prepares sql (LAB_EIO with SQLite's message on failure). */
-int    lab_rp_prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen);
-/* Column i as a double; NAN for NULL ("not measurable"). */
-double lab_rp_col_num(sqlite3_stmt *s, int i);
-/* 1 when the database has the table (older schemas lack the audit and nightly ones). */
-int    lab_rp_has_table(lab_store *st, const char *name);
 
 /* report_charts.c: each draws its chart(s) and puts them on the page, or
  * names on the page why a chart is missing. */

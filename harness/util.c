@@ -346,3 +346,72 @@ void lab_free_list(char **files, int64_t n) {
     for (int64_t i = 0; i < n; i++) free(files[i]);
     free(files);
 }
+
+/* ------------------------------------------------------------ escaping (HTML/XML, markdown) */
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid. */
+static int utf8_len(const unsigned char *s) {
+    unsigned char c = s[0];
+    int n;
+    unsigned cp;
+    if (c < 0x80) return 1;
+    if ((c & 0xE0) == 0xC0) { n = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { n = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { n = 4; cp = c & 0x07; }
+    else return 0;
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF) || cp == 0xFFFE || cp == 0xFFFF)
+        return 0;
+    return n;
+}
+
+void lab_esc_html(lab_buf *b, const char *s) {
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    while (*p) {
+        int n = utf8_len(p);
+        if (n == 0) { lab_buf_append(b, "\xEF\xBF\xBD", 3); p++; continue; }
+        if (n > 1) { lab_buf_append(b, p, (size_t)n); p += n; continue; }
+        switch (*p) {
+        case '&': lab_buf_append(b, "&amp;", 5); break;
+        case '<': lab_buf_append(b, "&lt;", 4); break;
+        case '>': lab_buf_append(b, "&gt;", 4); break;
+        case '"': lab_buf_append(b, "&quot;", 6); break;
+        case '\'': lab_buf_append(b, "&#39;", 5); break;
+        default:
+            /* XML 1.0 allows no control characters but tab, LF and CR. */
+            if (*p < 0x20 && *p != '\t' && *p != '\n' && *p != '\r') lab_buf_append(b, "\xEF\xBF\xBD", 3);
+            else lab_buf_append(b, p, 1);
+        }
+        p++;
+    }
+}
+
+void lab_esc_md_code(lab_buf *b, const char *s) {
+    for (const char *p = s ? s : ""; *p; p++) {
+        char c = *p == '`' ? '\'' : (*p == '\n' || *p == '\r') ? ' ' : *p;
+        lab_buf_append(b, &c, 1);
+    }
+}
+
+void lab_esc_md(lab_buf *b, const char *s) {
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    while (*p) {
+        int n = utf8_len(p);
+        if (n == 0) { lab_buf_append(b, "\xEF\xBF\xBD", 3); p++; continue; }
+        if (n > 1) { lab_buf_append(b, p, (size_t)n); p += n; continue; }
+        if (*p == '&') lab_buf_append(b, "&amp;", 5);
+        else if (*p == '<') lab_buf_append(b, "&lt;", 4);
+        else if (*p == '>') lab_buf_append(b, "&gt;", 4);
+        else if (*p == '\n' || *p == '\r') lab_buf_append(b, " ", 1);
+        else if (*p < 0x20) lab_buf_append(b, "\xEF\xBF\xBD", 3);
+        else {
+            if (strchr("\\`*_[]#+|~", *p)) lab_buf_append(b, "\\", 1);
+            lab_buf_append(b, p, 1);
+        }
+        p++;
+    }
+}

@@ -115,4 +115,13 @@ int lab_path_exists(const char *path);
 /* mkdir -p. */
 int lab_mkdirs(const char *path, char *err, size_t errlen);
 
+/* Appends s escaped for HTML/XML text and attribute values (& < > " '). */
+void lab_esc_html(lab_buf *b, const char *s);
+/* Appends s escaped for markdown (also safe where markdown passes HTML). */
+void lab_esc_md(lab_buf *b, const char *s);
+
+/* Appends s for the inside of a markdown `code span` (backticks and line
+ * breaks replaced; markdown shows the rest literally). */
+void lab_esc_md_code(lab_buf *b, const char *s);
+
 #endif

@@ -76,11 +76,12 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 sc = [r for r in rows if r['scored']]
 ok_dp = all((r['dp'] is None) == (r['p_of_ref_top1'] is None) for r in rows)
 ok_dp = ok_dp and all(r['dp'] is None or abs(r['dp'] - (r['p_of_ref_top1'] - r['ref_p'])) < 1e-6 for r in rows)
+ok_dp = ok_dp and all((r['kl'] is not None and r['kl'] >= -1e-9) == r['scored'] for r in rows)
 print(len(rows), len(sc), sum(r['agree'] for r in sc), ok_dp)" "$W/pos.jsonl" 2>&1)
 want="$(q $D "select n_tokens, top1_n, top1_k from run_summary where run_id = $run" | tr '|' ' ') True"
 [ "$got" = "$want" ] && ok "export --format positions: one JSON line per position; scored agreements = top1_k/top1_n" || not_ok "positions" "got '$got' want '$want'"
 "$VTLAB" export "$run" --db "$D" --format positions-csv >"$W/pos.csv"
-[ "$(head -1 "$W/pos.csv")" = "run_id,reference_run_id,seq,pos,scored,ref_top1,ref_p,top1,agree,p_of_ref_top1,dp" ] \
+[ "$(head -1 "$W/pos.csv")" = "run_id,reference_run_id,seq,pos,scored,ref_top1,ref_p,top1,agree,p_of_ref_top1,dp,kl,kl_exact" ] \
   && [ $(($(wc -l <"$W/pos.csv") - 1)) = "$(wc -l <"$W/pos.jsonl")" ] && ok "export --format positions-csv: header and the same rows" || not_ok "positions-csv" "$(head -2 "$W/pos.csv")"
 ref=$(q $D "select run_id from run_summary where arm = 'f32' limit 1")
 expect_exit "export --format positions of a reference run: exit 2 (nothing to compare)" 2 "$VTLAB" export "$ref" --db "$D" --format positions
