@@ -268,5 +268,18 @@ nightly: deps vtlab
 knobs-doc: vtlab
 	./vtlab knobs --markdown > docs/knobs.md
 
+# make install [PREFIX=/usr/local] [DESTDIR=staging]: the binary, the shipped
+# configs and experiments, and the docs. vtlab reads none of them from there
+# at run time (configs are named by the experiment files that use them).
+PREFIX ?= /usr/local
+.PHONY: install
+install: vtlab
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/vtlab/configs \
+	  $(DESTDIR)$(PREFIX)/share/vtlab/experiments $(DESTDIR)$(PREFIX)/share/doc/vtlab
+	install -m 0755 vtlab $(DESTDIR)$(PREFIX)/bin/vtlab
+	install -m 0644 model/configs/*.json $(DESTDIR)$(PREFIX)/share/vtlab/configs/
+	install -m 0644 experiments/*.json $(DESTDIR)$(PREFIX)/share/vtlab/experiments/
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/vtlab/
+
 clean:
 	rm -rf build vtlab

@@ -34,4 +34,10 @@ expect_exit "run --db=PATH: exit 0" 0 "$VTLAB" run "$W/e.json" --db="$W/r.db"
 "$VTLAB" runs --db="$W/r.db" >"$W/a" 2>&1; "$VTLAB" runs --db "$W/r.db" >"$W/b" 2>&1
 [ -s "$W/a" ] && cmp -s "$W/a" "$W/b" && ok "runs --db=PATH prints what runs --db PATH does" || not_ok "runs equals" "$(diff "$W/a" "$W/b" | head -5)"
 expect_exit "an empty --db= is a usage error (exit 2)" 2 "$VTLAB" runs --db=
+# make install with PREFIX and DESTDIR (staged: nothing outside $W is touched)
+make -s install DESTDIR="$W/stage" PREFIX=/opt/vtlab >"$W/inst" 2>&1; rc=$?
+[ $rc -eq 0 ] && [ -x "$W/stage/opt/vtlab/bin/vtlab" ] && [ -f "$W/stage/opt/vtlab/share/doc/vtlab/README.md" ] \
+  && [ -f "$W/stage/opt/vtlab/share/vtlab/configs/kimi-linear-tiny.json" ] \
+  && [ "$("$W/stage/opt/vtlab/bin/vtlab" version)" = "$("$VTLAB" version)" ] \
+  && ok "make install DESTDIR=... PREFIX=...: binary, configs, experiments and docs staged" || not_ok "make install" "exit $rc: $(tail -3 "$W/inst")"
 finish
