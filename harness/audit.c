@@ -11,6 +11,8 @@
  */
 #include "audit.h"
 
+#include <cjson/cJSON.h>
+
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
@@ -230,6 +232,41 @@ static int print_table(lab_store *st, const char *since, FILE *out, char *err, s
     return LAB_OK;
 }
 
+/* `vtlab audit --json`: the counts and the table's rows as one JSON object. */
+static int print_json(lab_store *st, const char *since, const lab_audit_result *res, FILE *out, char *err,
+                      size_t errlen) {
+    lab_audit_table_row *t = NULL;
+    int64_t n = 0;
+    int rc = lab_audit_read_table(st, since, &t, &n, err, errlen);
+    if (rc) return rc;
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "flags");
+    cJSON_AddNumberToObject(o, "claims", (double)res->n_claims);
+    cJSON_AddNumberToObject(o, "defects", (double)res->n_defects);
+    cJSON_AddNumberToObject(o, "finished_runs", (double)res->n_runs);
+    cJSON_AddNumberToObject(o, "open", (double)res->n_open);
+    cJSON_AddNumberToObject(o, "expected", (double)res->n_expected);
+    cJSON_AddNumberToObject(o, "new", (double)res->n_new);
+    cJSON_AddNumberToObject(o, "resolved", (double)res->n_resolved);
+    for (int64_t i = 0; arr && i < n; i++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "status", t[i].resolved ? "resolved" : t[i].expected ? "expected" : "confound");
+        cJSON_AddStringToObject(f, "kind", t[i].kind);
+        cJSON_AddStringToObject(f, "subject", t[i].subject);
+        if (t[i].what[0]) cJSON_AddStringToObject(f, "run", t[i].what);
+        cJSON_AddStringToObject(f, "rule", t[i].rule);
+        cJSON_AddStringToObject(f, "reason", t[i].reason);
+        if (t[i].resolved) cJSON_AddStringToObject(f, "resolved_by", t[i].resolved_by);
+        cJSON_AddItemToArray(arr, f);
+    }
+    lab_audit_free(t);
+    char *text = o && arr ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    if (!text) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    fprintf(out, "%s\n", text);
+    free(text);
+    return LAB_OK;
+}
+
 /* The rules over the ledger and the finished runs; the findings stored. */
 static int audit_store(lab_store *st, const lab_ledger *l, lab_audit_result *res, char *err, size_t errlen) {
     lab_audit_finished_run *runs = NULL;
@@ -273,6 +310,10 @@ int lab_audit_run(const lab_audit_opts *o, lab_audit_result *res, FILE *out, cha
     char started[32];
     lab_now_iso(started);
     rc = audit_store(st, &l, res, err, errlen);
+    if (!rc && out && o->json) {
+        rc = print_json(st, started, res, out, err, errlen);
+        out = NULL;
+    }
     if (!rc && out) {
         fprintf(out, "audit of %lld claim(s) and %lld defect(s) in %s, %lld finished run(s) in %s\n\n",
                 (long long)l.n_claims, (long long)l.n_defects, o->specs_dir, (long long)res->n_runs, o->db_path);

@@ -31,6 +31,7 @@
 typedef struct lab_audit_opts {
     const char *db_path;     /* results.db; created if missing (flags are stored) */
     const char *specs_dir;   /* specs/ */
+    int         json;        /* out gets one JSON object (counts and flags) instead of the table */
 } lab_audit_opts;
 
 typedef struct lab_audit_result {

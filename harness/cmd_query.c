@@ -52,18 +52,38 @@ static int rows_done(lab_store *st, sqlite3_stmt *s, int step, const char *what,
 
 /* ------------------------------------------------------------ runs */
 
-int lab_cmd_runs(lab_store *st, const char *experiment, char *err, size_t errlen) {
+static cJSON *row_object(sqlite3_stmt *s);
+
+/* `vtlab runs --json`: the listing's rows as a JSON array of objects (the
+ * columns by name, NULL as null), for scripts. */
+static int runs_json(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen) {
+    cJSON *arr = cJSON_CreateArray();
+    int step;
+    while (arr && (step = sqlite3_step(s)) == SQLITE_ROW) cJSON_AddItemToArray(arr, row_object(s));
+    if (!arr) { sqlite3_finalize(s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+    int rc = rows_done(st, s, step, "runs", err, errlen);
+    char *text = rc ? NULL : cJSON_Print(arr);
+    cJSON_Delete(arr);
+    if (rc) return rc;
+    if (!text) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    printf("%s\n", text);
+    free(text);
+    return ferror(stdout) ? lab_errf(err, errlen, LAB_EIO, "runs: write failed") : LAB_OK;
+}
+
+int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen) {
     sqlite3_stmt *s;
     int rc = prepare(st,
                      "SELECT r.id, r.experiment, r.arm, r.repeat_idx, r.status, r.assertions_ok, r.expected_assertions,"
                      " c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, v.verdict, r.started_at, r.wall_s,"
-                     " c.first_div_layer, c.first_div_site"
+                     " c.first_div_layer, c.first_div_site, r.backend, r.code_version, r.error"
                      " FROM runs r LEFT JOIN comparisons c ON c.run_id = r.id"
                      " LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id"
                      " WHERE (?1 IS NULL OR r.experiment = ?1) ORDER BY r.id",
                      &s, err, errlen);
     if (rc) return rc;
     if (experiment) sqlite3_bind_text(s, 1, experiment, -1, SQLITE_TRANSIENT);
+    if (json) return runs_json(st, s, err, errlen);
     printf("%-5s %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", "id", "experiment", "arm", "status", "asserts",
            "top1 k/n [95% CI]", "KL mean", "verdict", "diverges", "started");
     int n = 0;

@@ -13,9 +13,10 @@
 
 #include "store.h"
 
-/* One line per run (optionally of one experiment): status, assertions,
+/* One line per run (optionally of one experiment; json: a JSON array of
+ * objects instead): status, assertions,
  * top-1 agreement with its interval, KL, verdict, first divergent layer. */
-int lab_cmd_runs(lab_store *st, const char *experiment, char *err, size_t errlen);
+int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen);
 /* Everything recorded about one run, for a person. */
 int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen);
 /* Two runs side by side: identity, differing knobs, metrics, top-1

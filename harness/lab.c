@@ -33,7 +33,7 @@
 
 typedef struct lab_args {
     const char *db, *arm, *format, *out, *experiment, *specs, *defect;
-    int         force;
+    int         force, json;
     const char *pos[4];     /* positional arguments after the command */
     int         npos;
 } lab_args;
@@ -53,6 +53,7 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         const char *s = argv[i];
         const char **slot = NULL;
         if (!strcmp(s, "--force") && strstr(allowed, "force")) { a->force = 1; continue; }
+        if (!strcmp(s, "--json") && strstr(allowed, "json")) { a->json = 1; continue; }
         if (!strcmp(s, "--db") && strstr(allowed, "db")) slot = &a->db;
         else if (!strcmp(s, "--arm") && strstr(allowed, "arm")) slot = &a->arm;
         else if (!strcmp(s, "--format") && strstr(allowed, "format")) slot = &a->format;
@@ -187,10 +188,10 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     int u;
     int64_t id = 0, id2 = 0;
     if (!strcmp(cmd, "runs")) {
-        if ((u = parse_args(cmd, argc, argv, "db experiment", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, "db experiment json", &a))) return u;
         if (a.npos) return usage_error(cmd, "unexpected argument %s", a.pos[0]);
     } else if (!strcmp(cmd, "show")) {
-        if ((u = parse_args(cmd, argc, argv, "db", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, "db json", &a))) return u;
         if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
         if ((u = parse_run_id(cmd, a.pos[0], &id))) return u;
     } else if (!strcmp(cmd, "compare")) {
@@ -210,7 +211,8 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     if ((u = open_for_read(cmd, a.db, &st))) return u;
     char err[1024] = "";
     int rc;
-    if (!strcmp(cmd, "runs")) rc = lab_cmd_runs(st, a.experiment, err, sizeof err);
+    if (!strcmp(cmd, "runs")) rc = lab_cmd_runs(st, a.experiment, a.json, err, sizeof err);
+    else if (!strcmp(cmd, "show") && a.json) rc = lab_cmd_export(st, id, "json", stdout, err, sizeof err);
     else if (!strcmp(cmd, "show")) rc = lab_cmd_show(st, id, err, sizeof err);
     else if (!strcmp(cmd, "compare")) rc = lab_cmd_compare(st, id, id2, err, sizeof err);
     else {
@@ -255,10 +257,10 @@ static int cmd_specs(int argc, char **argv) {
 
 static int cmd_audit(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("audit", argc, argv, "db specs", &a);
+    int u = parse_args("audit", argc, argv, "db specs json", &a);
     if (u) return u;
     if (a.npos) return usage_error("audit", "unexpected argument %s", a.pos[0]);
-    lab_audit_opts o = {a.db, a.specs ? a.specs : "specs"};
+    lab_audit_opts o = {a.db, a.specs ? a.specs : "specs", a.json};
     lab_audit_result res;
     char err[2048] = "";
     int rc = lab_audit_run(&o, &res, stdout, err, sizeof err);
@@ -323,8 +325,9 @@ void vt_lab_usage(FILE *out) {
             "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force]\n"
             "                                       run the arms (reference first); finished runs are skipped\n"
             "  sweep    [DIR] [--db PATH] [--force] run every DIR/*.json (default experiments/)\n"
-            "  runs     [--db PATH] [--experiment ID]  list runs: status, assertions, top-1 k/n, verdict\n"
-            "  show     RUN [--db PATH]             everything recorded about one run\n"
+            "  runs     [--db PATH] [--experiment ID] [--json]\n"
+            "                                       list runs: status, assertions, top-1 k/n, verdict\n"
+            "  show     RUN [--db PATH] [--json]    everything recorded about one run (--json: as export)\n"
             "  compare  RUN_A RUN_B [--db PATH]     side by side, agreement, McNemar's exact test\n"
             "  export   RUN [--format json|csv|positions|positions-csv] [--out FILE] [--db PATH]\n"
             "                                       the run's records (json), per-position top-k (csv), or one\n"
@@ -332,7 +335,8 @@ void vt_lab_usage(FILE *out) {
             "  record-bench REPORT.json [--db PATH] a benchmark report (make bench, bench_cuda) as runs, one per phase\n"
             "the ledger (specs/: recorded claims and known defects):\n"
             "  specs    check [--specs DIR]         validate every claim and defect record\n"
-            "  audit    [--db PATH] [--specs DIR]   flag confounded claims and runs (R1-R6); exit 1 if any is open\n"
+            "  audit    [--db PATH] [--specs DIR] [--json]\n"
+            "                                       flag confounded claims and runs (R1-R6); exit 1 if any is open\n"
             "  reopen   CLAIM_ID [--db PATH] [--specs DIR] [--defect ID]\n"
             "                                       replay the defect, rerun without it, record a superseding claim\n"
             "reports and CI:\n"

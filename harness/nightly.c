@@ -1200,7 +1200,7 @@ static int run_audit(const lab_nightly_opts *o, char *audit, size_t alen, char *
     if (!lab_path_exists(o->specs_dir)) {
         snprintf(audit, alen, "skipped: %s does not exist", o->specs_dir);
     } else {
-        lab_audit_opts ao = {o->db_path, o->specs_dir};
+        lab_audit_opts ao = {o->db_path, o->specs_dir, 0};
         lab_audit_result ar;
         memset(&ar, 0, sizeof ar);
         char aerr[1024] = "";

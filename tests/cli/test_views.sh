@@ -35,6 +35,20 @@ got=$(q $D "select experiment || '/' || arm || '=' || run_id from latest_verdict
 [ "$(q $D 'select count(*) from open_confounds')" = "$(q $D 'select count(*) from audit_flags where resolved_at is null and expected = 0')" ] \
   && [ "$(q $D "select count(*) from open_confounds where arm = 'ignored' and rule = 'R3'")" -ge 1 ] \
   && ok "open_confounds: the open, unexpected flags, with their run's arm" || not_ok "open_confounds" "$(q $D 'select * from open_confounds')"
+# --json for scripts: runs, show, audit
+"$VTLAB" runs --db "$D" --json >"$W/runs.json" 2>"$ERR"
+[ "$(/usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(len(d), sorted(set(r['status'] for r in d)))" "$W/runs.json")" = "$(q $D 'select count(*) from runs') ['FINISHED']" ] \
+  && ok "runs --json: one object per run" || not_ok "runs --json" "$(head -c 300 "$W/runs.json")"
+sid=$(q $D "select min(run_id) from run_summary where arm = 'bf16'")
+"$VTLAB" show "$sid" --db "$D" --json 2>"$ERR" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); assert d['run']['id'] == int(sys.argv[1]) and d['comparisons']" "$sid" \
+  && ok "show --json: the run's records as JSON" || not_ok "show --json" "$(cat "$ERR")"
+"$VTLAB" audit --db "$D" --specs specs --json >"$W/audit.json" 2>"$ERR"; rc=$?
+[ $rc = 1 ] && /usr/bin/python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d['open'] == sum(f['status'] == 'confound' for f in d['flags']) >= 1, d
+assert any(f['rule'] == 'R3' and f.get('run', '').endswith('/ignored') for f in d['flags'])" "$W/audit.json" \
+  && ok "audit --json: counts and flags as one JSON object, exit 1 with a confound open" || not_ok "audit --json" "exit $rc $(head -c 300 "$W/audit.json") $(cat "$ERR")"
 # the report shows what matters first: the summary (open confounds, verdicts) before any experiment
 sed -e 's/"id": "views"/"id": "views-healthy"/' -e '/"ignored"/d' -e 's/"VT_KIMI_BF16_STREAM": "1"}},/"VT_KIMI_BF16_STREAM": "1"}}],/' "$W/e.json" > "$W/e2.json"
 "$VTLAB" run "$W/e2.json" --db "$W/r2.db" >/dev/null 2>&1 || echo "# healthy fixture run failed: $("$VTLAB" run "$W/e2.json" --db "$W/r2.db" 2>&1 | tail -2)"
