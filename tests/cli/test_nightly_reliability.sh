@@ -143,6 +143,10 @@ cp "$DB" "$T/v4.db"
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1])
 c.execute("ALTER TABLE nightlies DROP COLUMN pid_start")
+# and nothing of v6 (views, meta, runs.layer_kinds)
+for v in ("run_summary", "latest_verdicts", "open_confounds"): c.execute("DROP VIEW IF EXISTS " + v)
+c.execute("DROP TABLE IF EXISTS meta")
+c.execute("ALTER TABLE runs DROP COLUMN layer_kinds")
 c.execute("PRAGMA user_version = 4")
 c.commit()
 PYEOF
