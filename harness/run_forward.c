@@ -32,6 +32,8 @@ void lab_pass_acc_free(lab_pass_acc *a) {
     free(a->topk_lp);
     free(a->full);
     free(a->kl);
+    free(a->dp);
+    free(a->dnll);
     free(a->div_num);
     free(a->div_den);
     free(a->probes);
@@ -103,7 +105,10 @@ static int pass_alloc(pass *p) {
         if (e->store_full_logits && !(acc->full = malloc((size_t)(p->n_tok * p->V) * sizeof *acc->full))) return -1;
     }
     if (p->flags & LAB_PASS_COMPARE) {
-        if (!(acc->kl = malloc((size_t)(p->n_sc > 0 ? p->n_sc : 1) * sizeof *acc->kl))) return -1;
+        size_t ns = (size_t)(p->n_sc > 0 ? p->n_sc : 1);
+        if (!(acc->kl = malloc(ns * sizeof *acc->kl)) || !(acc->dp = malloc(ns * sizeof *acc->dp)) ||
+            !(acc->dnll = malloc(ns * sizeof *acc->dnll)))
+            return -1;
         if (p->n_div && (!(acc->div_num = calloc((size_t)(p->L * 2), sizeof *acc->div_num)) ||
                          !(acc->div_den = calloc((size_t)(p->L * 2), sizeof *acc->div_den))))
             return -1;
@@ -166,10 +171,11 @@ static void record_position(const pass *p, const int32_t *tok, int64_t T, int64_
 }
 
 /* COMPARE at scored position si: KL, top-1 agreement, |dlogit|, delta-p
- * against the reference row. lp: this row's log-probs; lq: scratch for the
+ * against the reference row, and the difference of the next token's NLL
+ * (next < 0: none). lp: this row's log-probs; lq: scratch for the
  * reference's. */
 static void compare_position(const pass *p, int64_t si, const float *row, const double *lp, double *lq,
-                             pos_stat *s) {
+                             int32_t next, pos_stat *s) {
     const float *rrow = p->ref->logits + si * p->V;
     lab_log_softmax(rrow, p->V, lq);
     p->acc->kl[si] = lab_kl_logp(lq, lp, p->V);
@@ -178,6 +184,8 @@ static void compare_position(const pass *p, int64_t si, const float *row, const 
     s->maxd = lab_max_abs_diff(row, rrow, p->V);
     double dp = exp(lp[rt]) - exp(lq[rt]);
     s->dp2 = dp * dp;
+    p->acc->dp[si] = dp;
+    p->acc->dnll[si] = next >= 0 ? lq[next] - lp[next] : NAN;   /* -lp - (-lq) */
     s->compared = 1;
 }
 
@@ -198,7 +206,8 @@ static void score_position(const pass *p, int64_t q, int64_t T, int64_t t, int64
         memcpy(p->ref->logits + si * p->V, row, (size_t)p->V * sizeof *row);
         p->ref->top1[si] = (int32_t)lab_argmax(row, p->V);
     }
-    if (scored && (p->flags & LAB_PASS_COMPARE)) compare_position(p, si, row, lp, lq, s);
+    if (scored && (p->flags & LAB_PASS_COMPARE))
+        compare_position(p, si, row, lp, lq, t + 1 < T ? e->ds.tokens[e->ds.offsets[q] + t + 1] : -1, s);
 }
 
 /* Sums the positions of one sequence into acc, in position order. */

@@ -61,6 +61,9 @@ typedef struct lab_pass_acc {
     int64_t   f16_n;
     int64_t   n_scored, agree;
     double   *kl;             /* f64 [n_scored] (COMPARE) */
+    double   *dp;             /* f64 [n_scored]: p(ref's top-1) under this run minus under the reference */
+    double   *dnll;           /* f64 [n_scored]: -log p(next token), this run minus the reference;
+                               * NaN at a sequence's last position (no next token) */
     double    maxdiff, dp2_sum;
     double   *div_num, *div_den;   /* f64 [n_layers * 2] */
     double    forward_s;

@@ -113,6 +113,63 @@ static void record_metrics(const lab_experiment *e, const lab_pass_acc *acc, lab
     }
 }
 
+/* Mean and standard error of the mean of v[0..n) (NaNs skipped); *m the count. */
+static void mean_se(const double *v, int64_t n, double *mean, double *se, int64_t *m) {
+    double s = 0, s2 = 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] == v[i]) { s += v[i]; k++; }
+    *mean = k ? s / (double)k : NAN;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] == v[i]) s2 += (v[i] - *mean) * (v[i] - *mean);
+    *se = k > 1 ? sqrt(s2 / (double)(k - 1) / (double)k) : NAN;
+    *m = k;
+}
+
+static void put_metric(lab_run_record *r, const char *name, double v) {
+    if (r->nm < LAB_RUN_MAX_METRICS) { r->mn[r->nm] = name; r->mv[r->nm++] = v; }
+}
+
+/* The distributions of a compared run, as llama-perplexity's --kl-divergence
+ * reports them: KL mean with its standard error and quantiles, top-1
+ * agreement with its standard error, delta-p (p of the reference's top-1)
+ * mean +- se and quantiles, and the perplexity ratio exp(mean dNLL) with its
+ * standard error (delta method), over the positions with a next token.
+ * LAB_ENOMEM when a quantile's scratch cannot be had. */
+static int record_distribution(const lab_pass_acc *acc, lab_run_record *r) {
+    int64_t n = acc->n_scored, m;
+    if (n <= 0) return LAB_OK;
+    double mean, se;
+    mean_se(acc->kl, n, &mean, &se, &m);
+    put_metric(r, "kl_mean_se", se);
+    double *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!tmp) return LAB_ENOMEM;
+    static const struct { const char *name; double q; } klq[] = {
+        {"kl_median", 0.5}, {"kl_p90", 0.9}, {"kl_p999", 0.999}};
+    for (size_t i = 0; i < sizeof klq / sizeof klq[0]; i++) {
+        memcpy(tmp, acc->kl, (size_t)n * sizeof *tmp);
+        put_metric(r, klq[i].name, lab_quantile(tmp, n, klq[i].q));
+    }
+    double p1 = (double)acc->agree / (double)n;
+    put_metric(r, "top1_agree_se", sqrt(p1 * (1 - p1) / (double)n));
+    mean_se(acc->dp, n, &mean, &se, &m);
+    put_metric(r, "dp_mean", mean);
+    put_metric(r, "dp_mean_se", se);
+    static const struct { const char *name; double q; } dpq[] = {
+        {"dp_p01", 0.01}, {"dp_p05", 0.05}, {"dp_median", 0.5}, {"dp_p95", 0.95}, {"dp_p99", 0.99}};
+    for (size_t i = 0; i < sizeof dpq / sizeof dpq[0]; i++) {
+        memcpy(tmp, acc->dp, (size_t)n * sizeof *tmp);
+        put_metric(r, dpq[i].name, lab_quantile(tmp, n, dpq[i].q));
+    }
+    free(tmp);
+    mean_se(acc->dnll, n, &mean, &se, &m);
+    if (m > 0) {
+        put_metric(r, "ppl_ratio", exp(mean));
+        put_metric(r, "ppl_ratio_se", exp(mean) * se);
+    }
+    return LAB_OK;
+}
+
 /* Per-layer relative L2 of the residuals, and the first beyond tolerance. */
 static int record_divergence(const lab_experiment *e, const lab_pass_acc *acc, int64_t L, lab_comparison *c,
                              char *err, size_t errlen) {
@@ -206,6 +263,8 @@ int lab_run_record_build(const lab_experiment *e, int64_t arm, const vt_knobset 
     }
     record_metrics(e, acc, r);
     if (!ref) return LAB_OK;
+    int rc0 = record_distribution(acc, r);
+    if (rc0) return lab_errf(err, errlen, rc0, "out of memory");
     int rc = record_comparison(e, acc, ref, n_layers, &r->cmp, err, errlen);
     if (!rc && e->has_decision) record_verdict(e, &r->cmp, &r->vr);
     return rc;

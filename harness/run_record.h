@@ -14,6 +14,9 @@
 #include "store.h"
 #include "util.h"
 
+/* The most metrics one run records (record_metrics, record_distribution). */
+#define LAB_RUN_MAX_METRICS 32
+
 /* Everything of one run that goes to the database; zero-initialise, free
  * with lab_run_record_free. */
 typedef struct lab_run_record {
@@ -24,8 +27,8 @@ typedef struct lab_run_record {
     lab_comparison     cmp;          /* filled when compared */
     lab_verdict_row    vr;           /* filled when the experiment has a decision */
     lab_buf            reason;       /* why the assertions failed */
-    const char        *mn[8];        /* metric names (static) */
-    double             mv[8];
+    const char        *mn[LAB_RUN_MAX_METRICS];   /* metric names (static) */
+    double             mv[LAB_RUN_MAX_METRICS];
     int64_t            nm;
     int                ok;           /* assertions held */
 } lab_run_record;

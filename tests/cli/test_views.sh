@@ -14,7 +14,7 @@ cat > "$W/e.json" <<'J'
  "dataset": {"generate": {"n_sequences": 4, "length": 8, "seed": 2}}, "score": "all", "reference": "f32",
  "arms": [{"name": "f32"}, {"name": "bf16", "knobs": {"VT_KIMI_BF16_STREAM": "1"}},
           {"name": "ignored", "knobs": {"VT_TEST_IGNORED_KNOB": "1"}, "expect": {"residual.stream": "bf16"}}],
- "decision": {"metric": "top1_agreement", "threshold": 0.5, "direction": ">="}}
+ "decision": {"metric": "top1_agreement", "threshold": 0.5, "direction": ">="}, "store_full_logits": true}
 J
 "$VTLAB" run "$W/e.json" --db "$W/r.db" >/dev/null 2>&1
 "$VTLAB" run "$W/e.json" --db "$W/r.db" --force --arm bf16 >/dev/null 2>&1
@@ -81,6 +81,36 @@ ka=$(q $D "select kl_mean from comparisons where run_id = $ra"); kb=$(q $D "sele
 want=$(/usr/bin/python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('B-A %+.4g' % (b - a))" "$ka" "$kb")
 grep -q "^kl_mean .*$want" "$W/cmp" && grep -q "^top1 vs ref .*B/A" "$W/cmp" && grep -qE "^McNemar exact .*p = [0-9.e+-]+ (\*+|\(not significant at 0.05\))$" "$W/cmp" \
   && ok "compare: deltas and ratios, each run against its reference, McNemar with a significance marker" || not_ok "compare" "want '$want'; $(cat "$W/cmp")"
+# the distribution statistics of a compared run, checked against an independent
+# computation from the per-position export (exact KL from the stored f16 logits)
+# and from the runs' own perplexities
+ra=$(q $D "select run_id from run_summary where arm = 'bf16' order by run_id limit 1")
+"$VTLAB" export "$ra" --db "$D" --format positions >"$W/pos0.jsonl" 2>"$ERR"
+got=$(/usr/bin/python3 - "$W/pos0.jsonl" "$D" "$ra" <<'PY' 2>&1
+import json, math, sqlite3, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sc = [r for r in rows if r["scored"]]
+c = sqlite3.connect(sys.argv[2]); run = int(sys.argv[3])
+m = dict(c.execute("select name, value from metrics where run_id = ?", (run,)))
+ref = c.execute("select reference_run_id from comparisons where run_id = ?", (run,)).fetchone()[0]
+mref = dict(c.execute("select name, value from metrics where run_id = ?", (ref,)))
+bad = []
+assert all(r["kl_exact"] for r in sc), "the export's KL is not exact"
+kl = sorted(r["kl"] for r in sc)
+med = statistics.median(kl)
+if abs(m["kl_median"] - med) > 0.05 * abs(med) + 1e-6: bad.append(f"kl_median {m['kl_median']} vs {med}")
+dps = [r["dp"] for r in sc if r["dp"] is not None]
+if len(dps) == len(sc) and abs(m["dp_mean"] - sum(dps) / len(dps)) > 1e-4: bad.append(f"dp_mean {m['dp_mean']} vs {sum(dps)/len(dps)}")
+p = sum(r["agree"] for r in sc) / len(sc)
+if abs(m["top1_agree_se"] - math.sqrt(p * (1 - p) / len(sc))) > 1e-12: bad.append("top1_agree_se")
+ratio = m["perplexity"] / mref["perplexity"]
+if abs(m["ppl_ratio"] - ratio) > 1e-6 * ratio: bad.append(f"ppl_ratio {m['ppl_ratio']} vs {ratio}")
+for k in ("kl_mean_se", "kl_p90", "kl_p999", "dp_mean_se", "dp_p01", "dp_p05", "dp_median", "dp_p95", "dp_p99", "ppl_ratio_se"):
+    if k not in m or m[k] is None: bad.append("missing " + k)
+print("ok" if not bad else "; ".join(bad))
+PY
+)
+[ "$got" = ok ] && ok "distribution metrics (KL se/quantiles, top-1 se, dp mean/se/quantiles, PPL ratio/se) agree with an independent computation" || not_ok "distribution metrics" "$got"
 # the per-position export (the equivalent of --log_samples): one record per position
 run=$(q $D "select run_id from run_summary where arm = 'bf16' order by run_id desc limit 1")
 "$VTLAB" export "$run" --db "$D" --format positions >"$W/pos.jsonl" 2>"$ERR"
