@@ -22,7 +22,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -39,6 +38,7 @@
 #include "model/vt.h"
 #include "runner.h"
 #include "store.h"
+#include "store_reopen.h"
 #include "util.h"
 
 /* Test-only: VTLAB_TEST_KILL_AT=POINT raises SIGKILL at the named point, so that
@@ -160,44 +160,24 @@ static int arm_knob_hash(const lab_experiment *e, const char *arm, char out[65],
  * hash and code version as the runs just executed (or reused) — with its
  * top-1 comparison. Not merely the latest run of the arm's name: another
  * environment or build may have added runs of that name. */
-static int arm_outcome(sqlite3 *db, const lab_experiment *e, const char *arm, const lab_claim *c, arm_result *r,
+static int arm_outcome(lab_store *st, const lab_experiment *e, const char *arm, const lab_claim *c, arm_result *r,
                        char *err, size_t errlen) {
-    sqlite3_stmt *s = NULL;
     memset(r, 0, sizeof *r);
     char kh[65];
     int rc = arm_knob_hash(e, arm, kh, err, errlen);
     if (rc) return rc;
-    if (sqlite3_prepare_v2(db, "SELECT r.id, c.top1_k, c.top1_n FROM runs r JOIN comparisons c ON c.run_id = r.id"
-                           " WHERE r.experiment = ? AND r.arm = ? AND r.knob_hash = ? AND r.code_version = ?"
-                           " AND r.status = 'FINISHED' ORDER BY r.id DESC LIMIT 1", -1, &s, NULL) != SQLITE_OK)
-        return lab_errf(err, errlen, LAB_EIO, "reopen: %s", sqlite3_errmsg(db));
-    const char *exp_id = e->id;
-    sqlite3_bind_text(s, 1, exp_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, arm, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, kh, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 4, vt_build_info(), -1, SQLITE_STATIC);
-    if (sqlite3_step(s) == SQLITE_ROW) {
-        r->run = sqlite3_column_int64(s, 0);
-        r->k = sqlite3_column_int64(s, 1);
-        r->n = sqlite3_column_int64(s, 2);
-        lab_wilson(r->k, r->n, 1.959963984540054, &r->lo, &r->hi);
-        snprintf(r->verdict, sizeof r->verdict, "%s",
-                 lab_verdict_name(lab_decide(r->lo, r->hi, c->threshold, !strcmp(c->direction, ">="))));
-    } else {
-        rc = lab_errf(err, errlen, LAB_EINTERNAL, "reopen: no finished run of %s/%s with a comparison", exp_id, arm);
-    }
-    sqlite3_finalize(s);
-    return rc;
-}
-
-static int reference_run(sqlite3 *db, int64_t run, int64_t *ref) {
-    sqlite3_stmt *s = NULL;
-    *ref = 0;
-    if (sqlite3_prepare_v2(db, "SELECT reference_run_id FROM comparisons WHERE run_id = ?", -1, &s, NULL) != SQLITE_OK) return -1;
-    sqlite3_bind_int64(s, 1, run);
-    if (sqlite3_step(s) == SQLITE_ROW) *ref = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return 0;
+    lab_reopen_arm_key key = {e->id, arm, kh, vt_build_info()};
+    lab_reopen_arm_run run;
+    if ((rc = lab_reopen_read_arm(st, &key, &run, err, errlen))) return lab_err_prefix(err, errlen, rc, "reopen");
+    if (!run.found)
+        return lab_errf(err, errlen, LAB_EINTERNAL, "reopen: no finished run of %s/%s with a comparison", e->id, arm);
+    r->run = run.run;
+    r->k = run.k;
+    r->n = run.n;
+    lab_wilson(r->k, r->n, 1.959963984540054, &r->lo, &r->hi);
+    snprintf(r->verdict, sizeof r->verdict, "%s",
+             lab_verdict_name(lab_decide(r->lo, r->hi, c->threshold, !strcmp(c->direction, ">="))));
+    return LAB_OK;
 }
 
 /* McNemar, replay vs rerun, on agreement with the reference's top-1. */
@@ -217,6 +197,60 @@ static int mcnemar(lab_store *st, int64_t ref, int64_t a, int64_t b, double *p, 
     }
     if (!rc) *p = lab_mcnemar_exact(*nb, *nc);
     free(r); free(x); free(y);
+    return rc;
+}
+
+/* What the replay and the rerun measured, and what that says of the claim. */
+typedef struct reopen_measure {
+    arm_result replay;           /* replay.run = 0: no replay */
+    arm_result rerun;
+    int64_t    ref;              /* the rerun's reference run */
+    double     p;                /* McNemar replay vs rerun; 1 without a replay */
+    int        explained;
+    char       explanation[1024];
+} reopen_measure;
+
+/* m->explained and m->explanation, from the measured arms (see the top). */
+static void explain(const lab_claim *c, const lab_defect *d, reopen_measure *m) {
+    const arm_result *replay = &m->replay, *rerun = &m->rerun;
+    if (!replay->run) {
+        m->explained = 0;
+        snprintf(m->explanation, sizeof m->explanation,
+                 "not explained: defect %s records no replay in vtlab, so the recorded %s %lld/%lld is unexplained (it "
+                 "may be the defect's effect or something else); without the defect the arm scores %lld/%lld [%.3f, "
+                 "%.3f], %s.", d->id, c->verdict, (long long)c->k, (long long)c->n, (long long)rerun->k,
+                 (long long)rerun->n, rerun->lo, rerun->hi, rerun->verdict);
+        return;
+    }
+    double rec = (double)c->k / (double)c->n;
+    int same_verdict = !strcmp(replay->verdict, c->verdict);
+    int significant = m->p < 0.05 && replay->k * rerun->n < rerun->k * replay->n;
+    int number_inside = rec >= replay->lo && rec <= replay->hi;
+    m->explained = same_verdict && significant;
+    snprintf(m->explanation, sizeof m->explanation,
+             "%s: through VT_FAULT=%s the arm scores %lld/%lld [%.3f, %.3f], %s (recorded: %s %lld/%lld); without it "
+             "%lld/%lld [%.3f, %.3f]; McNemar replay vs rerun p = %.2g. The recorded %lld/%lld %s the replay's interval%s.",
+             m->explained ? "explained" : "not explained", d->replay_fault, (long long)replay->k, (long long)replay->n,
+             replay->lo, replay->hi, replay->verdict, c->verdict, (long long)c->k, (long long)c->n, (long long)rerun->k,
+             (long long)rerun->n, rerun->lo, rerun->hi, m->p, (long long)c->k, (long long)c->n,
+             number_inside ? "is inside" : "is outside",
+             number_inside ? "" : " (the direction is reproduced, not the number: the claim was measured on another "
+                                  "model and code)");
+}
+
+/* Reads what the derived experiment's runs measured (the replay only when
+ * replay_arm is not ""), and explains it. */
+static int measure(lab_store *st, const lab_experiment *dx, const lab_claim *c, const lab_defect *d,
+                   const char *replay_arm, reopen_measure *m, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    m->p = 1.0;
+    int64_t nb = 0, nc = 0;
+    int rc = replay_arm[0] ? arm_outcome(st, dx, replay_arm, c, &m->replay, err, errlen) : LAB_OK;
+    if (!rc) rc = arm_outcome(st, dx, c->arm_name, c, &m->rerun, err, errlen);
+    if (!rc && (rc = lab_reopen_read_reference(st, m->rerun.run, &m->ref, err, errlen)))
+        lab_err_prefix(err, errlen, rc, "reopen");
+    if (!rc && replay_arm[0]) rc = mcnemar(st, m->ref, m->rerun.run, m->replay.run, &m->p, &nb, &nc, err, errlen);
+    if (!rc) explain(c, d, m);
     return rc;
 }
 
@@ -558,6 +592,32 @@ out:
     return rc;
 }
 
+/* (d) before and after, side by side. */
+static void print_result(FILE *out, const lab_claim *c, const lab_defect *d, const reopen_measure *m, const char *id,
+                         const char *file, const char *old_file) {
+    const arm_result *rerun = &m->rerun;
+    double rlo, rhi;
+    lab_wilson(c->k, c->n, 1.959963984540054, &rlo, &rhi);
+    fprintf(out, "\n%-14s %-34s %-34s\n", "", "BEFORE (recorded)", "AFTER (reopened)");
+    fprintf(out, "%-14s %-34s %-34s\n", "claim", c->id, id);
+    char a[96], b[96];
+    snprintf(a, sizeof a, "%s", c->verdict);
+    snprintf(b, sizeof b, "%s", rerun->verdict);
+    fprintf(out, "%-14s %-34s %-34s\n", "verdict", a, b);
+    snprintf(a, sizeof a, "%lld/%lld [%.3f, %.3f]", (long long)c->k, (long long)c->n, rlo, rhi);
+    snprintf(b, sizeof b, "%lld/%lld [%.3f, %.3f]", (long long)rerun->k, (long long)rerun->n, rerun->lo, rerun->hi);
+    fprintf(out, "%-14s %-34s %-34s\n", "top-1", a, b);
+    snprintf(a, sizeof a, "%s", c->codebase);
+    snprintf(b, sizeof b, "vtlab %s", vt_build_commit());
+    fprintf(out, "%-14s %-34.34s %-34.34s\n", "code", a, b);
+    snprintf(a, sizeof a, "through %s", d->id);
+    snprintf(b, sizeof b, "run %lld (ref run %lld)", (long long)rerun->run, (long long)m->ref);
+    fprintf(out, "%-14s %-34.34s %-34.34s\n", "measured", a, b);
+    if (m->replay.run) fprintf(out, "\nreplay (run %lld): %s\n", (long long)m->replay.run, m->explanation);
+    else fprintf(out, "\nno replay: %s\n", m->explanation);
+    fprintf(out, "written: %s (new), %s (superseded_by set)\n", file, old_file);
+}
+
 int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *err, size_t errlen) {
     int rc = lab_reopen_recover(o->specs_dir, err, errlen);
     if (rc) return rc;
@@ -594,86 +654,23 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
         goto done;
     }
     if ((rc = lab_store_open(&st, o->db_path, err, errlen))) goto done;
-    sqlite3 *db = lab_store_db(st);
-    arm_result replay = {0}, rerun;
-    if (replay_arm[0] && (rc = arm_outcome(db, dx, replay_arm, c, &replay, err, errlen))) goto done;
-    if ((rc = arm_outcome(db, dx, c->arm_name, c, &rerun, err, errlen))) goto done;
-    int64_t ref = 0, nb = 0, nc = 0;
-    double p = 1.0;
-    reference_run(db, rerun.run, &ref);
-    if (replay_arm[0] && (rc = mcnemar(st, ref, rerun.run, replay.run, &p, &nb, &nc, err, errlen))) goto done;
-    double rlo, rhi;
-    lab_wilson(c->k, c->n, 1.959963984540054, &rlo, &rhi);
-    double rec = (double)c->k / (double)c->n;
-    int same_verdict = !strcmp(replay.verdict, c->verdict);
-    int significant = p < 0.05 && replay.k * rerun.n < rerun.k * replay.n;
-    int number_inside = rec >= replay.lo && rec <= replay.hi;
-    int explained = same_verdict && significant;
-    char explanation[1024];
-    if (!replay_arm[0]) {
-        explained = 0;
-        snprintf(explanation, sizeof explanation,
-                 "not explained: defect %s records no replay in vtlab, so the recorded %s %lld/%lld is unexplained (it "
-                 "may be the defect's effect or something else); without the defect the arm scores %lld/%lld [%.3f, "
-                 "%.3f], %s.", d->id, c->verdict, (long long)c->k, (long long)c->n, (long long)rerun.k,
-                 (long long)rerun.n, rerun.lo, rerun.hi, rerun.verdict);
-    } else
-    snprintf(explanation, sizeof explanation,
-             "%s: through VT_FAULT=%s the arm scores %lld/%lld [%.3f, %.3f], %s (recorded: %s %lld/%lld); without it "
-             "%lld/%lld [%.3f, %.3f]; McNemar replay vs rerun p = %.2g. The recorded %lld/%lld %s the replay's interval%s.",
-             explained ? "explained" : "not explained", d->replay_fault, (long long)replay.k, (long long)replay.n,
-             replay.lo, replay.hi, replay.verdict, c->verdict, (long long)c->k, (long long)c->n, (long long)rerun.k,
-             (long long)rerun.n, rerun.lo, rerun.hi, p, (long long)c->k, (long long)c->n,
-             number_inside ? "is inside" : "is outside",
-             number_inside ? "" : " (the direction is reproduced, not the number: the claim was measured on another "
-                                  "model and code)");
+    reopen_measure m;
+    if ((rc = measure(st, dx, c, d, replay_arm, &m, err, errlen))) goto done;
 
     /* (c) the new claim, and the old one's superseded_by, in one commit */
     char id[128], file[4300], old_file[4300];
-    reopen_record record = {d->id, &rerun, ref, explanation};
+    reopen_record record = {d->id, &m.rerun, m.ref, m.explanation};
     if ((rc = commit_claims(o->specs_dir, c->id, &record, id, file, sizeof file, old_file, sizeof old_file, err, errlen)))
         goto done;
     snprintf(new_claim, 128, "%s", id);
-
-    sqlite3_stmt *s = NULL;
     char now[32];
     lab_now_iso(now);
-    if (sqlite3_prepare_v2(db, "INSERT INTO reopens (claim_id, defect_id, replay_run_id, rerun_run_id, explained,"
-                           " explanation, new_claim_id, new_verdict, at) VALUES (?,?,?,?,?,?,?,?,?)", -1, &s, NULL) == SQLITE_OK) {
-        sqlite3_bind_text(s, 1, c->id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 2, d->id, -1, SQLITE_STATIC);
-        if (replay.run) sqlite3_bind_int64(s, 3, replay.run);
-        else sqlite3_bind_null(s, 3);
-        sqlite3_bind_int64(s, 4, rerun.run);
-        sqlite3_bind_int(s, 5, explained);
-        sqlite3_bind_text(s, 6, explanation, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 7, id, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 8, rerun.verdict, -1, SQLITE_STATIC);
-        sqlite3_bind_text(s, 9, now, -1, SQLITE_STATIC);
-        if (sqlite3_step(s) != SQLITE_DONE) rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s", sqlite3_errmsg(db));
-        sqlite3_finalize(s);
+    lab_reopen_row row = {c->id, d->id, m.replay.run, m.rerun.run, m.explained, m.explanation, id, m.rerun.verdict, now};
+    if ((rc = lab_reopen_put(st, &row, err, errlen))) {
+        lab_err_prefix(err, errlen, rc, "reopen");
+        goto done;
     }
-
-    if (out && !rc) {
-        fprintf(out, "\n%-14s %-34s %-34s\n", "", "BEFORE (recorded)", "AFTER (reopened)");
-        fprintf(out, "%-14s %-34s %-34s\n", "claim", c->id, id);
-        char a[96], b[96];
-        snprintf(a, sizeof a, "%s", c->verdict);
-        snprintf(b, sizeof b, "%s", rerun.verdict);
-        fprintf(out, "%-14s %-34s %-34s\n", "verdict", a, b);
-        snprintf(a, sizeof a, "%lld/%lld [%.3f, %.3f]", (long long)c->k, (long long)c->n, rlo, rhi);
-        snprintf(b, sizeof b, "%lld/%lld [%.3f, %.3f]", (long long)rerun.k, (long long)rerun.n, rerun.lo, rerun.hi);
-        fprintf(out, "%-14s %-34s %-34s\n", "top-1", a, b);
-        snprintf(a, sizeof a, "%s", c->codebase);
-        snprintf(b, sizeof b, "vtlab %s", vt_build_commit());
-        fprintf(out, "%-14s %-34.34s %-34.34s\n", "code", a, b);
-        snprintf(a, sizeof a, "through %s", d->id);
-        snprintf(b, sizeof b, "run %lld (ref run %lld)", (long long)rerun.run, (long long)ref);
-        fprintf(out, "%-14s %-34.34s %-34.34s\n", "measured", a, b);
-        if (replay.run) fprintf(out, "\nreplay (run %lld): %s\n", (long long)replay.run, explanation);
-        else fprintf(out, "\nno replay: %s\n", explanation);
-        fprintf(out, "written: %s (new), %s (superseded_by set)\n", file, old_file);
-    }
+    if (out) print_result(out, c, d, &m, id, file, old_file);
 done:
     lab_experiment_free(dx);
     lab_store_close(st);

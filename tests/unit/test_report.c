@@ -22,6 +22,7 @@
 #include "harness/plot.h"
 #include "harness/report.h"
 #include "harness/store.h"
+#include "harness/store_nightly.h"
 #include "harness/util.h"
 
 static char dbpath[256], outdir[256];
@@ -63,6 +64,9 @@ static int64_t q_int(lab_store *st, const char *q) {
     return v;
 }
 
+/* Raw SQL on purpose: a past history of finished nightlies, a minute apart,
+ * which the store's API (lab_store_nightly_create: RUNNING, started now)
+ * cannot date. */
 static int64_t new_nightly(lab_store *st, const char *status) {
     char q[512];
     snprintf(q, sizeof q,
@@ -77,79 +81,121 @@ static int64_t new_nightly(lab_store *st, const char *status) {
 /* One fixture run: NSEQ sequences of NPOS positions, top-2 per position;
  * its top-1 is token 5 at the first `agree` positions and 6 elsewhere (the
  * reference's is 5 everywhere); `shift` moves the log-probabilities (a
- * numerics change that keeps the top-1). */
-enum { NSEQ = 10, NPOS = 20, NTOT = NSEQ * NPOS };
+ * numerics change that keeps the top-1). A run other than the reference's
+ * repeat 0 is compared with ref_run, per-layer divergence included (layers
+ * 0..NLAYER-1, both sites); `probes` adds a probe per layer and a violated
+ * moe.scatter. Runs are written as the runner writes them (lab_store_lease,
+ * lab_store_finish), so a schema change reaches the fixtures too. */
+enum { NSEQ = 10, NPOS = 20, NTOT = NSEQ * NPOS, NLAYER = 4 };
 
 typedef struct fx_run {
     const char *exp, *arm, *dataset, *knob_hash, *logits, *backend;
     int         rep, is_ref, agree, expect_fail, assertions_ok;
     double      tps, shift;
     int64_t     ref_run;
+    int         probes;
 } fx_run;
 
+/* The run's top-2 ids and log-probabilities, [NTOT, 2], and its offsets. */
+static void fx_topk(const fx_run *r, int32_t *ids, float *lp, int64_t *off) {
+    for (int g = 0; g < NTOT; g++) {
+        int agree = r->is_ref || g < r->agree;
+        ids[2 * g] = agree ? 5 : 6;
+        ids[2 * g + 1] = agree ? 6 : 5;
+        lp[2 * g] = (float)(log(0.6) + r->shift);
+        lp[2 * g + 1] = (float)log(0.3);
+    }
+    for (int q = 0; q <= NSEQ; q++) off[q] = (int64_t)q * NPOS;
+}
+
+/* The comparison with r->ref_run: top-1 agreement, and a divergence that
+ * grows by 0.01 a layer (none at layer 0) after attention and after FFN. */
+static void fx_comparison(const fx_run *r, lab_comparison *c, int64_t *layer, int *site, double *value) {
+    memset(c, 0, sizeof *c);
+    c->reference_run_id = r->ref_run;
+    c->reference_hash_match = -1;
+    c->n_scored = NTOT;
+    c->top1_k = r->is_ref ? NTOT : r->agree;
+    c->top1_n = NTOT;
+    lab_wilson(c->top1_k, NTOT, LAB_Z95, &c->top1_lo, &c->top1_hi);
+    c->kl_mean = 0.01;
+    c->kl_p99 = c->kl_max = c->max_abs_dlogit = c->rms_dp = c->mcnemar_p = NAN;
+    c->div_sequences = 2;
+    c->div_tolerance = 0.02;
+    c->first_div_layer = -1;
+    for (int i = 0; i < 2 * NLAYER; i++) {
+        layer[i] = i / 2;
+        site[i] = i % 2;
+        value[i] = 0.01 * (double)(i / 2);
+    }
+    c->n_div = 2 * NLAYER;
+    c->div_layer = layer;
+    c->div_site = site;
+    c->div_value = value;
+}
+
+/* A probe per layer (residual.stream and kda.state, alternately, invariant
+ * held) and one moe.scatter that copied half a row; ok[] says which held. */
+static void fx_probes(vt_probe *p, int *ok) {
+    memset(p, 0, (NLAYER + 1) * sizeof *p);
+    for (int l = 0; l <= NLAYER; l++) {
+        int scatter = l == NLAYER;
+        snprintf(p[l].site, sizeof p[l].site, "%s", scatter ? "moe.scatter" : l % 2 ? "kda.state" : "residual.stream");
+        p[l].layer = scatter ? 2 : l;
+        snprintf(p[l].dtype, sizeof p[l].dtype, "f32");
+        snprintf(p[l].src_dtype, sizeof p[l].src_dtype, "%s", scatter ? "f32" : "");
+        p[l].calls = p[l].rows = 1;
+        p[l].bytes_per_row = scatter ? 4 : 8;
+        p[l].src_row_bytes = p[l].dst_row_bytes = 8;
+        p[l].violations = scatter;
+        p[l].rows_unwritten = scatter ? 3 : -1;
+        if (scatter) snprintf(p[l].detail, sizeof p[l].detail, "copied 4 bytes <of 8>");
+        ok[l] = !scatter;
+    }
+}
+
+/* Leases and finishes the run (a new row even when its identity has a
+ * finished one: each nightly measures again), and attaches it to `nightly`. */
 static int64_t add_run(lab_store *st, int64_t nightly, const fx_run *r) {
-    sqlite3 *db = lab_store_db(st);
-    sqlite3_stmt *s;
-    const char *ins =
-        "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version, started_at, finished_at,"
-        " status, repeat_idx, is_reference, backend, host, pid, score, top_k, expected_assertions, n_sequences, n_tokens,"
-        " n_scored, wall_s, forward_s, logits_sha256, assertions_ok, git_commit, experiment_sha256)"
-        " VALUES (?1, ?2, ?3, 'model', ?4, 'abc123|dirty=0', '2026-01-01T00:00:00Z', '2026-01-01T00:00:01Z', 'FINISHED',"
-        " ?5, ?6, ?7, 'testhost', 1, 'all', 2, ?8, 10, 200, 200, 1.0, 0.9, ?9, ?10, 'abc123', 'spec1')";
-    if (sqlite3_prepare_v2(db, ins, -1, &s, NULL) != SQLITE_OK) fail_msg("prepare: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(s, 1, r->exp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 2, r->arm, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, r->knob_hash ? r->knob_hash : "knobs", -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 4, r->dataset ? r->dataset : "data", -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 5, r->rep);
-    sqlite3_bind_int(s, 6, r->is_ref);
-    sqlite3_bind_text(s, 7, r->backend ? r->backend : "cpu", -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 8, r->expect_fail ? "fail" : "pass", -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 9, r->logits ? r->logits : "logits", -1, SQLITE_STATIC);
-    sqlite3_bind_int(s, 10, r->assertions_ok);
-    if (sqlite3_step(s) != SQLITE_DONE) fail_msg("insert run: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(s);
-    int64_t id = sqlite3_last_insert_rowid(db);
-    /* top-k rows */
-    if (sqlite3_prepare_v2(db, "INSERT INTO logits_topk VALUES (?1, ?2, ?3, 2, ?4, ?5)", -1, &s, NULL) != SQLITE_OK)
-        fail_msg("prepare topk");
-    for (int q = 0; q < NSEQ; q++) {
-        int32_t ids[NPOS * 2];
-        float lp[NPOS * 2];
-        for (int p = 0; p < NPOS; p++) {
-            int g = q * NPOS + p;
-            int agree = r->is_ref || g < r->agree;
-            ids[2 * p] = agree ? 5 : 6;
-            ids[2 * p + 1] = agree ? 6 : 5;
-            lp[2 * p] = (float)(log(0.6) + r->shift);
-            lp[2 * p + 1] = (float)log(0.3);
-        }
-        sqlite3_bind_int64(s, 1, id);
-        sqlite3_bind_int(s, 2, q);
-        sqlite3_bind_int(s, 3, NPOS);
-        sqlite3_bind_blob(s, 4, ids, sizeof ids, SQLITE_TRANSIENT);
-        sqlite3_bind_blob(s, 5, lp, sizeof lp, SQLITE_TRANSIENT);
-        if (sqlite3_step(s) != SQLITE_DONE) fail_msg("insert topk: %s", sqlite3_errmsg(db));
-        sqlite3_reset(s);
-    }
-    sqlite3_finalize(s);
-    char q[1024];
-    snprintf(q, sizeof q, "INSERT INTO metrics VALUES (%lld, 'tokens_per_s', %.17g), (%lld, 'perplexity', 900)",
-             (long long)id, r->tps, (long long)id);
-    sql(st, q);
+    lab_identity id = {r->exp, r->arm, r->rep, r->knob_hash ? r->knob_hash : "knobs", "model",
+                       r->dataset ? r->dataset : "data", "abc123|dirty=0"};
+    lab_provenance pv = {.experiment_sha256 = "spec1", .git_commit = "abc123",
+                         .backend = r->backend ? r->backend : "cpu", .host = "testhost", .pid = 1,
+                         .is_reference = r->is_ref, .score = "all", .top_k = 2,
+                         .expected_assertions = r->expect_fail ? "fail" : "pass"};
+    char err[1024] = "";
+    int kind = 0;
+    int64_t run = 0, stale = 0;
+    if (lab_store_lease(st, &id, &pv, 1, &kind, &run, &stale, err, sizeof err) || kind != LAB_LEASED)
+        fail_msg("lease %s/%s: %s", r->exp, r->arm, err);
+    static int32_t ids[NTOT * 2];
+    static float lp[NTOT * 2];
+    int64_t off[NSEQ + 1], layer[2 * NLAYER];
+    int site[2 * NLAYER], pok[NLAYER + 1];
+    double value[2 * NLAYER];
+    vt_probe probes[NLAYER + 1];
+    lab_comparison cmp;
+    fx_topk(r, ids, lp, off);
+    const char *mnames[] = {"tokens_per_s", "perplexity"};
+    double mvalues[] = {r->tps, 900};
+    lab_run_result res = {.n_sequences = NSEQ, .n_tokens = NTOT, .n_scored = NTOT, .wall_s = 1.0, .forward_s = 0.9,
+                          .assertions_ok = r->assertions_ok, .n_metrics = 2, .metric_names = mnames,
+                          .metric_values = mvalues, .top_k = 2, .offsets = off, .topk_ids = ids, .topk_logprobs = lp};
+    snprintf(res.logits_sha256, sizeof res.logits_sha256, "%s", r->logits ? r->logits : "logits");
     if (!r->is_ref || r->rep > 0) {
-        double lo, hi;
-        int k = r->is_ref ? NTOT : r->agree;
-        lab_wilson(k, NTOT, LAB_Z95, &lo, &hi);
-        snprintf(q, sizeof q,
-                 "INSERT INTO comparisons (run_id, reference_run_id, reference_recomputed, n_scored, top1_k, top1_n, top1_lo,"
-                 " top1_hi, kl_mean, div_sequences, div_tolerance) VALUES (%lld, %lld, 0, %d, %d, %d, %.17g, %.17g, 0.01, 2, 0.02)",
-                 (long long)id, (long long)r->ref_run, NTOT, k, NTOT, lo, hi);
-        sql(st, q);
+        fx_comparison(r, &cmp, layer, site, value);
+        res.cmp = &cmp;
     }
-    snprintf(q, sizeof q, "INSERT INTO nightly_runs VALUES (%lld, %lld)", (long long)nightly, (long long)id);
-    sql(st, q);
-    return id;
+    if (r->probes) {
+        fx_probes(probes, pok);
+        res.n_probes = NLAYER + 1;
+        res.probes = probes;
+        res.probe_ok = pok;
+    }
+    if (lab_store_finish(st, run, &res, err, sizeof err)) fail_msg("finish %s/%s: %s", r->exp, r->arm, err);
+    if (lab_store_nightly_attach_runs(st, nightly, run - 1, "testhost", 1, 0, err, sizeof err))
+        fail_msg("attach run %lld: %s", (long long)run, err);
+    return run;
 }
 
 /* A nightly of experiment "e": reference "ref" and arm "cand" with two
@@ -158,19 +204,21 @@ typedef struct fx_night {
     int         agree;
     double      tps0, tps1, shift;
     const char *dataset, *logits, *knob_hash, *backend;
+    int         probes;      /* the cand arm's repeat 0 has probes (fx_probes) */
 } fx_night;
 
 static int64_t add_night(lab_store *st, int64_t nid, const fx_night *f) {
-    fx_run ref = {"e", "ref", f->dataset, NULL, "reflogits", "cpu", 0, 1, 0, 0, 1, f->tps0, 0, 0};
+    fx_run ref = {"e", "ref", f->dataset, NULL, "reflogits", "cpu", 0, 1, 0, 0, 1, f->tps0, 0, 0, 0};
     int64_t rid = add_run(st, nid, &ref);
     ref.rep = 1;
     ref.ref_run = rid;
     ref.tps = f->tps1;
     add_run(st, nid, &ref);
     fx_run c = {"e", "cand", f->dataset, f->knob_hash, f->logits ? f->logits : "candlogits", f->backend, 0, 0, f->agree, 0,
-                1, f->tps0, f->shift, rid};
+                1, f->tps0, f->shift, rid, f->probes};
     int64_t cid = add_run(st, nid, &c);
     c.rep = 1;
+    c.probes = 0;
     c.tps = f->tps1;
     add_run(st, nid, &c);
     return cid;
@@ -317,7 +365,7 @@ static void test_perf_no_noise_estimate(void **state) {
     (void)state;
     lab_store *st = open_db();
     int64_t n1 = new_nightly(st, "PASSED");
-    fx_run ref = {"e", "ref", NULL, NULL, "r", "cuda", 0, 1, 0, 0, 1, 100, 0, 0};
+    fx_run ref = {"e", "ref", NULL, NULL, "r", "cuda", 0, 1, 0, 0, 1, 100, 0, 0, 0};
     add_run(st, n1, &ref);
     int64_t n2 = new_nightly(st, "RUNNING");
     ref.tps = 50;
@@ -336,8 +384,11 @@ static void test_checks_and_audit(void **state) {
     int64_t n1 = new_nightly(st, "PASSED");
     add_night(st, n1, &(fx_night){.agree = 190, .tps0 = 100, .tps1 = 100, .backend = "cuda"});
     /* a replay arm whose assertions fail, as declared, with an expected flag */
-    fx_run rp = {"e", "replay", NULL, NULL, "x", "cuda", 0, 0, 40, 1, 0, 100, 0, 1};
+    fx_run rp = {"e", "replay", NULL, NULL, "x", "cuda", 0, 0, 40, 1, 0, 100, 0, 1, 0};
     int64_t r1 = add_run(st, n1, &rp);
+    /* Raw SQL on purpose: both nights' flags open at once, dated 'a' and 'b';
+     * lab_audit_store_flags would resolve the first night's flag when it
+     * stores the second's, as a real audit does. */
     char q[600];
     snprintf(q, sizeof q, "INSERT INTO audit_flags (subject_kind, subject, rule, key, reason, evidence, expected, first_seen,"
                           " last_seen) VALUES ('run', '%lld', 'R2', '', 'failed runtime assertion', '{}', 1, 'a', 'a')",
@@ -351,7 +402,8 @@ static void test_checks_and_audit(void **state) {
                           " ('run', '%lld', 'R3', 'VT_X', 'knob did not take effect: <b>VT_X</b>', '{}', 0, 'b', 'b')",
              (long long)r2, (long long)cand);
     sql(st, q);
-    /* a cand run whose assertions failed although it declares pass */
+    /* a cand run whose assertions failed although it declares pass (raw SQL
+     * on purpose: a finished run edited afterwards, which no store API does) */
     snprintf(q, sizeof q, "UPDATE runs SET assertions_ok = 0 WHERE id = %lld", (long long)cand);
     sql(st, q);
     assert_int_equal(compare(st, n2), 2);
@@ -392,36 +444,26 @@ static long fsize(const char *dir, const char *name) {
 static void test_report_from_fixture(void **state) {
     (void)state;
     lab_store *st = open_db();
-    sql(st, "INSERT INTO experiment_specs VALUES ('spec1', 'e', 'experiments/e.json', "
-            "'{\"id\":\"e\",\"description\":\"<script>alert(1)</script> & \\\"quoted\\\"\",\"reference\":\"ref\","
-            "\"arms\":[{\"name\":\"ref\"},{\"name\":\"cand\",\"description\":\"<i>x</i>\",\"knobs\":{\"VT_KIMI_BF16_STREAM\":\"1\"}}],"
-            "\"decision\":{\"metric\":\"top1_agreement\",\"threshold\":0.9,\"direction\":\">=\"}}', 'now')");
+    char err[1024] = "";
+    if (lab_store_put_spec(st, "spec1", "e", "experiments/e.json",
+                           "{\"id\":\"e\",\"description\":\"<script>alert(1)</script> & \\\"quoted\\\"\",\"reference\":\"ref\","
+                           "\"arms\":[{\"name\":\"ref\"},{\"name\":\"cand\",\"description\":\"<i>x</i>\",\"knobs\":{\"VT_KIMI_BF16_STREAM\":\"1\"}}],"
+                           "\"decision\":{\"metric\":\"top1_agreement\",\"threshold\":0.9,\"direction\":\">=\"}}",
+                           err, sizeof err))
+        fail_msg("put spec: %s", err);
     for (int i = 0; i < 3; i++) {
         int64_t n = new_nightly(st, i == 2 ? "RUNNING" : "PASSED");
-        int64_t cand = add_night(st, n, &(fx_night){.agree = i == 2 ? 150 : 190, .tps0 = 100, .tps1 = 101,
-                                                    .backend = "cuda"});
-        char q[400];
-        for (int l = 0; l < 4; l++) {
-            snprintf(q, sizeof q, "INSERT INTO layer_divergence SELECT %lld, reference_run_id, %d, s.v, %g FROM comparisons,"
-                                  " (SELECT 0 AS v UNION SELECT 1) s WHERE run_id = %lld",
-                     (long long)cand, l, l == 0 ? 0.0 : 0.01 * l, (long long)cand);
-            sql(st, q);
-            snprintf(q, sizeof q, "INSERT INTO probes VALUES (%lld, %d, '%s', %d, 'f32', '', 1, 1, 8, 8, 8, 0, 0, -1, '', 1)",
-                     (long long)cand, 2 * l, l % 2 ? "kda.state" : "residual.stream", l);
-            sql(st, q);
-        }
-        snprintf(q, sizeof q, "INSERT INTO probes VALUES (%lld, 100, 'moe.scatter', 2, 'f32', 'f32', 1, 1, 4, 8, 8, 0, 1, 3,"
-                              " 'copied 4 bytes <of 8>', 0)", (long long)cand);
-        sql(st, q);
+        add_night(st, n, &(fx_night){.agree = i == 2 ? 150 : 190, .tps0 = 100, .tps1 = 101, .backend = "cuda",
+                                     .probes = 1});
         if (i == 2) compare(st, n);
     }
     sql(st, "UPDATE nightlies SET status = 'REGRESSED' WHERE status = 'RUNNING'");
-    /* an arm name and a claim that carry markup */
+    /* an arm name and a claim that carry markup (raw SQL on purpose, as in
+     * test_checks_and_audit) */
     sql(st, "INSERT INTO audit_flags (subject_kind, subject, rule, key, reason, evidence, first_seen, last_seen) VALUES"
             " ('claim', 'c<1>', 'R1', 'd', 'measured through <defect> & \"more\"', '{}', 'a', 'a')");
     lab_report_opts o = {outdir, "fixture.db", 1};
     lab_report_result res;
-    char err[1024] = "";
     if (lab_report_write(st, &o, &res, err, sizeof err)) fail_msg("report: %s", err);
     lab_store_close(st);
     assert_int_equal(res.n_experiments, 1);
