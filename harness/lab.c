@@ -109,7 +109,7 @@ static int cmd_run(int argc, char **argv) {
     int u = parse_args("run", argc, argv, "db arm force", &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("run", "expected one EXPERIMENT.json%s", "");
-    lab_run_opts o = {a.db, a.arm, a.force, isatty(2)};
+    lab_run_opts o = {a.db, a.arm, a.force, lab_progress_mode()};
     lab_run_summary sum = {0};
     char err[2048] = "";
     lab_install_signals();
@@ -150,7 +150,7 @@ static int cmd_sweep(int argc, char **argv) {
     lab_run_summary sum = {0};
     lab_install_signals();
     for (int64_t i = 0; i < n && !status; i++) {
-        lab_run_opts o = {a.db, NULL, a.force, isatty(2)};
+        lab_run_opts o = {a.db, NULL, a.force, lab_progress_mode()};
         printf("== %s\n", files[i]);
         fflush(stdout);
         int rc = lab_run_experiment(files[i], &o, &sum, err, sizeof err);

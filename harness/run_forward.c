@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metrics.h"
 #include "runner.h"
@@ -40,25 +41,38 @@ void lab_pass_acc_free(lab_pass_acc *a) {
     memset(a, 0, sizeof *a);
 }
 
+int lab_progress_mode(void) { return isatty(2) ? LAB_PROGRESS_TTY : LAB_PROGRESS_LINES; }
+
 void lab_progress_start(lab_progress *p, const char *label) {
     if (!p) return;
     p->label = label;
-    p->t0 = lab_mono();
+    p->t0 = p->last_line = lab_mono();
     p->tokens_done = 0;
+    const char *iv = getenv("VTLAB_PROGRESS_INTERVAL");
+    char *end = NULL;
+    p->interval = iv && *iv ? strtod(iv, &end) : LAB_PROGRESS_LINE_S;
+    if (!(p->interval >= 0) || (end && *end)) p->interval = LAB_PROGRESS_LINE_S;
 }
 
 static void progress_show(lab_progress *p, int64_t q, int64_t nq) {
     if (!p || !p->on) return;
-    double dt = lab_mono() - p->t0;
+    double now = lab_mono(), dt = now - p->t0;
+    if (p->on == LAB_PROGRESS_LINES && now - p->last_line < p->interval) return;
     double tps = dt > 0 ? (double)p->tokens_done / dt : 0.0;
     double eta = tps > 0 ? (double)(p->tokens_total - p->tokens_done) / tps : 0.0;
-    fprintf(stderr, "\r\033[K  %s  sequence %lld/%lld  %.0f tok/s  ETA %.0fs", p->label, (long long)q,
-            (long long)nq, tps, eta);
+    if (p->on == LAB_PROGRESS_LINES) {
+        fprintf(stderr, "  %s  sequence %lld/%lld  %.0f tok/s  ETA %.0fs\n", p->label, (long long)q, (long long)nq,
+                tps, eta);
+        p->last_line = now;
+    } else {
+        fprintf(stderr, "\r\033[K  %s  sequence %lld/%lld  %.0f tok/s  ETA %.0fs", p->label, (long long)q,
+                (long long)nq, tps, eta);
+    }
     fflush(stderr);
 }
 
 void lab_progress_end(lab_progress *p) {
-    if (p && p->on) fprintf(stderr, "\r\033[K");
+    if (p && p->on == LAB_PROGRESS_TTY) fprintf(stderr, "\r\033[K");
 }
 
 /* What one position contributes to a pass's sums; filled in parallel, one

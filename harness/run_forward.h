@@ -76,11 +76,20 @@ void lab_pass_acc_free(lab_pass_acc *a);
 
 /* A progress line on stderr (on = 0: silent). */
 typedef struct lab_progress {
-    int         on;
+    int         on;           /* LAB_PROGRESS_* */
     const char *label;
     double      t0;
     int64_t     tokens_total, tokens_done;
+    double      last_line;    /* LAB_PROGRESS_LINES: when the last line was printed */
+    double      interval;     /* LAB_PROGRESS_LINES: seconds between lines (lab_progress_start) */
 } lab_progress;
+
+/* Off; a line redrawn in place (a terminal); or, for a log (CI), a plain
+ * line every LAB_PROGRESS_LINE_S seconds of a pass that lasts that long
+ * (VTLAB_PROGRESS_INTERVAL=SECONDS sets another interval). */
+enum { LAB_PROGRESS_OFF = 0, LAB_PROGRESS_TTY = 1, LAB_PROGRESS_LINES = 2 };
+#define LAB_PROGRESS_LINE_S 10.0
+
 
 /* Restarts p under label (p may be NULL); clears the line at the end. */
 void lab_progress_start(lab_progress *p, const char *label);

@@ -157,7 +157,7 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
     *assert_ok = 1;
     if (e->repeats > 1) snprintf(label, sizeof label, "%s/%s #%lld", e->id, a->name, (long long)rep);
     else snprintf(label, sizeof label, "%s/%s", e->id, a->name);
-    lab_progress pgs = {x->o->progress, label, lab_mono(), e->ds.offsets[e->ds.n_seq], 0};
+    lab_progress pgs = {x->o->progress, label, lab_mono(), e->ds.offsets[e->ds.n_seq], 0, 0, 0};
     lab_progress *pg = x->o->progress ? &pgs : NULL;
     if (!fill && (rc = ensure_reference(x, pg, rerr, sizeof rerr))) {
         if (lab_interrupted) status = "KILLED";   /* Ctrl-C while the reference was recomputed */

@@ -29,7 +29,8 @@ typedef struct lab_run_opts {
     const char *db_path;     /* results.db by default */
     const char *only_arm;    /* NULL: every arm (the reference always runs first) */
     int         force;       /* 1: rerun FINISHED runs */
-    int         progress;    /* 1: progress line on stderr (a terminal) */
+    int         progress;    /* progress on stderr: 0 off, 1 a line redrawn (a terminal), 2 a plain
+                              * line every 10 s of a long pass (a log): lab_progress_mode() */
 } lab_run_opts;
 
 typedef struct lab_run_summary {
@@ -54,5 +55,9 @@ void lab_install_signals(void);
  * into *sum (not cleared), so a sweep can sum over files. */
 int lab_run_experiment(const char *path, const lab_run_opts *o, lab_run_summary *sum,
                        char *err, size_t errlen);
+
+/* The progress mode for stderr: 1 (redrawn line) on a terminal, 2 (plain
+ * lines, rate-limited, for CI logs) otherwise. */
+int lab_progress_mode(void);
 
 #endif

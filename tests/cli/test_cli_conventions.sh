@@ -31,6 +31,10 @@ cat > "$W/e.json" <<J
  "reference": "f32", "arms": [{"name": "f32"}]}
 J
 expect_exit "run --db=PATH: exit 0" 0 "$VTLAB" run "$W/e.json" --db="$W/r.db"
+! grep -q $'\033' "$ERR" && ok "progress on a log (stderr not a terminal): no terminal escapes" || not_ok "progress escapes" "$(od -c "$ERR" | head -3)"
+VTLAB_PROGRESS_INTERVAL=0 "$VTLAB" run "$W/e.json" --db "$W/r2.db" >/dev/null 2>"$W/prog"
+grep -qE "^  .*sequence [0-9]+/2 .*tok/s" "$W/prog" && ! grep -q $'\033' "$W/prog" \
+  && ok "progress on a log: plain lines (VTLAB_PROGRESS_INTERVAL=0: every sequence)" || not_ok "progress lines" "$(head -5 "$W/prog")"
 "$VTLAB" runs --db="$W/r.db" >"$W/a" 2>&1; "$VTLAB" runs --db "$W/r.db" >"$W/b" 2>&1
 [ -s "$W/a" ] && cmp -s "$W/a" "$W/b" && ok "runs --db=PATH prints what runs --db PATH does" || not_ok "runs equals" "$(diff "$W/a" "$W/b" | head -5)"
 expect_exit "an empty --db= is a usage error (exit 2)" 2 "$VTLAB" runs --db=
