@@ -479,6 +479,92 @@ static int export_stream(lab_store *st, int64_t id, const char *format, const ch
     return rc;
 }
 
+/* The files of an atomic --out: the target (a symlink resolved: it stays a
+ * symlink, the file it points to is what is replaced), its directory, the
+ * name of a temp file beside it, and the temp file's descriptor; named: the
+ * temp file has that name (and is removed on failure). */
+typedef struct out_file {
+    char *target, *dir, *tmp;
+    int   fd, named;
+} out_file;
+
+static void out_free(out_file *o) {
+    free(o->target);
+    free(o->dir);
+    free(o->tmp);
+}
+
+static int out_paths(const char *path, out_file *o, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    o->target = realpath(path, NULL);
+    if (!o->target) o->target = strdup(path);
+    size_t pl = o->target ? strlen(o->target) : 0;
+    const char *slash = o->target ? strrchr(o->target, '/') : NULL;
+    o->dir = !o->target ? NULL
+             : slash    ? strndup(o->target, slash == o->target ? 1 : (size_t)(slash - o->target))
+                        : strdup(".");
+    o->tmp = malloc(pl + 48);
+    if (!o->target || !o->dir || !o->tmp) {
+        out_free(o);
+        return oom(err, errlen);
+    }
+    snprintf(o->tmp, pl + 48, "%s.%ld.tmp", o->target, (long)getpid());
+    return LAB_OK;
+}
+
+/* Opens the temp file: an unnamed file in the target directory (O_TMPFILE),
+ * so that a process killed while writing leaves nothing behind. File systems
+ * without it get a named temp file, removed on every failure this process
+ * sees. */
+static int out_create(out_file *o, const char *path, char *err, size_t errlen) {
+    o->fd = open(o->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (o->fd < 0) {
+        o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        o->named = o->fd >= 0;
+    }
+    if (o->fd >= 0) return LAB_OK;
+    int e = errno;
+    if (e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS)
+        return lab_errf(err, errlen, LAB_EINPUT, "--out %s: cannot create: %s", path, strerror(e));
+    return write_err(path, e, "cannot create", err, errlen);
+}
+
+/* Gives the finished unnamed temp file its name beside the target (then
+ * renamed over it: both steps are atomic). 0 or the errno. */
+static int out_link(out_file *o) {
+    char fdpath[64];
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", o->fd);
+    if (linkat(AT_FDCWD, fdpath, AT_FDCWD, o->tmp, AT_SYMLINK_FOLLOW) != 0) return errno ? errno : EIO;
+    o->named = 1;
+    return 0;
+}
+
+/* Writes the export into the temp file, flushes, fsyncs and names it;
+ * closes it. */
+static int out_write(lab_store *st, int64_t id, const char *format, const char *path, out_file *o, char *err,
+                     size_t errlen) {
+    FILE *f = fdopen(o->fd, "w");
+    if (!f) {
+        int rc = write_err(path, errno, "cannot create", err, errlen);
+        close(o->fd);
+        return rc;
+    }
+    errno = 0;
+    int rc = lab_cmd_export(st, id, format, f, err, errlen);
+    int e = 0;   /* errno of the first write that failed: said in words below */
+    if (ferror(f)) {
+        e = errno ? errno : EIO;
+        rc = LAB_OK;
+    }
+    if (!rc && !e && fflush(f) != 0) e = errno ? errno : EIO;
+    if (!rc && !e && fsync(o->fd) != 0) e = errno ? errno : EIO;
+    if (!rc && !e && !o->named) e = out_link(o);
+    if (fclose(f) != 0 && !rc && !e) e = errno ? errno : EIO;
+    if (!rc && e) rc = write_err(path, e, "write failed", err, errlen);
+    return rc;
+}
+
 int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const char *path, char *err, size_t errlen) {
     int rc = need_run(st, id, err, errlen);   /* before any file is touched */
     if (rc) return rc;
@@ -486,75 +572,14 @@ int lab_cmd_export_file(lab_store *st, int64_t id, const char *format, const cha
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return lab_errf(err, errlen, LAB_EINPUT, "--out %s: is a directory", path);
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return export_stream(st, id, format, path, err, errlen);
-    /* A symlink stays a symlink: the file it points to is what is replaced. */
-    char *target = realpath(path, NULL);
-    if (!target) target = strdup(path);
-    size_t pl = target ? strlen(target) : 0;
-    const char *slash = target ? strrchr(target, '/') : NULL;
-    char *dir = !target ? NULL : slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
-    char *tmp = malloc(pl + 48), fdpath[64];
-    if (!target || !dir || !tmp) {
-        free(target);
-        free(dir);
-        free(tmp);
-        return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    out_file o;
+    if ((rc = out_paths(path, &o, err, errlen))) return rc;
+    if (!(rc = out_create(&o, path, err, errlen))) {
+        rc = out_write(st, id, format, path, &o, err, errlen);
+        if (!rc && rename(o.tmp, o.target) != 0) rc = write_err(path, errno, "cannot rename into place", err, errlen);
+        if (!rc) sync_dir(o.dir);
+        else if (o.named) unlink(o.tmp);
     }
-    snprintf(tmp, pl + 48, "%s.%ld.tmp", target, (long)getpid());
-    /* An unnamed file in the target directory (O_TMPFILE): a process killed
-     * while writing leaves nothing behind. File systems without it get a
-     * named temp file, removed on every failure this process sees. */
-    int named = 0;
-    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        named = 1;
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    }
-    if (fd < 0) {
-        int e = errno;
-        rc = e == ENOENT || e == ENOTDIR || e == EACCES || e == EROFS
-                 ? lab_errf(err, errlen, LAB_EINPUT, "--out %s: cannot create: %s", path, strerror(e))
-                 : write_err(path, e, "cannot create", err, errlen);
-        free(target);
-        free(dir);
-        free(tmp);
-        return rc;
-    }
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        rc = write_err(path, errno, "cannot create", err, errlen);
-        close(fd);
-        goto cleanup;
-    }
-    errno = 0;
-    rc = lab_cmd_export(st, id, format, f, err, errlen);
-    int e = 0;   /* errno of the first write that failed: said in words below */
-    if (ferror(f)) {
-        e = errno ? errno : EIO;
-        rc = LAB_OK;
-    }
-    if (!rc && !e && fflush(f) != 0) e = errno ? errno : EIO;
-    if (!rc && !e && fsync(fd) != 0) e = errno ? errno : EIO;
-    if (!rc && !e && !named) {
-        /* Give the finished unnamed file a name beside its target, then
-         * rename that over the target: both steps are atomic. */
-        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
-        if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0) e = errno ? errno : EIO;
-        else named = 1;
-    }
-    if (fclose(f) != 0 && !rc && !e) e = errno ? errno : EIO;
-    if (!rc && e) rc = write_err(path, e, "write failed", err, errlen);
-    if (!rc && rename(tmp, target) != 0) rc = write_err(path, errno, "cannot rename into place", err, errlen);
-    if (!rc) {
-        sync_dir(dir);
-        free(target);
-        free(dir);
-        free(tmp);
-        return LAB_OK;
-    }
-cleanup:
-    if (named) unlink(tmp);
-    free(target);
-    free(dir);
-    free(tmp);
+    out_free(&o);
     return rc;
 }
