@@ -224,66 +224,136 @@ static void compare_table(int64_t a, int64_t b, const lab_query_brief *A, const 
         if (c->refs[i].measured) metric_row(c->refs[i].name, c->refs[i].a, c->refs[i].b);
 }
 
-/* McNemar on agreement of A's and B's top-1 (n positions) with their common
- * reference run ref's. */
-static int compare_mcnemar(lab_store *st, int64_t ref, const int32_t *ta, const int32_t *tb, int64_t n, char *err,
-                           size_t errlen) {
-    int32_t *tr = NULL;
+/* Top-1 of A against B, and of both against their common reference. */
+typedef struct top1_cmp {
+    int     comparable;        /* same dataset and scored positions */
+    int64_t na, nb, k;         /* positions of A and B; positions where they agree */
+    double  lo, hi;            /* Wilson 95% of k/na */
+    int     mcnemar;           /* computed: a common reference with the same positions */
+    int64_t ref, a_only, b_only;
+    double  p;
+} top1_cmp;
+
+static int top1_compute(lab_store *st, int64_t a, int64_t b, const lab_query_brief *A, const lab_query_brief *B,
+                        top1_cmp *t, char *err, size_t errlen) {
+    int32_t *ta = NULL, *tb = NULL, *tr = NULL;
     int64_t nr = 0;
-    int rc = lab_store_top1(st, ref, &tr, &nr, err, errlen);
-    if (!rc && nr == n) {
-        int64_t bb = 0, cc = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int ra = ta[i] == tr[i], rb = tb[i] == tr[i];
-            bb += ra && !rb;
-            cc += !ra && rb;
-        }
-        double p = lab_mcnemar_exact(bb, cc);
-        printf("McNemar exact    vs reference run %lld: A-only agree %lld, B-only agree %lld, p = %.4g %s\n",
-               (long long)ref, (long long)bb, (long long)cc, p, signif(p));
+    memset(t, 0, sizeof *t);
+    int rc = lab_store_top1(st, a, &ta, &t->na, err, errlen);
+    if (!rc) rc = lab_store_top1(st, b, &tb, &t->nb, err, errlen);
+    t->comparable = !rc && t->na > 0 && t->na == t->nb && !strcmp(A->dataset, B->dataset);
+    if (t->comparable) {
+        for (int64_t i = 0; i < t->na; i++) t->k += ta[i] == tb[i];
+        lab_wilson(t->k, t->na, LAB_Z95, &t->lo, &t->hi);
+        t->ref = A->reference_run && A->reference_run == B->reference_run ? A->reference_run : 0;
     }
+    if (t->comparable && t->ref && !(rc = lab_store_top1(st, t->ref, &tr, &nr, err, errlen)) && nr == t->na) {
+        for (int64_t i = 0; i < t->na; i++) {
+            int ra = ta[i] == tr[i], rb = tb[i] == tr[i];
+            t->a_only += ra && !rb;
+            t->b_only += !ra && rb;
+        }
+        t->p = lab_mcnemar_exact(t->a_only, t->b_only);
+        t->mcnemar = 1;
+    }
+    free(ta);
+    free(tb);
     free(tr);
     return rc;
 }
 
-/* Top-1 agreement between A and B on the same positions, and McNemar on
- * agreement with their common reference. */
-static int compare_top1(lab_store *st, int64_t a, int64_t b, const lab_query_brief *A, const lab_query_brief *B,
-                        char *err, size_t errlen) {
-    int32_t *ta = NULL, *tb = NULL;
-    int64_t na = 0, nb = 0;
-    int rc = lab_store_top1(st, a, &ta, &na, err, errlen);
-    if (!rc) rc = lab_store_top1(st, b, &tb, &nb, err, errlen);
-    if (rc) goto out;
-    if (na == 0 || na != nb || strcmp(A->dataset, B->dataset)) {
-        printf("top-1 A vs B: not comparable (different datasets or scored positions: %lld vs %lld)\n", (long long)na,
-               (long long)nb);
-        goto out;
+static void top1_print(const top1_cmp *t) {
+    if (!t->comparable) {
+        printf("top-1 A vs B: not comparable (different datasets or scored positions: %lld vs %lld)\n", (long long)t->na,
+               (long long)t->nb);
+        return;
     }
-    int64_t k = 0;
-    for (int64_t i = 0; i < na; i++) k += ta[i] == tb[i];
-    double lo, hi;
-    lab_wilson(k, na, LAB_Z95, &lo, &hi);
-    printf("top-1 A vs B     %lld/%lld agree, Wilson 95%% [%.4f, %.4f]\n", (long long)k, (long long)na, lo, hi);
-    if (A->reference_run && A->reference_run == B->reference_run)
-        rc = compare_mcnemar(st, A->reference_run, ta, tb, na, err, errlen);
-    else
+    printf("top-1 A vs B     %lld/%lld agree, Wilson 95%% [%.4f, %.4f]\n", (long long)t->k, (long long)t->na, t->lo, t->hi);
+    if (t->mcnemar)
+        printf("McNemar exact    vs reference run %lld: A-only agree %lld, B-only agree %lld, p = %.4g %s\n",
+               (long long)t->ref, (long long)t->a_only, (long long)t->b_only, t->p, signif(t->p));
+    else if (!t->ref)
         printf("McNemar exact    not computed: the runs have no common reference run\n");
-out:
-    free(ta);
-    free(tb);
+}
+
+static cJSON *brief_json(int64_t id, const lab_query_brief *b) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "experiment", b->experiment);
+    cJSON_AddStringToObject(o, "arm", b->arm);
+    cJSON_AddStringToObject(o, "status", b->status);
+    cJSON_AddStringToObject(o, "knob_hash", b->knob_hash);
+    cJSON_AddStringToObject(o, "model_sha256", b->model);
+    cJSON_AddStringToObject(o, "dataset_sha256", b->dataset);
+    cJSON_AddStringToObject(o, "code_version", b->code);
+    cJSON_AddStringToObject(o, "logits_sha256", b->logits);
+    return o;
+}
+
+static void values_json(cJSON *arr, const lab_query_value *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", v[i].name);
+        cJSON_AddNumberToObject(o, "a", v[i].a);
+        cJSON_AddNumberToObject(o, "b", v[i].b);
+        cJSON_AddNumberToObject(o, "b_minus_a", v[i].b - v[i].a);
+        if (v[i].a != 0 && isfinite(v[i].a) && isfinite(v[i].b)) cJSON_AddNumberToObject(o, "b_over_a", v[i].b / v[i].a);
+        cJSON_AddItemToArray(arr, o);
+    }
+}
+
+/* `vtlab compare --json`: what the table says, as one object. */
+static int compare_json(int64_t a, int64_t b, const lab_query_brief *A, const lab_query_brief *B,
+                        const lab_query_compare *c, const top1_cmp *t, char *err, size_t errlen) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "a", brief_json(a, A));
+    cJSON_AddItemToObject(o, "b", brief_json(b, B));
+    cJSON *k = cJSON_AddArrayToObject(o, "knobs_differ");
+    for (int64_t i = 0; i < c->n_knobs; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "name", c->knobs[i].name);
+        cJSON_AddStringToObject(x, "a", c->knobs[i].a);
+        cJSON_AddStringToObject(x, "b", c->knobs[i].b);
+        cJSON_AddItemToArray(k, x);
+    }
+    values_json(cJSON_AddArrayToObject(o, "metrics"), c->metrics, c->n_metrics);
+    cJSON *vr = cJSON_AddArrayToObject(o, "vs_reference");
+    for (int64_t i = 0; i < c->n_refs; i++)
+        if (c->refs[i].measured) values_json(vr, &c->refs[i], 1);
+    if (t->comparable) {
+        cJSON *x = cJSON_AddObjectToObject(o, "top1_a_vs_b");
+        cJSON_AddNumberToObject(x, "k", (double)t->k);
+        cJSON_AddNumberToObject(x, "n", (double)t->na);
+        cJSON_AddNumberToObject(x, "lo", t->lo);
+        cJSON_AddNumberToObject(x, "hi", t->hi);
+    } else cJSON_AddNullToObject(o, "top1_a_vs_b");
+    if (t->mcnemar) {
+        cJSON *x = cJSON_AddObjectToObject(o, "mcnemar");
+        cJSON_AddNumberToObject(x, "reference_run", (double)t->ref);
+        cJSON_AddNumberToObject(x, "a_only_agree", (double)t->a_only);
+        cJSON_AddNumberToObject(x, "b_only_agree", (double)t->b_only);
+        cJSON_AddNumberToObject(x, "p", t->p);
+    } else cJSON_AddNullToObject(o, "mcnemar");
+    int rc = print_json(o, stdout, "compare", err, errlen);
+    cJSON_Delete(o);
     return rc;
 }
 
-int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errlen) {
+int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, int json, char *err, size_t errlen) {
     lab_query_brief A, B;
     lab_query_compare c;
+    top1_cmp t;
     int rc;
     if ((rc = load_brief(st, a, &A, err, errlen)) || (rc = load_brief(st, b, &B, err, errlen))) return rc;
     if ((rc = lab_query_compare_read(st, a, b, &c, err, errlen))) return rc;
-    compare_table(a, b, &A, &B, &c);
+    if ((rc = top1_compute(st, a, b, &A, &B, &t, err, errlen))) { lab_query_compare_free(&c); return rc; }
+    if (json) rc = compare_json(a, b, &A, &B, &c, &t, err, errlen);
+    else {
+        compare_table(a, b, &A, &B, &c);
+        top1_print(&t);
+    }
     lab_query_compare_free(&c);
-    return compare_top1(st, a, b, &A, &B, err, errlen);
+    return rc;
 }
 
 /* ------------------------------------------------------------ export */

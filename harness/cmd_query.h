@@ -21,7 +21,7 @@ int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, siz
 int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen);
 /* Two runs side by side: identity, differing knobs, metrics, top-1
  * agreement between them and McNemar on agreement with their reference. */
-int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, char *err, size_t errlen);
+int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, int json, char *err, size_t errlen);
 /* format "json" (everything, top-k included) or "csv" (per-position top-k). */
 int lab_cmd_export(lab_store *st, int64_t id, const char *format, FILE *out, char *err, size_t errlen);
 /* lab_cmd_export into the file path, atomically (`vtlab export --out`): the

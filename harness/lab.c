@@ -195,7 +195,7 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
         if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
         if ((u = parse_run_id(cmd, a.pos[0], &id))) return u;
     } else if (!strcmp(cmd, "compare")) {
-        if ((u = parse_args(cmd, argc, argv, "db", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, "db json", &a))) return u;
         if (a.npos != 2) return usage_error(cmd, "expected two run ids RUN_A RUN_B%s", "");
         if ((u = parse_run_id(cmd, a.pos[0], &id)) || (u = parse_run_id(cmd, a.pos[1], &id2))) return u;
     } else {
@@ -214,7 +214,7 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     if (!strcmp(cmd, "runs")) rc = lab_cmd_runs(st, a.experiment, a.json, err, sizeof err);
     else if (!strcmp(cmd, "show") && a.json) rc = lab_cmd_export(st, id, "json", stdout, err, sizeof err);
     else if (!strcmp(cmd, "show")) rc = lab_cmd_show(st, id, err, sizeof err);
-    else if (!strcmp(cmd, "compare")) rc = lab_cmd_compare(st, id, id2, err, sizeof err);
+    else if (!strcmp(cmd, "compare")) rc = lab_cmd_compare(st, id, id2, a.json, err, sizeof err);
     else {
         if (a.out) rc = lab_cmd_export_file(st, id, a.format, a.out, err, sizeof err);
         else rc = lab_cmd_export(st, id, a.format, stdout, err, sizeof err);
@@ -328,7 +328,8 @@ void vt_lab_usage(FILE *out) {
             "  runs     [--db PATH] [--experiment ID] [--json]\n"
             "                                       list runs: status, assertions, top-1 k/n, verdict\n"
             "  show     RUN [--db PATH] [--json]    everything recorded about one run (--json: as export)\n"
-            "  compare  RUN_A RUN_B [--db PATH]     side by side, agreement, McNemar's exact test\n"
+            "  compare  RUN_A RUN_B [--db PATH] [--json]\n"
+            "                                       side by side, B-A and B/A, agreement, McNemar's exact test\n"
             "  export   RUN [--format json|csv|positions|positions-csv] [--out FILE] [--db PATH]\n"
             "                                       the run's records (json), per-position top-k (csv), or one\n"
             "                                       record per position against the reference (positions: JSONL)\n"

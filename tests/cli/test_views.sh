@@ -111,6 +111,18 @@ print("ok" if not bad else "; ".join(bad))
 PY
 )
 [ "$got" = ok ] && ok "distribution metrics (KL se/quantiles, top-1 se, dp mean/se/quantiles, PPL ratio/se) agree with an independent computation" || not_ok "distribution metrics" "$got"
+"$VTLAB" compare "$ra" "$rb" --db "$D" --json >"$W/cmp.json" 2>"$ERR"
+/usr/bin/python3 - "$W/cmp.json" "$W/cmp" <<'PY' >"$W/py2" 2>&1
+import json, re, sys
+d = json.load(open(sys.argv[1])); text = open(sys.argv[2]).read()
+m = re.search(r"A-only agree (\d+), B-only agree (\d+)", text)
+assert d["mcnemar"] and m and (d["mcnemar"]["a_only_agree"], d["mcnemar"]["b_only_agree"]) == (int(m[1]), int(m[2])), d["mcnemar"]
+names = [x["name"] for x in d["metrics"]]
+assert "kl_mean_se" in names and all(abs(x["b_minus_a"] - (x["b"] - x["a"])) < 1e-12 for x in d["metrics"]), names
+assert d["a"]["arm"] == "bf16" and d["b"]["arm"] == "ignored" and d["top1_a_vs_b"]["n"] > 0
+print("ok")
+PY
+[ "$(cat "$W/py2")" = ok ] && ok "compare --json: the same comparison as one object" || not_ok "compare --json" "$(tail -3 "$W/py2")"
 # the per-position export (the equivalent of --log_samples): one record per position
 run=$(q $D "select run_id from run_summary where arm = 'bf16' order by run_id desc limit 1")
 "$VTLAB" export "$run" --db "$D" --format positions >"$W/pos.jsonl" 2>"$ERR"
