@@ -48,7 +48,7 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg) {
 /* Parses argv[1..] of a lab command. allowed: the options this command takes. */
 static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, lab_args *a) {
     memset(a, 0, sizeof *a);
-    a->db = "results.db";
+    a->db = LAB_DEFAULT_DB;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         const char **slot = NULL;
@@ -122,7 +122,7 @@ static int cmd_sweep(int argc, char **argv) {
     int u = parse_args("sweep", argc, argv, "db force", &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("sweep", "expected at most one DIR, got %s", a.pos[1]);
-    const char *dir = a.npos ? a.pos[0] : "experiments";
+    const char *dir = a.npos ? a.pos[0] : LAB_DEFAULT_EXPERIMENTS;
     char **files = NULL;
     int64_t n = 0;
     char lerr[1024] = "";
@@ -234,7 +234,7 @@ static int cmd_specs(int argc, char **argv) {
     int u = parse_args("specs", argc, argv, "specs", &a);
     if (u) return u;
     if (a.npos != 1 || strcmp(a.pos[0], "check")) return usage_error("specs", "expected `specs check [--specs DIR]`%s", "");
-    const char *dir = a.specs ? a.specs : "specs";
+    const char *dir = a.specs ? a.specs : LAB_DEFAULT_SPECS;
     lab_ledger l;
     char err[2048] = "";
     int rc = lab_ledger_load(dir, &l, err, sizeof err);
@@ -260,7 +260,7 @@ static int cmd_audit(int argc, char **argv) {
     int u = parse_args("audit", argc, argv, "db specs json", &a);
     if (u) return u;
     if (a.npos) return usage_error("audit", "unexpected argument %s", a.pos[0]);
-    lab_audit_opts o = {a.db, a.specs ? a.specs : "specs", a.json};
+    lab_audit_opts o = {a.db, a.specs ? a.specs : LAB_DEFAULT_SPECS, a.json};
     lab_audit_result res;
     char err[2048] = "";
     int rc = lab_audit_run(&o, &res, stdout, err, sizeof err);
@@ -276,7 +276,7 @@ static int cmd_reopen(int argc, char **argv) {
     int u = parse_args("reopen", argc, argv, "db specs defect", &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("reopen", "expected one CLAIM_ID%s", "");
-    lab_reopen_opts o = {a.pos[0], a.db, a.specs ? a.specs : "specs", a.defect, "build/reopen"};
+    lab_reopen_opts o = {a.pos[0], a.db, a.specs ? a.specs : LAB_DEFAULT_SPECS, a.defect, LAB_DEFAULT_REOPEN_DIR};
     char err[2048] = "", id[128] = "";
     lab_install_signals();
     int rc = lab_reopen(&o, stdout, id, err, sizeof err);

@@ -42,10 +42,10 @@
 
 void lab_nightly_defaults(lab_nightly_opts *o) {
     memset(o, 0, sizeof *o);
-    o->db_path = "results.db";
-    o->exp_dir = "experiments";
-    o->out_dir = "report";
-    o->specs_dir = "specs";
+    o->db_path = LAB_DEFAULT_DB;
+    o->exp_dir = LAB_DEFAULT_EXPERIMENTS;
+    o->out_dir = LAB_DEFAULT_REPORT;
+    o->specs_dir = LAB_DEFAULT_SPECS;
     o->alpha = 0.05;
     o->perf_min_drop = 0.05;
     o->perf_sigmas = 3.0;
@@ -1452,7 +1452,7 @@ static int ack_record(lab_store *st, const lab_nightly_target *t, const char *re
  * further drop beyond the noise alerts again). Exit 0, or 2 on bad input
  * (nothing written). */
 int lab_cmd_ack(int argc, char **argv) {
-    const char *db = "results.db", *reason = NULL, *key = NULL;
+    const char *db = LAB_DEFAULT_DB, *reason = NULL, *key = NULL;
     int bad = ack_args(argc, argv, &db, &reason, &key);
     if (bad) return bad;
     lab_store *st = NULL;

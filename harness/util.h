@@ -25,6 +25,15 @@
 #define LAB_EINTERNAL    VT_STATUS_INTERNAL
 #define LAB_EUNSUPPORTED VT_STATUS_UNSUPPORTED  /* e.g. VT_BACKEND=cuda without a device */
 
+/* The defaults every command uses, spelled once: the database, the ledger,
+ * the experiments a sweep or nightly runs, the report's folder, and where
+ * reopen writes the derived experiment. */
+#define LAB_DEFAULT_DB          "results.db"
+#define LAB_DEFAULT_SPECS       "specs"
+#define LAB_DEFAULT_EXPERIMENTS "experiments"
+#define LAB_DEFAULT_REPORT      "report"
+#define LAB_DEFAULT_REOPEN_DIR  "build/reopen"
+
 /* Formats into err (may be NULL) and returns code. */
 int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
