@@ -1,10 +1,13 @@
 /*
  * report.c — `vtlab report` (see report.h for what it writes).
  *
- * The page is built in memory from read-only queries, one experiment at a
- * time, then written with .tmp + rename, so a reader never sees half a page.
- * The charts are in report_charts.c; what the two files share (the page's
- * model, the query helpers) is report_page.h.
+ * The page is built in memory, then written with .tmp + rename, so a reader
+ * never sees half a page. Its data come from the view model that the store
+ * reads (store_report.h: the page-wide view first, then one experiment at a
+ * time); this file holds no SQL. A read that fails fails the report; a table
+ * an older schema lacks leaves its section out. The charts are in
+ * report_charts.c; what the two files share (the page being written) is
+ * report_page.h.
  *
  * Which runs the page shows: for each experiment and arm, the latest
  * FINISHED run of repeat 0 (the latest of any status when none finished), so
@@ -15,14 +18,12 @@
 #include "report_page.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "metrics.h"
 #include "model/vt.h"
 #include "plot.h"
 

@@ -6,18 +6,17 @@
  * data file (plot.h); one that cannot be drawn is named on the page and on
  * stderr, and the rest of the report is still written.
  *
- * Layer kinds for the divergence chart are recorded with each run
- * (runs.layer_kinds, from the engine); for a run recorded before schema v6
- * they come from its probe records (kda.state marks a KDA layer, the moe.*
- * sites a MoE layer, every other layer of residual.stream is MLA), and
- * without those the chart is drawn unshaded. No report opens a model.
+ * Each chart is a pure function of the experiment's view (exp_view, read by
+ * store_report.c): this file reads no database. Layer kinds for the
+ * divergence chart are those of the reference run (lab_rp_read_layer_kinds:
+ * recorded with the run, else from its probe records); unknown ones leave the
+ * chart unshaded. No report opens a model.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiment.h"
 #include "model/vt.h"
 #include "plot.h"
 #include "report_page.h"
