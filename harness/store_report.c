@@ -164,6 +164,10 @@ static int full_kl(lab_store *st, int64_t rp, int64_t rq, double **kl, int64_t *
     for (;;) {
         int ra = sqlite3_step(a), rb = sqlite3_step(b);
         if (ra == SQLITE_DONE && rb == SQLITE_DONE) break;
+        if ((ra != SQLITE_ROW && ra != SQLITE_DONE) || (rb != SQLITE_ROW && rb != SQLITE_DONE)) {
+            result = -lab_sq_error(st, err, errlen, "read logits_full");   /* a failed read, not a mismatch */
+            goto out;
+        }
         if (ra != SQLITE_ROW || rb != SQLITE_ROW) { result = any ? -LAB_EINPUT : 0; goto out; }
         int64_t np = sqlite3_column_int64(a, 0), v = sqlite3_column_int64(a, 1);
         if (np != sqlite3_column_int64(b, 0) || v != sqlite3_column_int64(b, 1) || v <= 0 || np <= 0 ||
