@@ -6,87 +6,20 @@
  * data file (plot.h); one that cannot be drawn is named on the page and on
  * stderr, and the rest of the report is still written.
  *
- * Layer kinds for the divergence chart are recorded with each run
- * (runs.layer_kinds, from the engine); for a run recorded before schema v6
- * they come from its probe records (kda.state marks a KDA layer, the moe.*
- * sites a MoE layer, every other layer of residual.stream is MLA), and
- * without those the chart is drawn unshaded. No report opens a model.
+ * Each chart is a pure function of the experiment's view (exp_view, read by
+ * store_report.c): this file reads no database. Layer kinds for the
+ * divergence chart are those of the reference run (lab_rp_read_layer_kinds:
+ * recorded with the run, else from its probe records); unknown ones leave the
+ * chart unshaded. No report opens a model.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiment.h"
 #include "model/vt.h"
 #include "plot.h"
 #include "report_page.h"
-
-/* ------------------------------------------------------------ layer kinds */
-
-typedef struct layer_kinds {
-    int  n;                    /* layers; 0 when unknown */
-    char attn[VT_MODEL_MAX_LAYERS + 1];   /* 'K' KDA, 'M' MLA */
-    char ffn[VT_MODEL_MAX_LAYERS + 1];    /* 'E' MoE, 'D' dense */
-    char source[96];
-} layer_kinds;
-
-/* "KKKM/DEEE" (runs.layer_kinds) into lk; 0 when the text is not that. */
-static int kinds_from_text(const char *t, layer_kinds *lk) {
-    const char *slash = strchr(t, '/');
-    size_t n = slash ? (size_t)(slash - t) : 0;
-    if (!n || n > VT_MODEL_MAX_LAYERS || strlen(slash + 1) != n) return 0;
-    for (size_t l = 0; l < n; l++) {
-        lk->attn[l] = t[l] == 'K' ? 'K' : 'M';
-        lk->ffn[l] = slash[1 + l] == 'E' ? 'E' : 'D';
-    }
-    lk->attn[n] = lk->ffn[n] = 0;
-    lk->n = (int)n;
-    snprintf(lk->source, sizeof lk->source, "the model's layer kinds recorded with the run");
-    return 1;
-}
-
-static int layer_kinds_of(lab_store *st, const exp_view *e, int64_t run, layer_kinds *lk, char *err, size_t errlen) {
-    memset(lk, 0, sizeof *lk);
-    sqlite3_stmt *s;
-    /* recorded with the run (schema v6; the report's store is migrated) */
-    int rc = lab_rp_prep(st, "SELECT layer_kinds FROM runs WHERE id = ?1", &s, err, errlen);
-    if (rc) return rc;
-    {
-        sqlite3_bind_int64(s, 1, run);
-        int found = sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) == SQLITE_TEXT &&
-                    kinds_from_text(lab_col_text(s, 0), lk);
-        sqlite3_finalize(s);
-        if (found) return LAB_OK;
-    }
-    /* a run recorded before v6: from its probe records */
-    memset(lk, 0, sizeof *lk);
-    rc = lab_rp_prep(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < ?2", &s, err,
-                  errlen);
-    if (rc) return rc;
-    sqlite3_bind_int64(s, 1, run);
-    sqlite3_bind_int(s, 2, VT_MODEL_MAX_LAYERS);
-    int any_kda = 0, n = 0;
-    memset(lk->attn, 'M', sizeof lk->attn);
-    memset(lk->ffn, 'D', sizeof lk->ffn);
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        const char *site = lab_col_text(s, 0);
-        int l = sqlite3_column_int(s, 1);
-        if (l + 1 > n) n = l + 1;
-        if (!strcmp(site, "kda.state")) { lk->attn[l] = 'K'; any_kda = 1; }
-        if (!strncmp(site, "moe.", 4)) lk->ffn[l] = 'E';
-    }
-    sqlite3_finalize(s);
-    lk->attn[VT_MODEL_MAX_LAYERS] = lk->ffn[VT_MODEL_MAX_LAYERS] = 0;
-    if (n > 0 && any_kda) {
-        lk->n = n;
-        lk->attn[n] = lk->ffn[n] = 0;
-        snprintf(lk->source, sizeof lk->source, "the run's probe records");
-        return LAB_OK;
-    }
-    memset(lk, 0, sizeof *lk);   /* unknown: the chart is drawn without shading, no model is opened */
-    return LAB_OK;
-}
 
 /* ------------------------------------------------------------ charts */
 
@@ -155,37 +88,27 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
     char lab[160], title[300];
     int blocks = 0;
     double tol = NAN;
-    int64_t kinds_run = 0;
+    const lab_rp_layer_kinds *lk = NULL;   /* of the reference of the last arm drawn */
     lab_buf plots = {0};
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
         if (!a->has_cmp || a->is_reference) continue;
-        sqlite3_stmt *s;
-        if (lab_rp_prep(pg->st, "SELECT layer, site, rel_l2 FROM layer_divergence WHERE run_id = ?1 AND reference_run_id = ?2"
-                         " ORDER BY layer, site", &s, pg->err, sizeof pg->err)) continue;
-        sqlite3_bind_int64(s, 1, a->run_id);
-        sqlite3_bind_int64(s, 2, a->ref_run);
-        int rows = 0;
-        while (sqlite3_step(s) == SQLITE_ROW) {
-            double v = sqlite3_column_double(s, 2);
+        if (!a->n_div) continue;
+        for (int64_t j = 0; j < a->n_div; j++) {
+            double v = a->div[j].rel_l2;
             if (!(v > 1e-10)) v = 1e-10;       /* log scale: exact zero is drawn at the floor */
             if (v > 1e3) v = 1e3;              /* 1e308 stands for +inf */
-            lab_buf_printf(&d, "%.3f %.6g\n", (double)sqlite3_column_int64(s, 0) + (sqlite3_column_int(s, 1) ? 0.75 : 0.25), v);
-            rows++;
+            lab_buf_printf(&d, "%.3f %.6g\n", (double)a->div[j].layer + (a->div[j].site ? 0.75 : 0.25), v);
         }
-        sqlite3_finalize(s);
-        if (!rows) continue;
         lab_buf_printf(&d, "\n\n");
         if (isnan(tol) && !isnan(a->div_tol)) tol = a->div_tol;
-        kinds_run = a->ref_run;
+        lk = &a->ref_kinds;
         lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with linespoints lw 2 pt 7 ps 0.8 title \"%s\"",
                        blocks ? ", " : "", stem, blocks, lab_gp_label(a->name, lab, sizeof lab));
         blocks++;
     }
     if (!blocks) { lab_buf_free(&d); lab_buf_free(&plots); return; }
-    layer_kinds lk;
-    layer_kinds_of(pg->st, e, kinds_run, &lk, pg->err, sizeof pg->err);
-    int nl = lk.n;
+    int nl = lk->n;
     lab_buf_printf(&b, "set title \"%s: relative L2 distance of the residual stream from reference %s, per layer\"\n",
                    lab_gp_label(e->id, title, sizeof title), lab_gp_label(e->reference, lab, sizeof lab));
     lab_buf_printf(&b, "set logscale y\nset format y '%%.0e'\n"
@@ -195,14 +118,14 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
     if (nl > 0) {
         lab_buf_printf(&b, "set xrange [0:%d]\nset xtics (", nl);
         for (int l = 0; l < nl; l++)
-            lab_buf_printf(&b, "%s\"%d\\n%s\\n%s\" %d.5", l ? ", " : "", l, lk.attn[l] == 'K' ? "KDA" : "MLA",
-                           lk.ffn[l] == 'E' ? "MoE" : "dense", l);
+            lab_buf_printf(&b, "%s\"%d\\n%s\\n%s\" %d.5", l ? ", " : "", l, lk->attn[l] == 'K' ? "KDA" : "MLA",
+                           lk->ffn[l] == 'E' ? "MoE" : "dense", l);
         lab_buf_printf(&b, ")\nset bmargin 7\nset xlabel offset 0,-1.5\n");
         for (int l = 0; l < nl; l++) {
-            if (lk.ffn[l] == 'E')
+            if (lk->ffn[l] == 'E')
                 lab_buf_printf(&b, "set object rect from %d.5, graph 0 to %d, graph 1 fc rgb '#f6d7a7' fs solid 0.45"
                                    " noborder behind\n", l, l + 1);
-            if (lk.attn[l] == 'M')
+            if (lk->attn[l] == 'M')
                 lab_buf_printf(&b, "set object rect from %d, graph 0 to %d.5, graph 1 fc rgb '#bcd4f0' fs solid 0.45"
                                    " noborder behind\n", l, l);
             lab_buf_printf(&b, "set arrow from %d, graph 0 to %d, graph 1 nohead lc rgb '#999999' dt 3\n", l, l);
@@ -217,7 +140,7 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
     lab_buf_printf(&b, "\n");
     char cap[512];
     snprintf(cap, sizeof cap, "Per-layer divergence of each arm from the reference (log scale); exact zeros are drawn at "
-                              "1e-10. Layer kinds from %s.%s", nl ? lk.source : "nowhere",
+                              "1e-10. Layer kinds from %s.%s", nl ? lk->source : "nowhere",
              nl ? " A defect in the MoE path shows as a jump at the first MoE layer." : " (unknown: no probes, model not found)");
     chart(pg, stem, d.data, b.data, 1000, 520, cap);
     lab_buf_free(&d);
@@ -238,14 +161,11 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
         if (!a->has_cmp || a->is_reference) continue;
-        double *kl = NULL;
-        int64_t n = 0;
-        int exact = 0;
-        char err[512];
-        if (lab_position_kl(pg->st, a->ref_run, a->run_id, &kl, &n, &exact, err, sizeof err) || n == 0) {
-            free(kl);
-            continue;
-        }
+        int64_t n = a->n_kl;
+        if (n == 0) continue;
+        double *kl = malloc((size_t)n * sizeof *kl);
+        if (!kl) continue;                 /* out of memory: the arm is left out, as before */
+        memcpy(kl, a->kl, (size_t)n * sizeof *kl);
         double sum = 0;
         for (int64_t j = 0; j < n; j++) sum += kl[j];
         qsort(kl, (size_t)n, sizeof *kl, cmp_double);
@@ -253,7 +173,7 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
             lab_buf_printf(&d, "%.6g %.6f\n", kl[j] > 1e-9 ? kl[j] : 1e-9, (double)(j + 1) / (double)n);
         lab_buf_printf(&d, "\n\n");
         free(kl);
-        if (!exact) all_exact = 0;
+        if (!a->kl_exact) all_exact = 0;
         lab_buf_printf(&notes, "%s%s: mean %.3g (stored exact mean %.3g)", notes.len ? "; " : "", a->name, sum / (double)n,
                        a->kl_mean);
         lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with steps lw 2 title \"%s\"", blocks ? ", " : "", stem,
@@ -281,115 +201,77 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
 
 /* ------------------------------------------------------------ nightly history charts */
 
-typedef struct hist_pt {
-    int64_t nightly;
-    int     x;                 /* 1-based ordinal of the nightly on the chart */
-    char    arm[128];
-    int     is_ref;
-    int     rep;
-    double  top1, lo, hi, kl, ppl, tps;
-} hist_pt;
-
-
-/* 1 when the nightly found a regression of one of kinds ("accuracy,check")
- * on this experiment and arm. */
-static int regressed(lab_store *st, int64_t nightly, const char *exp, const char *arm, const char *kinds) {
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(lab_store_db(st),
-                           "SELECT kind FROM nightly_findings WHERE nightly_id = ?1 AND experiment = ?2 AND arm = ?3"
-                           " AND regression = 1", -1, &s, NULL) != SQLITE_OK) return 0;
-    sqlite3_bind_int64(s, 1, nightly);
-    sqlite3_bind_text(s, 2, exp, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(s, 3, arm, -1, SQLITE_TRANSIENT);
-    int r = 0;
-    while (!r && sqlite3_step(s) == SQLITE_ROW) r = strstr(kinds, lab_col_text(s, 0)) != NULL;
-    sqlite3_finalize(s);
-    return r;
+/* 1 when the nightly flagged a regression of one of kinds ("accuracy,check")
+ * on this arm of the experiment. */
+static int regressed(const exp_view *e, int64_t nightly, const char *arm, const char *kinds) {
+    for (int64_t i = 0; i < e->n_regs; i++) {
+        const lab_rp_regression *r = &e->regs[i];
+        if (r->nightly == nightly && !strcmp(r->arm, arm) && strstr(kinds, r->kind)) return 1;
+    }
+    return 0;
 }
 
-void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, const char *stem_tps) {
-    if (!lab_rp_has_table(pg->st, "nightlies")) return;
-    sqlite3_stmt *s;
-    if (lab_rp_prep(pg->st,
-             "SELECT n.id, substr(n.started_at, 1, 16), n.git_commit, r.arm, r.is_reference, r.repeat_idx, c.top1_k,"
-             " c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean,"
-             " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'perplexity'),"
-             " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s')"
-             " FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id JOIN runs r ON r.id = nr.run_id"
-             " LEFT JOIN comparisons c ON c.run_id = r.id"
-             " WHERE r.experiment = ?1 AND r.status = 'FINISHED' AND n.status != 'RUNNING'"
-             " ORDER BY n.id, r.repeat_idx, r.id", &s, pg->err, sizeof pg->err)) return;
-    sqlite3_bind_text(s, 1, e->id, -1, SQLITE_TRANSIENT);
-    hist_pt *pts = NULL;
-    int np = 0, cap = 0, nx = 0;
+/* The x axis of the history charts: nightly i (in order) at x[i] = 1, 2, ...
+ * of the points, labelled "#ID MM-DD\nCOMMIT" into xt. Returns the number of
+ * nightlies; xs[j] is point j's x. */
+static int history_axis(const exp_view *e, int *xs, lab_buf *xt) {
+    int nx = 0;
     int64_t last_n = -1;
-    lab_buf xt = {0};
     char lab[160];
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        if (np == cap) {
-            cap = cap ? cap * 2 : 64;
-            hist_pt *q = realloc(pts, (size_t)cap * sizeof *q);
-            if (!q) break;
-            pts = q;
-        }
-        hist_pt *p = &pts[np++];
-        memset(p, 0, sizeof *p);
-        p->nightly = sqlite3_column_int64(s, 0);
+    for (int64_t j = 0; j < e->n_hist; j++) {
+        const lab_rp_hist_point *p = &e->hist[j];
         if (p->nightly != last_n) {
             last_n = p->nightly;
             nx++;
-            char commit[16];
-            snprintf(commit, sizeof commit, "%.9s", lab_col_text(s, 2));
-            const char *when = lab_col_text(s, 1);
-            lab_buf_printf(&xt, "%s\"#%lld %.5s\\n%s\" %d", xt.len ? ", " : "", (long long)p->nightly,
-                           strlen(when) >= 10 ? when + 5 : when, lab_gp_label(commit, lab, sizeof lab), nx);
+            lab_buf_printf(xt, "%s\"#%lld %.5s\\n%s\" %d", xt->len ? ", " : "", (long long)p->nightly,
+                           strlen(p->when) >= 10 ? p->when + 5 : p->when, lab_gp_label(p->commit, lab, sizeof lab), nx);
         }
-        p->x = nx;
-        snprintf(p->arm, sizeof p->arm, "%s", lab_col_text(s, 3));
-        p->is_ref = sqlite3_column_int(s, 4);
-        p->rep = sqlite3_column_int(s, 5);
-        int64_t k = sqlite3_column_int64(s, 6), n = sqlite3_column_int64(s, 7);
-        p->top1 = sqlite3_column_type(s, 7) != SQLITE_NULL && n > 0 ? (double)k / (double)n : NAN;
-        p->lo = lab_rp_col_num(s, 8);
-        p->hi = lab_rp_col_num(s, 9);
-        p->kl = lab_rp_col_num(s, 10);
-        p->ppl = lab_rp_col_num(s, 11);
-        p->tps = lab_rp_col_num(s, 12);
+        xs[j] = nx;
     }
-    sqlite3_finalize(s);
-    if (!nx) { free(pts); lab_buf_free(&xt); return; }
+    return nx;
+}
 
-    /* History of the accuracy and numerics metrics: repeat 0 of each arm. */
-    lab_buf d = {0}, b = {0}, p1 = {0}, p2 = {0}, p3 = {0}, mk = {0};
+/* The plot lines of the history chart: one data block per arm with points
+ * (repeat 0), its regression marks into mk. Returns the number of blocks. */
+static int history_data(const exp_view *e, const int *xs, const char *stem, lab_buf *d, lab_buf *mk, lab_buf *p1,
+                        lab_buf *p2, lab_buf *p3) {
     int blk = 0;
-    char title[300];
+    char lab[160];
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
         int rows = 0;
-        for (int j = 0; j < np; j++) {
-            hist_pt *p = &pts[j];
+        for (int64_t j = 0; j < e->n_hist; j++) {
+            const lab_rp_hist_point *p = &e->hist[j];
             if (strcmp(p->arm, a->name) || p->rep != 0) continue;
-            lab_buf_printf(&d, "%d %.6g %.6g %.6g %.6g %.6g\n", p->x, p->top1, p->lo, p->hi, p->kl > 1e-12 ? p->kl : 1e-12,
+            lab_buf_printf(d, "%d %.6g %.6g %.6g %.6g %.6g\n", xs[j], p->top1, p->lo, p->hi, p->kl > 1e-12 ? p->kl : 1e-12,
                            p->ppl);
             rows++;
-            if (regressed(pg->st, p->nightly, e->id, a->name, "accuracy,check,audit") && !isnan(p->top1))
-                lab_buf_printf(&mk, "%d %.6g top1\n", p->x, p->top1);
-            if (regressed(pg->st, p->nightly, e->id, a->name, "numerics") && !isnan(p->kl))
-                lab_buf_printf(&mk, "%d %.6g kl\n", p->x, p->kl > 1e-12 ? p->kl : 1e-12);
+            if (regressed(e, p->nightly, a->name, "accuracy,check,audit") && !isnan(p->top1))
+                lab_buf_printf(mk, "%d %.6g top1\n", xs[j], p->top1);
+            if (regressed(e, p->nightly, a->name, "numerics") && !isnan(p->kl))
+                lab_buf_printf(mk, "%d %.6g kl\n", xs[j], p->kl > 1e-12 ? p->kl : 1e-12);
         }
         if (!rows) continue;
-        lab_buf_printf(&d, "\n\n");
+        lab_buf_printf(d, "\n\n");
         lab_gp_label(a->name, lab, sizeof lab);
         if (!a->is_reference) {
-            lab_buf_printf(&p1, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
-                           p1.len ? ", " : "", stem_hist, blk, lab);
-            lab_buf_printf(&p2, "%s'src/%s.dat' index %d using 1:5 with linespoints lw 2 pt 7 title \"%s\"",
-                           p2.len ? ", " : "", stem_hist, blk, lab);
+            lab_buf_printf(p1, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
+                           p1->len ? ", " : "", stem, blk, lab);
+            lab_buf_printf(p2, "%s'src/%s.dat' index %d using 1:5 with linespoints lw 2 pt 7 title \"%s\"",
+                           p2->len ? ", " : "", stem, blk, lab);
         }
-        lab_buf_printf(&p3, "%s'src/%s.dat' index %d using 1:6 with linespoints lw 2 pt 7 title \"%s\"", p3.len ? ", " : "",
-                       stem_hist, blk, lab);
+        lab_buf_printf(p3, "%s'src/%s.dat' index %d using 1:6 with linespoints lw 2 pt 7 title \"%s\"", p3->len ? ", " : "",
+                       stem, blk, lab);
         blk++;
     }
+    return blk;
+}
+
+/* History of the accuracy and numerics metrics: repeat 0 of each arm. */
+static void chart_metrics_history(page *pg, const exp_view *e, const int *xs, int nx, const char *xt, const char *stem) {
+    lab_buf d = {0}, b = {0}, p1 = {0}, p2 = {0}, p3 = {0}, mk = {0};
+    char title[300];
+    int blk = history_data(e, xs, stem, &d, &mk, &p1, &p2, &p3);
     if (blk) {
         /* The regression marks are their own data file block at the end. */
         int mblk = blk;
@@ -398,19 +280,19 @@ void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, co
         lab_buf_printf(&b, "set multiplot layout 3,1 title \"%s: nightly history (repeat 0 of each arm)\"\n"
                            "set xrange [0.5:%d.5]\nset xtics (%s)\nset grid\nset key outside right top\n"
                            "set lmargin 12\nset rmargin 28\n",
-                       lab_gp_label(e->id, title, sizeof title), nx, xt.data);
+                       lab_gp_label(e->id, title, sizeof title), nx, xt);
         if (p1.len)
             lab_buf_printf(&b, "set ylabel 'top-1 agreement k/n'\nplot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'top1' ? $2 : NaN) %s\n",
-                           p1.data, stem_hist, mblk, mark);
+                           p1.data, stem, mblk, mark);
         else lab_buf_printf(&b, "set ylabel 'top-1 agreement'\nplot NaN notitle\n");
         if (p2.len)
             lab_buf_printf(&b, "set logscale y\nset format y '%%.0e'\nset ylabel 'KL mean vs ref, nats (log)'\n"
                                "plot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'kl' ? $2 : NaN) %s\n"
-                               "unset logscale y\nset format y '%%g'\n", p2.data, stem_hist, mblk, mark);
+                               "unset logscale y\nset format y '%%g'\n", p2.data, stem, mblk, mark);
         else lab_buf_printf(&b, "set ylabel 'KL mean'\nplot NaN notitle\n");
         lab_buf_printf(&b, "set ylabel 'perplexity'\nplot %s\nunset multiplot\n",
                        p3.data);
-        chart(pg, stem_hist, d.data, b.data, 1000, 820,
+        chart(pg, stem, d.data, b.data, 1000, 820,
               "Nightly history (x: nightly id, UTC date, commit): top-1 agreement with its interval, mean KL from the reference, and "
               "perplexity; red rings mark nightlies that flagged a regression on that arm.");
     }
@@ -420,10 +302,14 @@ void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, co
     lab_buf_free(&p2);
     lab_buf_free(&p3);
     lab_buf_free(&mk);
+}
 
-    /* Throughput: median over repeats, with the range of the repeats. */
-    lab_buf td = {0}, tb = {0}, tp = {0}, tm = {0};
-    blk = 0;
+/* Throughput data: per arm, per nightly x, the median over the repeats with
+ * their range; performance regression marks into tm. Returns the blocks. */
+static int throughput_data(const exp_view *e, const int *xs, int nx, const char *stem, lab_buf *td, lab_buf *tm,
+                           lab_buf *tp) {
+    int blk = 0;
+    char lab[160];
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
         int rows = 0;
@@ -431,24 +317,32 @@ void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, co
             double v[128];
             int nv = 0;
             int64_t nid = 0;
-            for (int j = 0; j < np && nv < 128; j++)
-                if (pts[j].x == x && !strcmp(pts[j].arm, a->name) && !isnan(pts[j].tps)) {
-                    v[nv++] = pts[j].tps;
-                    nid = pts[j].nightly;
+            for (int64_t j = 0; j < e->n_hist && nv < 128; j++)
+                if (xs[j] == x && !strcmp(e->hist[j].arm, a->name) && !isnan(e->hist[j].tps)) {
+                    v[nv++] = e->hist[j].tps;
+                    nid = e->hist[j].nightly;
                 }
             if (!nv) continue;
             qsort(v, (size_t)nv, sizeof *v, cmp_double);
             double med = nv % 2 ? v[nv / 2] : 0.5 * (v[nv / 2 - 1] + v[nv / 2]);
-            lab_buf_printf(&td, "%d %.6g %.6g %.6g\n", x, med, v[0], v[nv - 1]);
-            if (regressed(pg->st, nid, e->id, a->name, "performance")) lab_buf_printf(&tm, "%d %.6g\n", x, med);
+            lab_buf_printf(td, "%d %.6g %.6g %.6g\n", x, med, v[0], v[nv - 1]);
+            if (regressed(e, nid, a->name, "performance")) lab_buf_printf(tm, "%d %.6g\n", x, med);
             rows++;
         }
         if (!rows) continue;
-        lab_buf_printf(&td, "\n\n");
-        lab_buf_printf(&tp, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
-                       tp.len ? ", " : "", stem_tps, blk, lab_gp_label(a->name, lab, sizeof lab));
+        lab_buf_printf(td, "\n\n");
+        lab_buf_printf(tp, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
+                       tp->len ? ", " : "", stem, blk, lab_gp_label(a->name, lab, sizeof lab));
         blk++;
     }
+    return blk;
+}
+
+/* Throughput: median over repeats, with the range of the repeats. */
+static void chart_throughput(page *pg, const exp_view *e, const int *xs, int nx, const char *xt, const char *stem) {
+    lab_buf td = {0}, tb = {0}, tp = {0}, tm = {0};
+    char title[300];
+    int blk = throughput_data(e, xs, nx, stem, &td, &tm, &tp);
     if (blk) {
         lab_buf_printf(&td, "%s\n\n", tm.len ? tm.data : "-1 NaN");
         lab_buf_printf(&tb, "set title \"%s: throughput per nightly (median of repeats, bars: min..max)\"\n"
@@ -457,8 +351,8 @@ void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, co
                             "set yrange [0:*]\n"
                             "plot %s, 'src/%s.dat' index %d using 1:2 with points pt 6 ps 3 lw 3 lc rgb '#d62728'"
                             " title 'performance regression flagged'\n",
-                       lab_gp_label(e->id, title, sizeof title), nx, xt.data, tp.data, stem_tps, blk);
-        chart(pg, stem_tps, td.data, tb.data, 1000, 460,
+                       lab_gp_label(e->id, title, sizeof title), nx, xt, tp.data, stem, blk);
+        chart(pg, stem, td.data, tb.data, 1000, 460,
               "Throughput history (x: nightly id, UTC date, commit): dataset tokens per second of forward pass, median over the repeats of each nightly "
               "with their range; red rings mark a flagged performance regression.");
     }
@@ -466,6 +360,17 @@ void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, co
     lab_buf_free(&tb);
     lab_buf_free(&tp);
     lab_buf_free(&tm);
+}
+
+void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, const char *stem_tps) {
+    if (!e->has_history || !e->n_hist) return;
+    int *xs = malloc((size_t)e->n_hist * sizeof *xs);
+    lab_buf xt = {0};
+    int nx = xs ? history_axis(e, xs, &xt) : 0;
+    if (nx) {
+        chart_metrics_history(pg, e, xs, nx, xt.data, stem_hist);
+        chart_throughput(pg, e, xs, nx, xt.data, stem_tps);
+    }
     lab_buf_free(&xt);
-    free(pts);
+    free(xs);
 }
