@@ -28,7 +28,6 @@
 #ifndef LAB_STORE_H
 #define LAB_STORE_H
 
-#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,7 +46,6 @@ int  lab_store_open(lab_store **out, const char *path, char *err, size_t errlen)
  * (0 < version <= LAB_SCHEMA_VERSION). Used to build "older" databases. */
 int  lab_store_open_version(lab_store **out, const char *path, int version, char *err, size_t errlen);
 void lab_store_close(lab_store *st);
-sqlite3 *lab_store_db(lab_store *st);
 int  lab_store_version(lab_store *st);
 const char *lab_store_path(lab_store *st);
 
@@ -261,8 +259,6 @@ int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, cha
  * older schema may lack the audit and nightly tables). */
 int lab_store_has_table(lab_store *st, const char *name, int *have, char *err, size_t errlen);
 
-/* Column i of the current row as text; "" for NULL (never a NULL pointer). */
-const char *lab_col_text(sqlite3_stmt *s, int i);
 
 /* Runs one prepared statement to completion with text parameters bound in
  * order (NULL binds NULL). For small maintenance writes and tests. */

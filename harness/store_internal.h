@@ -42,5 +42,9 @@ int  lab_sq_commit(lab_store *st, char *err, size_t errlen);
 void lab_sq_rollback(lab_store *st);
 /* Text or NULL. */
 void lab_sq_bind_text(sqlite3_stmt *s, int i, const char *v);
+/* Column i of the current row as text; "" for NULL (never a NULL pointer). */
+const char *lab_col_text(sqlite3_stmt *s, int i);
+/* The connection (tests that build old or broken databases; store files use st->db). */
+sqlite3 *lab_store_db(lab_store *st);
 
 #endif

@@ -22,6 +22,7 @@
 #include "harness/plot.h"
 #include "harness/report.h"
 #include "harness/store.h"
+#include "harness/store_internal.h"   /* raw SQL: old schemas, broken rows, fixtures no API writes */
 #include "harness/store_nightly.h"
 #include "harness/util.h"
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "harness/store.h"
+#include "harness/store_internal.h"   /* raw SQL: old schemas, broken rows, fixtures no API writes */
 #include "harness/util.h"
 
 static char dbpath[256];
