@@ -606,7 +606,7 @@ static const char *const CSS =
  * links to each experiment and section. */
 static void page_head(page *pg, const lab_rp_page_view *v) {
     lab_buf *ht = &pg->html;
-    const char *db = pg->o->db_label ? pg->o->db_label : "results.db";
+    const char *db = pg->o->db_label ? pg->o->db_label : LAB_DEFAULT_DB;
     char now[32];
     lab_now_iso(now);
     lab_buf_printf(ht, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -726,7 +726,7 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
     memset(&pg, 0, sizeof pg);
     pg.o = o;
     pg.res = res;
-    const char *out = o->out_dir ? o->out_dir : "report";
+    const char *out = o->out_dir ? o->out_dir : LAB_DEFAULT_REPORT;
     int rc = lab_mkdirs(out, err, errlen);
     if (rc) return rc;
     snprintf(pg.plot_dir, sizeof pg.plot_dir, "%s/plots", out);
@@ -748,7 +748,7 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
 /* ------------------------------------------------------------ the command */
 
 int lab_report_main(int argc, char **argv) {
-    const char *db = "results.db", *out = "report";
+    const char *db = LAB_DEFAULT_DB, *out = LAB_DEFAULT_REPORT;
     int plots = 1;
     for (int i = 1; i < argc; i++) {
         if ((!strcmp(argv[i], "--db") || !strcmp(argv[i], "--out"))) {
