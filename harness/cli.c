@@ -12,12 +12,12 @@
 
 #include "model/vt.h"
 
-int vt_cli_usage_error(const char *cmd, const char *what) {
+int lab_cli_usage_error(const char *cmd, const char *what) {
     fprintf(stderr, "vtlab %s: %s (see `vtlab --help`)\n", cmd, what);
     return 2;
 }
 
-int vt_cli_parse_u64(const char *s, uint64_t *out) {
+int lab_cli_parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s) return -1;
     for (const char *p = s; *p; p++) if (*p < '0' || *p > '9') return -1;
     errno = 0;
@@ -27,7 +27,7 @@ int vt_cli_parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
-int vt_cli_parse_tokens(const char *s, int64_t max_n, int32_t **out, int64_t *n, char *err, size_t errlen) {
+int lab_cli_parse_tokens(const char *s, int64_t max_n, int32_t **out, int64_t *n, char *err, size_t errlen) {
     int64_t cap = 16, cnt = 0;
     *out = NULL;
     *n = 0;
@@ -91,7 +91,7 @@ int vt_cli_parse_tokens(const char *s, int64_t max_n, int32_t **out, int64_t *n,
     return 0;
 }
 
-int vt_cli_out_open(vt_cli_out *o, const char *path, char *err, size_t errlen) {
+int lab_cli_out_open(lab_cli_out *o, const char *path, char *err, size_t errlen) {
     o->path = path;
     o->fd = -1;
     size_t n = strlen(path) + 32;
@@ -115,7 +115,7 @@ int vt_cli_out_open(vt_cli_out *o, const char *path, char *err, size_t errlen) {
     return VT_STATUS_OK;
 }
 
-int vt_cli_out_write(vt_cli_out *o, const void *data, size_t n, char *err, size_t errlen) {
+int lab_cli_out_write(lab_cli_out *o, const void *data, size_t n, char *err, size_t errlen) {
     const char *p = data;
     while (n > 0) {
         ssize_t w = write(o->fd, p, n);
@@ -134,12 +134,12 @@ int vt_cli_out_write(vt_cli_out *o, const void *data, size_t n, char *err, size_
     return VT_STATUS_OK;
 }
 
-int vt_cli_out_commit(vt_cli_out *o, char *err, size_t errlen) {
+int lab_cli_out_commit(lab_cli_out *o, char *err, size_t errlen) {
     int bad = close(o->fd) != 0;
     o->fd = -1;
     if (bad || rename(o->tmp, o->path) != 0) {
         snprintf(err, errlen, "%s: cannot write: %s", o->path, strerror(errno));
-        vt_cli_out_abort(o);
+        lab_cli_out_abort(o);
         return VT_STATUS_IO;
     }
     free(o->tmp);
@@ -147,7 +147,7 @@ int vt_cli_out_commit(vt_cli_out *o, char *err, size_t errlen) {
     return VT_STATUS_OK;
 }
 
-void vt_cli_out_abort(vt_cli_out *o) {
+void lab_cli_out_abort(lab_cli_out *o) {
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
     if (o->tmp) remove(o->tmp);
@@ -155,7 +155,7 @@ void vt_cli_out_abort(vt_cli_out *o) {
     o->tmp = NULL;
 }
 
-int vt_cli_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {
+int lab_cli_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());   /* per process: concurrent writers never share it */
     FILE *f = fopen(tmp, "wb");

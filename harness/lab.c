@@ -301,7 +301,7 @@ static int cmd_record_bench(int argc, char **argv) {
     return 0;
 }
 
-int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
+int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     *handled = 1;
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc, argv);
@@ -319,7 +319,7 @@ int vt_lab_main(const char *cmd, int argc, char **argv, int *handled) {
     return 0;
 }
 
-void vt_lab_usage(FILE *out) {
+void lab_usage(FILE *out) {
     fprintf(out,
             "lab commands (default database: results.db in the current directory):\n"
             "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force]\n"

@@ -515,7 +515,7 @@ int lab_claim_write(const lab_claim *x, const char *path, char *err, size_t errl
     lab_buf_printf(&b, "%s\n", text);
     free(text);
     int rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory")
-                   : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+                   : lab_cli_write_file_atomic(path, b.data, b.len, err, errlen);
     lab_buf_free(&b);
     return rc;
 }

@@ -33,7 +33,7 @@ static void usage(FILE *out) {
             "  knobs    [--markdown]                the knob registry (VT_* variables)\n"
             "  faults                               the replayable defects (VT_FAULT)\n"
             "  version                              the build's code version\n");
-    vt_lab_usage(out);
+    lab_usage(out);
 }
 
 /* `vtlab CMD --help` (or -h): CMD's lines of the usage, on stdout. The usage
@@ -101,11 +101,11 @@ static int cmd_synth(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed_s = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
-        else return vt_cli_usage_error("synth", argv[i]);
+        else return lab_cli_usage_error("synth", argv[i]);
     }
-    if (!config || !out || !seed_s) return vt_cli_usage_error("synth", "--config, --seed and --out are required");
+    if (!config || !out || !seed_s) return lab_cli_usage_error("synth", "--config, --seed and --out are required");
     uint64_t seed;
-    if (vt_cli_parse_u64(seed_s, &seed) != 0) {
+    if (lab_cli_parse_u64(seed_s, &seed) != 0) {
         fprintf(stderr, "vtlab synth: --seed %s: expected a non-negative integer\n", seed_s);
         return 2;
     }
@@ -120,9 +120,9 @@ static int cmd_validate(int argc, char **argv) {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
-        else return vt_cli_usage_error("validate", argv[i]);
+        else return lab_cli_usage_error("validate", argv[i]);
     }
-    if (!dir) return vt_cli_usage_error("validate", "--model is required");
+    if (!dir) return lab_cli_usage_error("validate", "--model is required");
     char err[1024];
     vt_model *m = NULL;
     int rc = vt_model_open(&m, dir, err, sizeof err);
@@ -182,19 +182,19 @@ static int cmd_logits(int argc, char **argv, int generate) {
         else if (!generate && !strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!generate && !strcmp(argv[i], "--probes") && i + 1 < argc) probes = argv[++i];
         else if (generate && !strcmp(argv[i], "-n") && i + 1 < argc) n_s = argv[++i];
-        else return vt_cli_usage_error(name, argv[i]);
+        else return lab_cli_usage_error(name, argv[i]);
     }
     if (!dir || !tokens_s || (!generate && !out))
-        return vt_cli_usage_error(name, generate ? "--model and --tokens are required" : "--model, --tokens and --out are required");
+        return lab_cli_usage_error(name, generate ? "--model and --tokens are required" : "--model, --tokens and --out are required");
     int32_t *tok = NULL;
     int64_t T = 0;
     char err[1024];
-    if (vt_cli_parse_tokens(tokens_s, LAB_DS_MAX_SEQ_LEN, &tok, &T, err, sizeof err) != 0) {
+    if (lab_cli_parse_tokens(tokens_s, LAB_DS_MAX_SEQ_LEN, &tok, &T, err, sizeof err) != 0) {
         fprintf(stderr, "vtlab %s: --tokens: %s\n", name, err);
         return 2;
     }
     uint64_t n_gen = 0;
-    if (generate && (vt_cli_parse_u64(n_s, &n_gen) != 0 || n_gen > 100000)) {
+    if (generate && (lab_cli_parse_u64(n_s, &n_gen) != 0 || n_gen > 100000)) {
         free(tok);
         fprintf(stderr, "vtlab generate: -n %s: expected an integer in 0..100000\n", n_s);
         return 2;
@@ -213,11 +213,11 @@ static int cmd_logits(int argc, char **argv, int generate) {
     /* Every output is created (as a temp file) before any work, and none is
      * put in place unless all were written: a bad --probes path fails before
      * --out is touched. */
-    vt_cli_out o_out = {0}, o_probes = {0};
+    lab_cli_out o_out = {0}, o_probes = {0};
     o_out.fd = o_probes.fd = -1;
     int rc = VT_STATUS_OK;
-    if (out) rc = vt_cli_out_open(&o_out, out, err, sizeof err);
-    if (!rc && probes) rc = vt_cli_out_open(&o_probes, probes, err, sizeof err);
+    if (out) rc = lab_cli_out_open(&o_out, out, err, sizeof err);
+    if (!rc && probes) rc = lab_cli_out_open(&o_probes, probes, err, sizeof err);
     if (!rc) rc = vt_model_open(&m, dir, err, sizeof err);
     if (!rc) rc = vt_session_new(&s, m, ks, err, sizeof err);
     vt_model_info info;
@@ -228,15 +228,15 @@ static int cmd_logits(int argc, char **argv, int generate) {
     }
     if (!rc && !generate) {
         rc = vt_session_prefill(s, tok, T, logits, err, sizeof err);
-        if (!rc) rc = vt_cli_out_write(&o_out, logits, sizeof(float) * (size_t)T * (size_t)info.vocab_size, err, sizeof err);
+        if (!rc) rc = lab_cli_out_write(&o_out, logits, sizeof(float) * (size_t)T * (size_t)info.vocab_size, err, sizeof err);
         if (!rc && probes) {
             char *txt = probes_json(s);
             if (!txt) { rc = VT_STATUS_NOMEM; snprintf(err, sizeof err, "%s: out of memory", probes); }
-            if (!rc) rc = vt_cli_out_write(&o_probes, txt, strlen(txt), err, sizeof err);
+            if (!rc) rc = lab_cli_out_write(&o_probes, txt, strlen(txt), err, sizeof err);
             free(txt);
         }
-        if (!rc) rc = vt_cli_out_commit(&o_out, err, sizeof err);
-        if (!rc && probes) rc = vt_cli_out_commit(&o_probes, err, sizeof err);
+        if (!rc) rc = lab_cli_out_commit(&o_out, err, sizeof err);
+        if (!rc && probes) rc = lab_cli_out_commit(&o_probes, err, sizeof err);
     } else if (!rc) {
         /* greedy: prefill the prompt keeping only the last row, then decode */
         float *all = malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size);
@@ -253,8 +253,8 @@ static int cmd_logits(int argc, char **argv, int generate) {
         }
         if (!rc) printf("\n");
     }
-    vt_cli_out_abort(&o_out);      /* no-ops once committed */
-    vt_cli_out_abort(&o_probes);
+    lab_cli_out_abort(&o_out);      /* no-ops once committed */
+    lab_cli_out_abort(&o_probes);
     free(logits);
     free(tok);
     vt_session_free(s);
@@ -275,7 +275,7 @@ static const char *type_name(vt_knob_type t) {
 
 static int cmd_knobs(int argc, char **argv) {
     int md = argc > 1 && !strcmp(argv[1], "--markdown");
-    if (argc > 1 && !md) return vt_cli_usage_error("knobs", argv[1]);
+    if (argc > 1 && !md) return lab_cli_usage_error("knobs", argv[1]);
     if (md) {
         printf("# Knob reference\n\n"
                "Generated from the knob registry (`model/knobs.c`) by `make knobs-doc`; do not edit by hand.\n\n"
@@ -353,7 +353,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "faults")) return cmd_faults();
     if (!strcmp(cmd, "version")) { printf("%s\n", vt_build_info()); return 0; }
     int handled = 0;
-    int rc = vt_lab_main(cmd, argc, argv, &handled);
+    int rc = lab_main(cmd, argc, argv, &handled);
     if (handled) return rc;
     fprintf(stderr, "vtlab: unknown command \"%s\"\n", cmd);
     usage(stderr);

@@ -833,7 +833,7 @@ int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *e
     for (int64_t i = 0; i < d.nc;) i = junit_suite(&b, &d, id, i);
     junit_audit(&b, &d, audit_failed);
     lab_buf_printf(&b, "</testsuites>\n");
-    rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : lab_cli_write_file_atomic(path, b.data, b.len, err, errlen);
     lab_buf_free(&b);
     junit_free(&d);
     return rc;
@@ -902,7 +902,7 @@ int lab_nightly_write_md(lab_store *st, int64_t id, const char *path, char *err,
     rc = md_cases(st, id, cs, nc, &b, err, errlen);
     if (!rc) rc = md_ledger(st, id, &b, err, errlen);
     if (!rc) rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory")
-                        : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+                        : lab_cli_write_file_atomic(path, b.data, b.len, err, errlen);
     lab_buf_free(&b);
     free(cs);
     return rc;
@@ -947,7 +947,7 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
     for (int64_t i = 0; i < l.n; i++) atom_entry(&b, feed, &l.r[i]);
     lab_nightly_shown_free(&l);
     lab_buf_printf(&b, "</feed>\n");
-    rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : lab_cli_write_file_atomic(path, b.data, b.len, err, errlen);
     lab_buf_free(&b);
     return rc;
 }
@@ -981,10 +981,10 @@ static int write_unfinished(const char *out_dir, int64_t id, const char *status,
     lab_buf_printf(&md, "\n");
     int rc = b.oom || md.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : LAB_OK;
     snprintf(path, sizeof path, "%s/junit.xml", out_dir);
-    if (!rc) rc = vt_cli_write_file_atomic(path, b.data, b.len, err, errlen);
+    if (!rc) rc = lab_cli_write_file_atomic(path, b.data, b.len, err, errlen);
     if (rc) unlink(path);
     snprintf(path, sizeof path, "%s/nightly.md", out_dir);
-    if (!rc) rc = vt_cli_write_file_atomic(path, md.data, md.len, err, errlen);
+    if (!rc) rc = lab_cli_write_file_atomic(path, md.data, md.len, err, errlen);
     if (rc) unlink(path);
     lab_buf_free(&b);
     lab_buf_free(&md);

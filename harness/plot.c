@@ -188,7 +188,7 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
     long me = (long)getpid();
     if (data) {
         snprintf(path, sizeof path, "%s/%s.dat", src, name);
-        if ((rc = vt_cli_write_file_atomic(path, data, strlen(data), err, errlen))) return rc;
+        if ((rc = lab_cli_write_file_atomic(path, data, strlen(data), err, errlen))) return rc;
     }
     lab_buf s = {0};
     static const char *const ext[2] = {"png", "svg"};
@@ -202,7 +202,7 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
     }
     if (s.oom) { lab_buf_free(&s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
     snprintf(path, sizeof path, "%s/%s.gp", src, name);
-    rc = vt_cli_write_file_atomic(path, s.data, s.len, err, errlen);
+    rc = lab_cli_write_file_atomic(path, s.data, s.len, err, errlen);
     lab_buf_free(&s);
     if (rc) return rc;
     snprintf(log, sizeof log, "%s/%s.log", src, name);

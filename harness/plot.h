@@ -40,7 +40,7 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
                     int height, char *err, size_t errlen);
 
 /* Removes the files of dir named "*.PID.tmp" (the temporary files of
- * vt_cli_write_file_atomic and of the charts) whose process PID no longer
+ * lab_cli_write_file_atomic and of the charts) whose process PID no longer
  * exists: what a killed writer left. Files of live processes, this one
  * included, are kept. Not recursive. Returns how many were removed (a folder
  * that cannot be read: 0). */

@@ -137,7 +137,7 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
     if (!out) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     if ((rc = lab_mkdirs(work, err, errlen))) { free(out); return rc; }
     snprintf(path, pathlen, "%s/%s.json", work, c->id);
-    rc = vt_cli_write_file_atomic(path, out, strlen(out), err, errlen);
+    rc = lab_cli_write_file_atomic(path, out, strlen(out), err, errlen);
     free(out);
     return rc;
 }
@@ -557,7 +557,7 @@ static int commit_claims(const char *specs, const char *claim_id, const reopen_r
         char mark[sizeof stage + 32], list[300];
         snprintf(mark, sizeof mark, "%s/" COMMIT_MARK, stage);
         int n = snprintf(list, sizeof list, "%s.json\n%s.json\n", id, c->id);
-        if ((rc = vt_cli_write_file_atomic(mark, list, (size_t)n, err, errlen))) goto out;
+        if ((rc = lab_cli_write_file_atomic(mark, list, (size_t)n, err, errlen))) goto out;
         if (fsync_path(mark, 0) || fsync_path(stage, 1)) {
             rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: fsync: %s", mark, strerror(errno));
             goto out;

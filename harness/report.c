@@ -714,10 +714,10 @@ static int build_page(lab_store *st, page *pg, const lab_rp_page_view *v, char *
 static int write_page(const page *pg, const char *out, char *err, size_t errlen) {
     char path[4200];
     snprintf(path, sizeof path, "%s/summary.md", out);
-    int rc = vt_cli_write_file_atomic(path, pg->md.data, pg->md.len, err, errlen);
+    int rc = lab_cli_write_file_atomic(path, pg->md.data, pg->md.len, err, errlen);
     if (rc) return rc;
     snprintf(path, sizeof path, "%s/index.html", out);
-    return vt_cli_write_file_atomic(path, pg->html.data, pg->html.len, err, errlen);
+    return lab_cli_write_file_atomic(path, pg->html.data, pg->html.len, err, errlen);
 }
 
 int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result *res, char *err, size_t errlen) {
