@@ -434,6 +434,12 @@ int lab_sq_step(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, const 
     return LAB_OK;
 }
 
+int lab_sq_done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen) {
+    int rc = last == SQLITE_DONE ? LAB_OK : lab_sq_error(st, err, errlen, what);
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int lab_sq_exec(lab_store *st, const char *sql, char *err, size_t errlen) {
     sqlite3_stmt *s;
     int rc = lab_sq_prep(st, sql, &s, err, errlen);

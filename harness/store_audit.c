@@ -40,13 +40,6 @@ static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, const char *wh
     return LAB_OK;
 }
 
-/* Ends a stepping loop whose last step returned `last`: SQLITE_DONE is the
- * only good end. Finalizes s. */
-static int done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen) {
-    int rc = last == SQLITE_DONE ? LAB_OK : lab_sq_error(st, err, errlen, what);
-    sqlite3_finalize(s);
-    return rc;
-}
 
 /* Makes room for row n of an array of `size`-byte rows; the new row is
  * zeroed. NULL when out of memory (the array is kept). */
@@ -80,7 +73,7 @@ static int collect(lab_store *st, sqlite3_stmt *s, const char *what, void (*copy
         (*n)++;
     }
     if (rc) sqlite3_finalize(s);
-    else rc = done(st, s, last, what, err, errlen);
+    else rc = lab_sq_done(st, s, last, what, err, errlen);
     if (rc) { free(*v); *v = NULL; *n = 0; }
     return rc;
 }
@@ -158,7 +151,7 @@ int lab_audit_read_knobs(lab_store *st, int64_t run_id, lab_knobs_kv *kv, char *
     while ((last = sqlite3_step(s)) == SQLITE_ROW)
         if ((rc = kv_push(kv, &cap, lab_col_text(s, 0), lab_col_text(s, 1), err, errlen))) break;
     if (rc) sqlite3_finalize(s);
-    else rc = done(st, s, last, what, err, errlen);
+    else rc = lab_sq_done(st, s, last, what, err, errlen);
     if (rc) lab_audit_knobs_free(kv);
     return rc;
 }
@@ -187,7 +180,7 @@ int lab_audit_read_violations(lab_store *st, int64_t run_id, const char *site, l
         out->dst_row_bytes = sqlite3_column_int64(s, 4);
         out->rows_unwritten = sqlite3_column_int64(s, 5);
     }
-    rc = done(st, s, last, what, err, errlen);
+    rc = lab_sq_done(st, s, last, what, err, errlen);
     if (rc) memset(out, 0, sizeof *out);
     return rc;
 }
@@ -280,7 +273,7 @@ int lab_audit_read_named_run(lab_store *st, int64_t run_id, lab_audit_named_run 
         col(s, 4, out->engine, sizeof out->engine);
         last = SQLITE_DONE;   /* id is the key: one row at most */
     }
-    rc = done(st, s, last, what, err, errlen);
+    rc = lab_sq_done(st, s, last, what, err, errlen);
     if (rc) memset(out, 0, sizeof *out);
     return rc;
 }

@@ -40,6 +40,9 @@ int  lab_sq_exec(lab_store *st, const char *sql, char *err, size_t errlen);
 int  lab_sq_begin(lab_store *st, char *err, size_t errlen);
 int  lab_sq_commit(lab_store *st, char *err, size_t errlen);
 void lab_sq_rollback(lab_store *st);
+/* Ends a stepping loop whose last step returned `last`: SQLITE_DONE is the
+ * only good end (else the connection's error about `what`). Finalizes s. */
+int  lab_sq_done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen);
 /* Text or NULL. */
 void lab_sq_bind_text(sqlite3_stmt *s, int i, const char *v);
 /* Column i of the current row as text; "" for NULL (never a NULL pointer). */

@@ -75,13 +75,6 @@ static int prep_ids(lab_store *st, const char *sql, int64_t a, int64_t b, sqlite
     return LAB_OK;
 }
 
-/* Ends a stepping loop whose last step returned `last`: SQLITE_DONE is the
- * only good end. Finalizes s. */
-static int done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen) {
-    int rc = last == SQLITE_DONE ? LAB_OK : lab_sq_error(st, err, errlen, what);
-    sqlite3_finalize(s);
-    return rc;
-}
 
 /* Copies the current row of s into the zeroed struct row. */
 typedef void (*copy_fn)(sqlite3_stmt *s, void *row, reading *r);
@@ -117,7 +110,7 @@ static int collect(lab_store *st, sqlite3_stmt *s, const char *what, copy_fn cop
         sqlite3_finalize(s);
         rc = oom(err, errlen);
     } else {
-        rc = done(st, s, last, what, err, errlen);
+        rc = lab_sq_done(st, s, last, what, err, errlen);
     }
     if (rc) { free(*v); *v = NULL; *n = 0; }
     return rc;
@@ -139,7 +132,7 @@ int lab_query_run_exists(lab_store *st, int64_t id, int *found, char *err, size_
     if (rc) return rc;
     int step = sqlite3_step(s);
     *found = step == SQLITE_ROW;
-    return done(st, s, *found ? SQLITE_DONE : step, "find run", err, errlen);
+    return lab_sq_done(st, s, *found ? SQLITE_DONE : step, "find run", err, errlen);
 }
 
 /* ------------------------------------------------------------ runs */
@@ -233,7 +226,7 @@ static int json_rows(lab_store *st, sqlite3_stmt *s, cJSON *arr, const char *key
         }
         if (single) { last = SQLITE_DONE; break; }
     }
-    return done(st, s, last, key, err, errlen);
+    return lab_sq_done(st, s, last, key, err, errlen);
 }
 
 int lab_query_runs_json(lab_store *st, const char *experiment, cJSON **out, char *err, size_t errlen) {
@@ -264,7 +257,7 @@ static int read_fields(lab_store *st, sqlite3_stmt *s, lab_query_run_detail *d, 
             f->value = keep_col(&r, s, i);
         }
     if (r.oom) { sqlite3_finalize(s); return oom(err, errlen); }
-    return done(st, s, last, "show run", err, errlen);
+    return lab_sq_done(st, s, last, "show run", err, errlen);
 }
 
 static int show_fields(lab_store *st, int64_t id, lab_query_run_detail *d, char *err, size_t errlen) {
@@ -467,7 +460,7 @@ int lab_query_brief_read(lab_store *st, int64_t id, lab_query_brief *b, int *fou
         *found = 1;
         step = SQLITE_DONE;
     }
-    return done(st, s, step, "compare", err, errlen);
+    return lab_sq_done(st, s, step, "compare", err, errlen);
 }
 
 static void knob_diff_row(sqlite3_stmt *s, void *row, reading *r) {
@@ -559,7 +552,7 @@ int lab_query_topk_read(lab_store *st, int64_t id, lab_query_topk **v, int64_t *
         if ((rc = topk_from_row(st, s, id, t, err, errlen))) break;
     }
     if (rc) sqlite3_finalize(s);
-    else rc = done(st, s, last, "export top-k", err, errlen);
+    else rc = lab_sq_done(st, s, last, "export top-k", err, errlen);
     if (rc) { lab_query_topk_free(*v, *n); *v = NULL; *n = 0; }
     return rc;
 }
@@ -577,7 +570,7 @@ int lab_query_reference(lab_store *st, int64_t id, int64_t *ref, int *last_only,
         *last_only = !strcmp(lab_col_text(s, 1), "last");
         step = SQLITE_DONE;
     }
-    if ((rc = done(st, s, step, "export positions", err, errlen))) {
+    if ((rc = lab_sq_done(st, s, step, "export positions", err, errlen))) {
         *ref = 0;
         *last_only = 0;
     }

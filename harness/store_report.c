@@ -37,13 +37,6 @@ static void cut(sqlite3_stmt *s, int i, char *out, size_t n) { snprintf(out, n, 
 
 static int oom(char *err, size_t errlen) { return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
 
-/* Ends a stepping loop whose last step returned `last`: SQLITE_DONE is the
- * only good end. Finalizes s. */
-static int done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen) {
-    int rc = last == SQLITE_DONE ? LAB_OK : lab_sq_error(st, err, errlen, what);
-    sqlite3_finalize(s);
-    return rc;
-}
 
 /* Steps s (prepared and bound) to its end, copying each row with `copy` into
  * a zeroed `size`-byte row appended to *v[*n] (copy returns non-zero when out
@@ -66,7 +59,7 @@ static int collect(lab_store *st, sqlite3_stmt *s, const char *what, int (*copy)
         (*n)++;
         if (copy(s, row)) { sqlite3_finalize(s); return oom(err, errlen); }
     }
-    return done(st, s, last, what, err, errlen);
+    return lab_sq_done(st, s, last, what, err, errlen);
 }
 
 /* Prepares sql, its error naming what the statement reads. */
@@ -260,7 +253,7 @@ int lab_rp_read_latest_spec(lab_store *st, const char *exp, char sha[65], char *
         if (dup(s, 1, json) | dup(s, 2, file)) { sqlite3_finalize(s); return oom(err, errlen); }
         last = sqlite3_step(s);
     }
-    return done(st, s, last, "report: the experiment's spec", err, errlen);
+    return lab_sq_done(st, s, last, "report: the experiment's spec", err, errlen);
 }
 
 int lab_rp_read_spec_json(lab_store *st, const char *sha, char **json, char *err, size_t errlen) {
@@ -274,7 +267,7 @@ int lab_rp_read_spec_json(lab_store *st, const char *sha, char **json, char *err
         if (dup(s, 0, json)) { sqlite3_finalize(s); return oom(err, errlen); }
         last = sqlite3_step(s);
     }
-    return done(st, s, last, "report: a run's spec", err, errlen);
+    return lab_sq_done(st, s, last, "report: a run's spec", err, errlen);
 }
 
 int lab_rp_read_ran_arms(lab_store *st, const char *exp, int (*each)(void *ctx, const char *arm, int is_ref),
@@ -287,7 +280,7 @@ int lab_rp_read_ran_arms(lab_store *st, const char *exp, int (*each)(void *ctx, 
     int last;
     while ((last = sqlite3_step(s)) == SQLITE_ROW)
         if ((rc = each(ctx, lab_col_text(s, 0), sqlite3_column_int(s, 1)))) { sqlite3_finalize(s); return rc; }
-    return done(st, s, last, "report: the experiment's arms", err, errlen);
+    return lab_sq_done(st, s, last, "report: the experiment's arms", err, errlen);
 }
 
 /* Heap copy of column i, or NULL for NULL; 1 when out of memory. */
@@ -322,7 +315,7 @@ int lab_rp_read_arm_run(lab_store *st, const char *exp, arm_view *a, char run_sh
         }
         last = sqlite3_step(s);
     }
-    return done(st, s, last, what, err, errlen);
+    return lab_sq_done(st, s, last, what, err, errlen);
 }
 
 static void cmp_from_row(sqlite3_stmt *s, arm_view *a) {
@@ -366,7 +359,7 @@ static int read_comparison(lab_store *st, arm_view *a, char *err, size_t errlen)
         cmp_from_row(s, a);
         last = sqlite3_step(s);
     }
-    return done(st, s, last, what, err, errlen);
+    return lab_sq_done(st, s, last, what, err, errlen);
 }
 
 static int read_metrics(lab_store *st, arm_view *a, char *err, size_t errlen) {
@@ -383,7 +376,7 @@ static int read_metrics(lab_store *st, arm_view *a, char *err, size_t errlen) {
         else if (!strcmp(m, "perplexity")) a->ppl = col_num(s, 1);
         else a->peak_frac = col_num(s, 1);
     }
-    return done(st, s, last, "report: an arm's metrics", err, errlen);
+    return lab_sq_done(st, s, last, "report: an arm's metrics", err, errlen);
 }
 
 /* Resolved knobs that differ from their declared default: what really ran. */
@@ -403,7 +396,7 @@ static int read_knobs(lab_store *st, arm_view *a, char *err, size_t errlen) {
     if (!b.data) lab_buf_append(&b, "", 0);
     if (b.oom) { sqlite3_finalize(s); lab_buf_free(&b); return oom(err, errlen); }
     a->resolved_knobs = b.data;
-    return done(st, s, last, "report: an arm's knobs", err, errlen);
+    return lab_sq_done(st, s, last, "report: an arm's knobs", err, errlen);
 }
 
 int lab_rp_read_arm_results(lab_store *st, arm_view *a, char *err, size_t errlen) {
@@ -485,7 +478,7 @@ static int kinds_recorded(lab_store *st, int64_t run, lab_rp_layer_kinds *lk, ch
         if (sqlite3_column_type(s, 0) == SQLITE_TEXT && !kinds_from_text(lab_col_text(s, 0), lk)) memset(lk, 0, sizeof *lk);
         last = sqlite3_step(s);
     }
-    return done(st, s, last, "report: a run's layer kinds", err, errlen);
+    return lab_sq_done(st, s, last, "report: a run's layer kinds", err, errlen);
 }
 
 /* A run recorded before v6: from its probe records. */
@@ -507,7 +500,7 @@ static int kinds_from_probes(lab_store *st, int64_t run, lab_rp_layer_kinds *lk,
         if (!strcmp(site, "kda.state")) { lk->attn[l] = 'K'; any_kda = 1; }
         if (!strncmp(site, "moe.", 4)) lk->ffn[l] = 'E';
     }
-    if ((rc = done(st, s, last, what, err, errlen))) return rc;
+    if ((rc = lab_sq_done(st, s, last, what, err, errlen))) return rc;
     lk->attn[VT_MODEL_MAX_LAYERS] = lk->ffn[VT_MODEL_MAX_LAYERS] = 0;
     if (n > 0 && any_kda) {
         lk->n = n;
@@ -642,7 +635,7 @@ static int experiments(lab_store *st, lab_rp_page_view *v, char *err, size_t err
         v->experiments = q;
         if (dup(s, 0, &v->experiments[v->n_experiments++])) { sqlite3_finalize(s); return oom(err, errlen); }
     }
-    return done(st, s, last, what, err, errlen);
+    return lab_sq_done(st, s, last, what, err, errlen);
 }
 
 static int confound_row(sqlite3_stmt *s, void *row) {
