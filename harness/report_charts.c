@@ -47,17 +47,26 @@ static void chart(page *pg, const char *name, const char *data, const char *body
     lab_buf_printf(&pg->md, "![%s](plots/%s.png)\n\n", name, name);
 }
 
+/* A point's colour: its verdict (green SUPPORTED, red REFUTED, amber
+ * INCONCLUSIVE, grey none), so a glance at the chart says what was decided. */
+static unsigned verdict_rgb(const arm_view *a) {
+    if (!a->has_verdict) return 0x777777;
+    return !strcmp(a->verdict, "SUPPORTED") ? 0x2e7d32 : !strcmp(a->verdict, "REFUTED") ? 0xc62828 : 0xe6a100;
+}
+
 void lab_rp_chart_top1(page *pg, const exp_view *e, const char *stem) {
     lab_buf d = {0}, b = {0};
     int n = 0;
     double ymin = 1;
-    char lab[160], title[300];
+    char lab[160], title[300], name[200];
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
         if (!a->has_cmp || a->is_reference || a->n <= 0) continue;
         double v = (double)a->k / (double)a->n;
-        lab_buf_printf(&d, "\"%s\" %.6f %.6f %.6f %lld %lld\n", lab_gp_label(a->name, lab, sizeof lab), v, a->lo, a->hi,
-                       (long long)a->k, (long long)a->n);
+        /* a replay arm (expect_assertions: fail) says so under its point and is drawn hollow */
+        snprintf(name, sizeof name, "%s%s", a->name, a->expect_fail ? " (replay)" : "");
+        lab_buf_printf(&d, "\"%s\" %.6f %.6f %.6f %lld %lld %u %d\n", lab_gp_label(name, lab, sizeof lab), v, a->lo, a->hi,
+                       (long long)a->k, (long long)a->n, verdict_rgb(a), a->expect_fail ? 6 : 7);
         if (a->lo < ymin) ymin = a->lo;
         n++;
     }
@@ -67,18 +76,25 @@ void lab_rp_chart_top1(page *pg, const exp_view *e, const char *stem) {
     if (ymin < 0) ymin = 0;
     lab_buf_printf(&b, "set title \"%s: top-1 agreement with reference %s (Wilson 95%% interval)\"\n",
                    lab_gp_label(e->id, title, sizeof title), lab_gp_label(e->reference, lab, sizeof lab));
+    /* the key sits below the plot, never on the data (it once hid a replay's interval) */
     lab_buf_printf(&b, "set ylabel 'top-1 agreement k/n (fraction of scored positions)'\nset xlabel 'arm'\n"
-                       "set xrange [-0.5:%d.5]\nset yrange [%.2f:1.02]\nset grid ytics\nset key bottom left box opaque\n"
-                       "set offsets 0,0,0,0\nset xtics noenhanced rotate by -15\nset bmargin 6\n", n - 1, ymin);
-    lab_buf_printf(&b, "plot 'src/%s.dat' using 0:2:3:4:xticlabels(1) with yerrorbars pt 7 ps 1.5 lw 2 lc rgb '#1f5fa8'"
-                       " title 'k/n with Wilson 95%% interval', '' using 0:2:(sprintf('%%d/%%d', $5, $6)) with labels"
-                       " offset 4,0 notitle", stem);
+                       "set xrange [-0.5:%d.5]\nset yrange [%.2f:1.02]\nset grid ytics\n"
+                       "set key outside right top vertical box opaque\n"
+                       "set offsets 0,0,0,0\nset xtics noenhanced rotate by -15\nset bmargin 8\n", n - 1, ymin);
+    lab_buf_printf(&b, "plot 'src/%s.dat' using 0:2:3:4:8:7:xticlabels(1) with yerrorbars pt variable ps 1.5 lw 2"
+                       " lc rgb variable notitle,"
+                       " '' using 0:2:(sprintf('%%d/%%d', $5, $6)) with labels offset 4,0 notitle,"
+                       " NaN with points pt 7 ps 1.5 lc rgb '#2e7d32' title 'SUPPORTED',"
+                       " NaN with points pt 7 ps 1.5 lc rgb '#e6a100' title 'INCONCLUSIVE',"
+                       " NaN with points pt 7 ps 1.5 lc rgb '#c62828' title 'REFUTED',"
+                       " NaN with points pt 6 ps 1.5 lc rgb '#555555' title 'replay of a defect (hollow)'", stem);
     if (e->has_decision)
-        lab_buf_printf(&b, ", %.6g with lines dt 2 lw 2 lc rgb '#c0392b' title 'decision threshold %.3g (%s)'", e->threshold,
-                       e->threshold, e->decision_ge ? "SUPPORTED when lo >= it" : "SUPPORTED when hi <= it");
+        lab_buf_printf(&b, ", %.6g with lines dt 2 lw 2 lc rgb '#1f5fa8' title 'threshold %.3g (%s)'", e->threshold,
+                       e->threshold, e->decision_ge ? "lo >= it: SUPPORTED" : "hi <= it: SUPPORTED");
     lab_buf_printf(&b, "\n");
-    chart(pg, stem, d.data, b.data, 900, 480, "Top-1 agreement of each arm with the reference arm, with its Wilson 95% "
-                                              "interval and the experiment's decision threshold.");
+    chart(pg, stem, d.data, b.data, 1000, 480, "Top-1 agreement of each arm with the reference arm, with its Wilson 95% "
+                                              "interval, coloured by verdict (replays of a defect hollow), and the "
+                                              "experiment's decision threshold.");
     lab_buf_free(&d);
     lab_buf_free(&b);
 }
