@@ -119,8 +119,12 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
         lab_buf_printf(&d, "\n\n");
         if (isnan(tol) && !isnan(a->div_tol)) tol = a->div_tol;
         lk = &a->ref_kinds;
-        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with linespoints lw 2 pt 7 ps 0.8 title \"%s\"",
-                       blocks ? ", " : "", stem, blocks, lab_gp_label(a->name, lab, sizeof lab));
+        /* a replay of a defect is drawn dashed with hollow points and says so */
+        char nm[200];
+        snprintf(nm, sizeof nm, "%s%s", a->name, a->expect_fail ? " (replay)" : "");
+        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with linespoints lw 2 %s ps 0.8 title \"%s\"",
+                       blocks ? ", " : "", stem, blocks, a->expect_fail ? "dt 2 pt 6" : "pt 7",
+                       lab_gp_label(nm, lab, sizeof lab));
         blocks++;
     }
     if (!blocks) { lab_buf_free(&d); lab_buf_free(&plots); return; }
