@@ -320,6 +320,8 @@ int lab_audit_run(const lab_audit_opts *o, lab_audit_result *res, FILE *out, cha
         rc = print_table(st, started, out, err, errlen);
     }
     if (!rc && out) {
+        fprintf(out, "\nrules: R1 measured through a known defect, R2 a runtime assertion failed, R3 a knob did not take\n"
+                     "effect, R4 mismatched reference, R5 not reproducible, R6 underpowered (docs/specs.md)\n");
         fprintf(out, "\n%lld confound(s) open, %lld expected (replays of a defect), %lld new, %lld resolved by this audit\n",
                 (long long)res->n_open, (long long)res->n_expected, (long long)res->n_new, (long long)res->n_resolved);
     }

@@ -64,8 +64,16 @@ static int runs_json(lab_store *st, const char *experiment, char *err, size_t er
     return rc;
 }
 
+/* s cut to width columns with "..." when longer, so the table stays a table
+ * (names are up to 48 characters). */
+static const char *cell(const char *s, int width, char *buf, size_t n) {
+    if ((int)strlen(s) <= width || width < 4) return s;
+    snprintf(buf, n, "%.*s...", width - 3, s);
+    return buf;
+}
+
 static void run_line(const lab_query_run_row *r) {
-    char arm[64], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-";
+    char arm[64], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-", ce[24], ca[32];
     if (r->repeat > 0) snprintf(arm, sizeof arm, "%s#%lld", r->arm, (long long)r->repeat);
     else snprintf(arm, sizeof arm, "%s", r->arm);
     if (r->has_assertions) snprintf(asrt, sizeof asrt, "%s%s", r->assertions_ok ? "ok" : "FAIL", r->replay ? "*" : "");
@@ -74,8 +82,9 @@ static void run_line(const lab_query_run_row *r) {
                  r->top1_hi);
     if (r->has_kl) snprintf(kl, sizeof kl, "%.3g", r->kl_mean);
     if (r->has_div) snprintf(div, sizeof div, "L%lld %s", (long long)r->div_layer, r->div_ffn ? "ffn" : "attn");
-    printf("%-5lld %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", (long long)r->id, r->experiment, arm,
-           r->status, asrt, top1, kl, r->verdict ? r->verdict : "-", div, r->started);
+    printf("%-5lld %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", (long long)r->id,
+           cell(r->experiment, 18, ce, sizeof ce), cell(arm, 28, ca, sizeof ca), r->status, asrt, top1, kl,
+           r->verdict ? r->verdict : "-", div, r->started);
 }
 
 int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen) {
