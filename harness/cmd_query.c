@@ -64,27 +64,26 @@ static int runs_json(lab_store *st, const char *experiment, char *err, size_t er
     return rc;
 }
 
-/* s cut to width columns with "..." when longer, so the table stays a table
- * (names are up to 48 characters). */
-static const char *cell(const char *s, int width, char *buf, size_t n) {
-    if ((int)strlen(s) <= width || width < 4) return s;
-    snprintf(buf, n, "%.*s...", width - 3, s);
-    return buf;
+/* The arm column's text: "ARM" or "ARM#REPEAT". */
+static void arm_text(const lab_query_run_row *r, char *arm, size_t n) {
+    if (r->repeat > 0) snprintf(arm, n, "%s#%lld", r->arm, (long long)r->repeat);
+    else snprintf(arm, n, "%s", r->arm);
 }
 
-static void run_line(const lab_query_run_row *r) {
-    char arm[64], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-", ce[24], ca[32];
-    if (r->repeat > 0) snprintf(arm, sizeof arm, "%s#%lld", r->arm, (long long)r->repeat);
-    else snprintf(arm, sizeof arm, "%s", r->arm);
+/* One row; we, wa: the experiment and arm columns' widths (the longest name
+ * in the listing, at least the default), so names are whole and columns
+ * aligned. */
+static void run_line(const lab_query_run_row *r, int we, int wa) {
+    char arm[80], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-";
+    arm_text(r, arm, sizeof arm);
     if (r->has_assertions) snprintf(asrt, sizeof asrt, "%s%s", r->assertions_ok ? "ok" : "FAIL", r->replay ? "*" : "");
     if (r->has_top1)
         snprintf(top1, sizeof top1, "%lld/%lld [%.2f,%.2f]", (long long)r->top1_k, (long long)r->top1_n, r->top1_lo,
                  r->top1_hi);
     if (r->has_kl) snprintf(kl, sizeof kl, "%.3g", r->kl_mean);
     if (r->has_div) snprintf(div, sizeof div, "L%lld %s", (long long)r->div_layer, r->div_ffn ? "ffn" : "attn");
-    printf("%-5lld %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", (long long)r->id,
-           cell(r->experiment, 18, ce, sizeof ce), cell(arm, 28, ca, sizeof ca), r->status, asrt, top1, kl,
-           r->verdict ? r->verdict : "-", div, r->started);
+    printf("%-5lld %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", (long long)r->id, we, r->experiment, wa, arm,
+           r->status, asrt, top1, kl, r->verdict ? r->verdict : "-", div, r->started);
 }
 
 int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen) {
@@ -92,9 +91,16 @@ int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, siz
     lab_query_runs runs;
     int rc = lab_query_runs_read(st, experiment, &runs, err, errlen);
     if (rc) return rc;
-    printf("%-5s %-18s %-28s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", "id", "experiment", "arm", "status", "asserts",
+    int we = 18, wa = 28;
+    for (int64_t i = 0; i < runs.n; i++) {
+        char arm[80];
+        arm_text(&runs.rows[i], arm, sizeof arm);
+        if ((int)strlen(runs.rows[i].experiment) > we) we = (int)strlen(runs.rows[i].experiment);
+        if ((int)strlen(arm) > wa) wa = (int)strlen(arm);
+    }
+    printf("%-5s %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", "id", we, "experiment", wa, "arm", "status", "asserts",
            "top1 k/n [95% CI]", "KL mean", "verdict", "diverges", "started");
-    for (int64_t i = 0; i < runs.n; i++) run_line(&runs.rows[i]);
+    for (int64_t i = 0; i < runs.n; i++) run_line(&runs.rows[i], we, wa);
     if (!runs.n) printf("(no runs)\n");
     else printf("asserts: ok / FAIL (runtime dtype assertions); * = the arm replays a defect and expects FAIL\n");
     lab_query_runs_free(&runs);

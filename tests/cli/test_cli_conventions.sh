@@ -38,15 +38,15 @@ grep -qE "^  .*sequence [0-9]+/2 .*tok/s" "$W/prog" && ! grep -q $'\033' "$W/pro
 "$VTLAB" runs --db="$W/r.db" >"$W/a" 2>&1; "$VTLAB" runs --db "$W/r.db" >"$W/b" 2>&1
 [ -s "$W/a" ] && cmp -s "$W/a" "$W/b" && ok "runs --db=PATH prints what runs --db PATH does" || not_ok "runs equals" "$(diff "$W/a" "$W/b" | head -5)"
 expect_exit "an empty --db= is a usage error (exit 2)" 2 "$VTLAB" runs --db=
-# table cells: a long arm name is cut with "..." and the columns stay aligned
+# table cells: a long arm name is shown whole and the columns stay aligned
 N40=arm-with-a-long-name-of-forty-characters
 sed -e 's/"id": "eq"/"id": "eq-long"/' -e "s/\"arms\": \[{\"name\": \"f32\"}\]/\"arms\": [{\"name\": \"f32\"}, {\"name\": \"$N40\"}]/" "$W/e.json" > "$W/long.json"
 "$VTLAB" run "$W/long.json" --db "$W/l.db" >/dev/null 2>&1
 line=$("$VTLAB" runs --db "$W/l.db" | grep "arm-with-a-long")
 hdr=$("$VTLAB" runs --db "$W/l.db" | head -1)
-[ -n "$line" ] && echo "$line" | grep -q "arm-with-a-long-name-of-f\.\.\. FINISHED" \
+[ -n "$line" ] && echo "$line" | grep -q "$N40 *FINISHED" \
   && [ "$(echo "$line" | awk '{print index($0, "FINISHED")}')" = "$(echo "$hdr" | awk '{print index($0, "status")}')" ] \
-  && ok "runs: a long arm name is cut with '...', columns aligned" || not_ok "cells" "$line"
+  && ok "runs: a long arm name is whole, the columns widen to it and stay aligned" || not_ok "cells" "$line"
 # the audit's table says what the rule codes mean
 "$VTLAB" audit --db "$W/l.db" --specs specs >"$W/aud" 2>&1
 grep -q "^rules: R1 measured through a known defect" "$W/aud" && ok "audit: R1-R6 explained under the table" || not_ok "rules legend" "$(tail -4 "$W/aud")"
