@@ -32,8 +32,8 @@
 #include "util.h"
 
 typedef struct lab_args {
-    const char *db, *arm, *format, *out, *experiment, *specs, *defect;
-    int         force, json;
+    const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop;
+    int         force, json, no_plots, no_audit;
     const char *pos[4];     /* positional arguments after the command */
     int         npos;
 } lab_args;
@@ -54,6 +54,8 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         const char **slot = NULL;
         if (!strcmp(s, "--force") && strstr(allowed, "force")) { a->force = 1; continue; }
         if (!strcmp(s, "--json") && strstr(allowed, "json")) { a->json = 1; continue; }
+        if (!strcmp(s, "--no-plots") && strstr(allowed, "no-plots")) { a->no_plots = 1; continue; }
+        if (!strcmp(s, "--no-audit") && strstr(allowed, "no-audit")) { a->no_audit = 1; continue; }
         if (!strcmp(s, "--db") && strstr(allowed, "db")) slot = &a->db;
         else if (!strcmp(s, "--arm") && strstr(allowed, "arm")) slot = &a->arm;
         else if (!strcmp(s, "--format") && strstr(allowed, "format")) slot = &a->format;
@@ -61,6 +63,8 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         else if (!strcmp(s, "--experiment") && strstr(allowed, "experiment")) slot = &a->experiment;
         else if (!strcmp(s, "--specs") && strstr(allowed, "specs")) slot = &a->specs;
         else if (!strcmp(s, "--defect") && strstr(allowed, "defect")) slot = &a->defect;
+        else if (!strcmp(s, "--alpha") && strstr(allowed, "alpha")) slot = &a->alpha;
+        else if (!strcmp(s, "--perf-min-drop") && strstr(allowed, "perf-min-drop")) slot = &a->perf_min_drop;
         else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
         if (slot) {
             if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
@@ -301,6 +305,43 @@ static int cmd_record_bench(int argc, char **argv) {
     return 0;
 }
 
+/* A fraction option in (0, 1): 0, or 2 with the message. */
+static int parse_fraction(const char *cmd, const char *opt, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v > 0 && v < 1))
+        return usage_error(cmd, "%s must be a number in (0, 1)", opt);
+    *out = v;
+    return 0;
+}
+
+static int cmd_report(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("report", argc, argv, "db out no-plots", &a);
+    if (u) return u;
+    if (a.npos) return usage_error("report", "unexpected argument %s", a.pos[0]);
+    return lab_report_cmd(a.db, a.out ? a.out : LAB_DEFAULT_REPORT, !a.no_plots);
+}
+
+static int cmd_nightly(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots", &a);
+    if (u) return u;
+    if (a.npos > 1) return usage_error("nightly", "unexpected argument %s (one experiments DIR at most)", a.pos[1]);
+    lab_nightly_opts o;
+    lab_nightly_defaults(&o);
+    o.db_path = a.db;
+    if (a.npos) o.exp_dir = a.pos[0];
+    if (a.out) o.out_dir = a.out;
+    if (a.specs) o.specs_dir = a.specs;
+    if (a.alpha && parse_fraction("nightly", "--alpha", a.alpha, &o.alpha)) return 2;
+    if (a.perf_min_drop && parse_fraction("nightly", "--perf-min-drop", a.perf_min_drop, &o.perf_min_drop)) return 2;
+    if (a.no_audit) o.audit = 0;
+    if (a.no_plots) o.plots = 0;
+    return lab_nightly_cmd(&o, a.specs != NULL);
+}
+
 int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     *handled = 1;
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
@@ -312,9 +353,9 @@ int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "reopen")) return cmd_reopen(argc, argv);
     if (!strcmp(cmd, "record-bench")) return cmd_record_bench(argc, argv);
     if (!strcmp(cmd, "ack")) return lab_cmd_ack(argc, argv);
-    /* issue 6: reports and nightly CI sweeps (report.c, nightly.c parse their own options) */
-    if (!strcmp(cmd, "report")) return lab_report_main(argc, argv);
-    if (!strcmp(cmd, "nightly")) return lab_nightly_main(argc, argv);
+    /* reports and nightly CI sweeps (their options parsed above, like every command's) */
+    if (!strcmp(cmd, "report")) return cmd_report(argc, argv);
+    if (!strcmp(cmd, "nightly")) return cmd_nightly(argc, argv);
     *handled = 0;
     return 0;
 }

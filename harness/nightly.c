@@ -1310,48 +1310,8 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
     return rc;
 }
 
-static int parse_fraction(const char *opt, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v > lo && v < hi)) {
-        fprintf(stderr, "vtlab nightly: %s must be a number in (%g, %g), got \"%s\"\n", opt, lo, hi, s);
-        return 2;
-    }
-    *out = v;
-    return 0;
-}
-
-int lab_nightly_main(int argc, char **argv) {
-    lab_nightly_opts o;
-    lab_nightly_defaults(&o);
-    int have_dir = 0, specs_given = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int takes = !strcmp(a, "--db") || !strcmp(a, "--out") || !strcmp(a, "--specs") || !strcmp(a, "--alpha") ||
-                    !strcmp(a, "--perf-min-drop");
-        if (takes) {
-            if (i + 1 >= argc || !argv[i + 1][0]) {
-                fprintf(stderr, "vtlab nightly: %s needs a value (see `vtlab --help`)\n", a);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (!strcmp(a, "--db")) o.db_path = v;
-            else if (!strcmp(a, "--out")) o.out_dir = v;
-            else if (!strcmp(a, "--specs")) { o.specs_dir = v; specs_given = 1; }
-            else if (!strcmp(a, "--alpha")) { if (parse_fraction(a, v, 0, 1, &o.alpha)) return 2; }
-            else if (parse_fraction(a, v, 0, 1, &o.perf_min_drop)) return 2;
-        } else if (!strcmp(a, "--no-audit")) o.audit = 0;
-        else if (!strcmp(a, "--no-plots")) o.plots = 0;
-        else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "vtlab nightly: unknown option %s (see `vtlab --help`)\n", a);
-            return 2;
-        } else if (!have_dir) { o.exp_dir = a; have_dir = 1; }
-        else {
-            fprintf(stderr, "vtlab nightly: unexpected argument %s (one experiments DIR at most)\n", a);
-            return 2;
-        }
-    }
+int lab_nightly_cmd(const lab_nightly_opts *opts, int specs_given) {
+    lab_nightly_opts o = *opts;
     const char *plant = getenv("VTLAB_TEST_PLANT_SLOWDOWN");   /* test-only: checked before anything is written */
     if (plant && *plant) {
         char *end;

@@ -71,9 +71,12 @@ int lab_nightly_write_junit(lab_store *st, int64_t nightly, const char *path, ch
 int lab_nightly_write_md(lab_store *st, int64_t nightly, const char *path, char *err, size_t errlen);
 int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t errlen);
 
-/* `vtlab nightly [--db PATH] [--out DIR] [DIR]`, argv[0] = "nightly". Exit
- * status: 0 nothing regressed, 1 a regression (or a failed run), 2 bad input. */
-int lab_nightly_main(int argc, char **argv);
+/* `vtlab nightly` with its options parsed (lab.c): checks the ledger (when
+ * the audit is on and specs_given or the default specs/ exists) and the
+ * test hook before anything runs, runs the nightly and prints where its
+ * outputs are. Exit status: 0 nothing regressed, 1 a regression (or a failed
+ * run), 2 bad input. */
+int lab_nightly_cmd(const lab_nightly_opts *o, int specs_given);
 
 /* `vtlab ack FINDING --reason TEXT [--db PATH]`, argv[0] = "ack": acknowledge
  * a known regression (FINDING: EXPERIMENT/ARM/KIND, or a nightly_findings

@@ -747,23 +747,7 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
 
 /* ------------------------------------------------------------ the command */
 
-int lab_report_main(int argc, char **argv) {
-    const char *db = LAB_DEFAULT_DB, *out = LAB_DEFAULT_REPORT;
-    int plots = 1;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "--db") || !strcmp(argv[i], "--out"))) {
-            if (i + 1 >= argc || !argv[i + 1][0]) {
-                fprintf(stderr, "vtlab report: %s needs a value (see `vtlab --help`)\n", argv[i]);
-                return 2;
-            }
-            if (!strcmp(argv[i], "--db")) db = argv[++i];
-            else out = argv[++i];
-        } else if (!strcmp(argv[i], "--no-plots")) plots = 0;
-        else {
-            fprintf(stderr, "vtlab report: unexpected argument %s (see `vtlab --help`)\n", argv[i]);
-            return 2;
-        }
-    }
+int lab_report_cmd(const char *db, const char *out, int plots) {
     if (!lab_path_exists(db)) {
         fprintf(stderr, "vtlab report: %s: no such database (run an experiment first, or pass --db PATH)\n", db);
         return 2;

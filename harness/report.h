@@ -45,10 +45,10 @@ typedef struct lab_report_result {
  * cannot be written. Files appear whole (written to .tmp, then renamed). */
 int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result *res, char *err, size_t errlen);
 
-/* `vtlab report [--db PATH] [--out DIR] [--no-plots]`: argv[0] is "report".
- * Returns the exit status: 0, 1 when a chart could not be drawn (the rest is
- * written), 2 for bad usage or a missing database. */
-int lab_report_main(int argc, char **argv);
+/* `vtlab report` with its options parsed (lab.c): the report of database db
+ * into out (plots: draw the charts). Returns the exit status: 0, 1 when a
+ * chart could not be drawn (the rest is written), 2 for a missing database. */
+int lab_report_cmd(const char *db, const char *out, int plots);
 
 
 #endif
