@@ -32,7 +32,7 @@
 #include "util.h"
 
 typedef struct lab_args {
-    const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop;
+    const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop, *reason;
     int         force, json, no_plots, no_audit;
     const char *pos[4];     /* positional arguments after the command */
     int         npos;
@@ -64,6 +64,7 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         else if (!strcmp(s, "--specs") && strstr(allowed, "specs")) slot = &a->specs;
         else if (!strcmp(s, "--defect") && strstr(allowed, "defect")) slot = &a->defect;
         else if (!strcmp(s, "--alpha") && strstr(allowed, "alpha")) slot = &a->alpha;
+        else if (!strcmp(s, "--reason") && strstr(allowed, "reason")) slot = &a->reason;
         else if (!strcmp(s, "--perf-min-drop") && strstr(allowed, "perf-min-drop")) slot = &a->perf_min_drop;
         else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
         if (slot) {
@@ -316,6 +317,20 @@ static int parse_fraction(const char *cmd, const char *opt, const char *s, doubl
     return 0;
 }
 
+static int cmd_ack(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("ack", argc, argv, "db reason", &a);
+    if (u) return u;
+    if (a.npos > 1) return usage_error("ack", "unexpected argument %s (one finding at most)", a.pos[1]);
+    if (!a.npos || !a.pos[0][0]) return usage_error("ack", "which finding? (EXPERIMENT/ARM/KIND, as in nightly.md)%s", "");
+    if (!a.reason) return usage_error("ack", "--reason TEXT is required (why this regression is known and accepted)%s", "");
+    if (!lab_path_exists(a.db)) {
+        fprintf(stderr, "vtlab ack: %s: no such database\n", a.db);
+        return 2;
+    }
+    return lab_cmd_ack(a.db, a.pos[0], a.reason);
+}
+
 static int cmd_report(int argc, char **argv) {
     lab_args a;
     int u = parse_args("report", argc, argv, "db out no-plots", &a);
@@ -352,7 +367,7 @@ int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "audit")) return cmd_audit(argc, argv);
     if (!strcmp(cmd, "reopen")) return cmd_reopen(argc, argv);
     if (!strcmp(cmd, "record-bench")) return cmd_record_bench(argc, argv);
-    if (!strcmp(cmd, "ack")) return lab_cmd_ack(argc, argv);
+    if (!strcmp(cmd, "ack")) return cmd_ack(argc, argv);
     /* reports and nightly CI sweeps (their options parsed above, like every command's) */
     if (!strcmp(cmd, "report")) return cmd_report(argc, argv);
     if (!strcmp(cmd, "nightly")) return cmd_nightly(argc, argv);

@@ -1351,39 +1351,6 @@ int lab_nightly_cmd(const lab_nightly_opts *opts, int specs_given) {
     return 0;
 }
 /* The arguments of `vtlab ack`: 0, or the exit status 2 (said on stderr). */
-static int ack_args(int argc, char **argv, const char **db, const char **reason, const char **key) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--db") || !strcmp(a, "--reason")) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "vtlab ack: %s needs a value\n", a);
-                return 2;
-            }
-            if (!strcmp(a, "--db")) *db = argv[++i];
-            else *reason = argv[++i];
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "vtlab ack: unknown option %s (usage: vtlab ack EXPERIMENT/ARM/KIND --reason TEXT [--db PATH])\n", a);
-            return 2;
-        } else if (!*key) *key = a;
-        else {
-            fprintf(stderr, "vtlab ack: unexpected argument %s (one finding at most)\n", a);
-            return 2;
-        }
-    }
-    if (!*key || !**key) {
-        fprintf(stderr, "vtlab ack: which finding? (usage: vtlab ack EXPERIMENT/ARM/KIND --reason TEXT [--db PATH])\n");
-        return 2;
-    }
-    if (!*reason || !**reason) {
-        fprintf(stderr, "vtlab ack: --reason TEXT is required (why this regression is known and accepted)\n");
-        return 2;
-    }
-    if (!**db || !lab_path_exists(*db)) {
-        fprintf(stderr, "vtlab ack: %s: no such database\n", **db ? *db : "(empty --db)");
-        return 2;
-    }
-    return 0;
-}
 
 /* Records the acknowledgement of t and says so on stdout. */
 static int ack_record(lab_store *st, const lab_nightly_target *t, const char *reason, char *err, size_t errlen) {
@@ -1411,10 +1378,7 @@ static int ack_record(lab_store *st, const lab_nightly_target *t, const char *re
  * a performance one holds only down to the throughput acknowledged (a
  * further drop beyond the noise alerts again). Exit 0, or 2 on bad input
  * (nothing written). */
-int lab_cmd_ack(int argc, char **argv) {
-    const char *db = LAB_DEFAULT_DB, *reason = NULL, *key = NULL;
-    int bad = ack_args(argc, argv, &db, &reason, &key);
-    if (bad) return bad;
+int lab_cmd_ack(const char *db, const char *key, const char *reason) {
     lab_store *st = NULL;
     char err[1024] = "";
     lab_nightly_target t;

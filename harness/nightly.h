@@ -78,11 +78,12 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
  * run), 2 bad input. */
 int lab_nightly_cmd(const lab_nightly_opts *o, int specs_given);
 
-/* `vtlab ack FINDING --reason TEXT [--db PATH]`, argv[0] = "ack": acknowledge
+/* `vtlab ack FINDING --reason TEXT [--db PATH]` (parsed and checked in
+ * lab.c: a finding, a reason and an existing database): acknowledge
  * a known regression (FINDING: EXPERIMENT/ARM/KIND, or a nightly_findings
  * id) so that later nightlies record it as a note, not a regression, until
  * it changes (a performance one: drops further; any: goes away). Exit 0, or
  * 2 on bad input (no such finding, no reason, no database: nothing written). */
-int lab_cmd_ack(int argc, char **argv);
+int lab_cmd_ack(const char *db, const char *key, const char *reason);
 
 #endif
