@@ -31,7 +31,6 @@
 #include "store_report.h"
 #include "util.h"
 
-static int oom(char *err, size_t errlen) { return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
 
 /* LAB_EINPUT "run ID: no such run in the database" unless run id exists. */
 static int need_run(lab_store *st, int64_t id, char *err, size_t errlen) {
@@ -45,7 +44,7 @@ static int need_run(lab_store *st, int64_t id, char *err, size_t errlen) {
 /* Prints json (indented) and a newline to out; `what` names a failed write. */
 static int print_json(cJSON *json, FILE *out, const char *what, char *err, size_t errlen) {
     char *text = cJSON_Print(json);
-    if (!text) return oom(err, errlen);
+    if (!text) return lab_oom(err, errlen);
     fprintf(out, "%s\n", text);
     free(text);
     return ferror(out) ? lab_errf(err, errlen, LAB_EIO, "%s: write failed", what) : LAB_OK;
@@ -497,9 +496,9 @@ static int add_topk(lab_store *st, int64_t id, cJSON *root, char *err, size_t er
     cJSON *arr = cJSON_AddArrayToObject(root, "topk");
     for (int64_t i = 0; !rc && i < n; i++) {
         cJSON *o = arr ? topk_object(&t[i]) : NULL;
-        if (!o || !cJSON_AddItemToArray(arr, o)) rc = oom(err, errlen);
+        if (!o || !cJSON_AddItemToArray(arr, o)) rc = lab_oom(err, errlen);
     }
-    if (!arr) rc = oom(err, errlen);
+    if (!arr) rc = lab_oom(err, errlen);
     lab_query_topk_free(t, n);
     return rc;
 }
@@ -508,7 +507,7 @@ static int add_topk(lab_store *st, int64_t id, cJSON *root, char *err, size_t er
  * included. */
 static int export_json(lab_store *st, int64_t id, FILE *out, char *err, size_t errlen) {
     cJSON *root = cJSON_CreateObject();
-    if (!root) return oom(err, errlen);
+    if (!root) return lab_oom(err, errlen);
     int rc = lab_query_run_json(st, id, root, err, errlen);
     if (!rc) rc = add_topk(st, id, root, err, errlen);
     if (!rc) rc = print_json(root, out, "export", err, errlen);
@@ -592,7 +591,7 @@ static int out_paths(const char *path, out_file *o, char *err, size_t errlen) {
     o->tmp = malloc(pl + 48);
     if (!o->target || !o->dir || !o->tmp) {
         out_free(o);
-        return oom(err, errlen);
+        return lab_oom(err, errlen);
     }
     snprintf(o->tmp, pl + 48, "%s.%ld.tmp", o->target, (long)getpid());
     return LAB_OK;

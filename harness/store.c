@@ -28,6 +28,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -432,6 +433,31 @@ int lab_sq_step(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, const 
     int rc = sqlite3_step(s);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return lab_sq_error(st, err, errlen, what);
     return LAB_OK;
+}
+
+int lab_sq_prep_as(lab_store *st, const char *sql, sqlite3_stmt **s, const char *what, char *err, size_t errlen) {
+    if (lab_sq_prep(st, sql, s, err, errlen)) return lab_sq_error(st, err, errlen, what);
+    return LAB_OK;
+}
+
+double lab_sq_col_num(sqlite3_stmt *s, int i) {
+    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
+void lab_sq_col_copy(sqlite3_stmt *s, int i, char *dst, size_t n) { snprintf(dst, n, "%s", lab_col_text(s, i)); }
+
+void *lab_sq_append(void **v, int64_t *n, int64_t *cap, size_t size) {
+    if (*n >= *cap) {
+        int64_t c = *cap ? *cap * 2 : 16;
+        if (c <= *n) c = *n + 16;
+        void *nv = realloc(*v, (size_t)c * size);
+        if (!nv) return NULL;
+        *v = nv;
+        *cap = c;
+    }
+    char *row = (char *)*v + (size_t)(*n)++ * size;
+    memset(row, 0, size);
+    return row;
 }
 
 int lab_sq_done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen) {

@@ -34,31 +34,10 @@ static int injected(lab_store *st, const char *rules, const char *reader, const 
     return LAB_OK;
 }
 
-/* lab_sq_prep, its error naming what the statement reads. */
-static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, const char *what, char *err, size_t errlen) {
-    if (lab_sq_prep(st, sql, s, err, errlen)) return lab_sq_error(st, err, errlen, what);
-    return LAB_OK;
-}
 
 
-/* Makes room for row n of an array of `size`-byte rows; the new row is
- * zeroed. NULL when out of memory (the array is kept). */
-static void *grow(void **v, int64_t n, int64_t *cap, size_t size) {
-    if (n == *cap) {
-        int64_t c = *cap ? *cap * 2 : 16;
-        void *nv = realloc(*v, (size_t)c * size);
-        if (!nv) return NULL;
-        *v = nv;
-        *cap = c;
-    }
-    char *row = (char *)*v + (size_t)n * size;
-    memset(row, 0, size);
-    return row;
-}
 
-static int oom(char *err, size_t errlen) { return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
 
-static void col(sqlite3_stmt *s, int i, char *out, size_t n) { snprintf(out, n, "%s", lab_col_text(s, i)); }
 
 /* Steps the prepared statement s to its end, copying each row with `copy`
  * into a zeroed `size`-byte struct of *v[*n]; finalizes s. */
@@ -67,10 +46,9 @@ static int collect(lab_store *st, sqlite3_stmt *s, const char *what, void (*copy
     int64_t cap = 0;
     int last, rc = LAB_OK;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
-        void *row = grow(v, *n, &cap, size);
-        if (!row) { rc = oom(err, errlen); break; }
+        void *row = lab_sq_append(v, n, &cap, size);
+        if (!row) { rc = lab_oom(err, errlen); break; }
         copy(s, row);
-        (*n)++;
     }
     if (rc) sqlite3_finalize(s);
     else rc = lab_sq_done(st, s, last, what, err, errlen);
@@ -85,14 +63,14 @@ void lab_audit_free(void *rows) { free(rows); }
 static void run_from_row(sqlite3_stmt *s, void *row) {
     lab_audit_finished_run *r = row;
     r->id = sqlite3_column_int64(s, 0);
-    col(s, 1, r->experiment, sizeof r->experiment); col(s, 2, r->arm, sizeof r->arm);
-    col(s, 3, r->commit, sizeof r->commit); col(s, 4, r->started, sizeof r->started);
-    col(s, 5, r->knob_hash, sizeof r->knob_hash); col(s, 6, r->model, sizeof r->model);
-    col(s, 7, r->dataset, sizeof r->dataset); col(s, 8, r->code, sizeof r->code);
-    col(s, 9, r->logits, sizeof r->logits); col(s, 10, r->backend, sizeof r->backend);
+    lab_sq_col_copy(s, 1, r->experiment, sizeof r->experiment); lab_sq_col_copy(s, 2, r->arm, sizeof r->arm);
+    lab_sq_col_copy(s, 3, r->commit, sizeof r->commit); lab_sq_col_copy(s, 4, r->started, sizeof r->started);
+    lab_sq_col_copy(s, 5, r->knob_hash, sizeof r->knob_hash); lab_sq_col_copy(s, 6, r->model, sizeof r->model);
+    lab_sq_col_copy(s, 7, r->dataset, sizeof r->dataset); lab_sq_col_copy(s, 8, r->code, sizeof r->code);
+    lab_sq_col_copy(s, 9, r->logits, sizeof r->logits); lab_sq_col_copy(s, 10, r->backend, sizeof r->backend);
     r->expected_fail = sqlite3_column_int(s, 11);
     r->assertions_ok = sqlite3_column_int(s, 12);
-    col(s, 13, r->assertion_reason, sizeof r->assertion_reason);
+    lab_sq_col_copy(s, 13, r->assertion_reason, sizeof r->assertion_reason);
     r->is_reference = sqlite3_column_int(s, 14);
 }
 
@@ -102,7 +80,7 @@ int lab_audit_read_runs(lab_store *st, lab_audit_finished_run **runs, int64_t *n
     *n = 0;
     sqlite3_stmt *s = NULL;
     int rc = injected(st, "R2 R5", "runs", what, err, errlen);
-    if (!rc) rc = prep(st, "SELECT id, experiment, arm, COALESCE(git_commit,''), started_at, knob_hash, model_sha256,"
+    if (!rc) rc = lab_sq_prep_as(st, "SELECT id, experiment, arm, COALESCE(git_commit,''), started_at, knob_hash, model_sha256,"
                        " dataset_sha256, code_version, COALESCE(logits_sha256,''), COALESCE(backend,'cpu'),"
                        " expected_assertions = 'fail', COALESCE(assertions_ok, 1), COALESCE(assertion_reason,''),"
                        " is_reference FROM runs WHERE status = 'FINISHED' ORDER BY id", &s, what, err, errlen);
@@ -128,13 +106,13 @@ static int kv_push(lab_knobs_kv *kv, int64_t *cap, const char *name, const char 
         if (na) kv->names = na;
         char **nb = na ? realloc(kv->values, (size_t)c * sizeof *nb) : NULL;
         if (nb) kv->values = nb;
-        if (!na || !nb) return oom(err, errlen);
+        if (!na || !nb) return lab_oom(err, errlen);
         *cap = c;
     }
     kv->names[kv->n] = lab_strdup(name);
     kv->values[kv->n] = lab_strdup(value);
     kv->n++;
-    return kv->names[kv->n - 1] && kv->values[kv->n - 1] ? LAB_OK : oom(err, errlen);
+    return kv->names[kv->n - 1] && kv->values[kv->n - 1] ? LAB_OK : lab_oom(err, errlen);
 }
 
 int lab_audit_read_knobs(lab_store *st, int64_t run_id, lab_knobs_kv *kv, char *err, size_t errlen) {
@@ -143,7 +121,7 @@ int lab_audit_read_knobs(lab_store *st, int64_t run_id, lab_knobs_kv *kv, char *
     memset(kv, 0, sizeof *kv);
     sqlite3_stmt *s = NULL;
     int rc = injected(st, "R1", "knobs", what, err, errlen);
-    if (!rc) rc = prep(st, "SELECT name, value FROM run_knobs WHERE run_id = ?", &s, what, err, errlen);
+    if (!rc) rc = lab_sq_prep_as(st, "SELECT name, value FROM run_knobs WHERE run_id = ?", &s, what, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
     int64_t cap = 0;
@@ -165,7 +143,7 @@ int lab_audit_read_violations(lab_store *st, int64_t run_id, const char *site, l
     memset(out, 0, sizeof *out);
     sqlite3_stmt *s = NULL;
     int rc = injected(st, "R1", "probes", what, err, errlen);
-    if (!rc) rc = prep(st, "SELECT layer, detail, bytes_per_row, src_row_bytes, dst_row_bytes, rows_unwritten"
+    if (!rc) rc = lab_sq_prep_as(st, "SELECT layer, detail, bytes_per_row, src_row_bytes, dst_row_bytes, rows_unwritten"
                        " FROM probes WHERE run_id = ? AND site = ? AND ok = 0 ORDER BY layer", &s, what, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
@@ -174,7 +152,7 @@ int lab_audit_read_violations(lab_store *st, int64_t run_id, const char *site, l
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
         if (out->n++) continue;
         out->first_layer = sqlite3_column_int64(s, 0);
-        col(s, 1, out->detail, sizeof out->detail);
+        lab_sq_col_copy(s, 1, out->detail, sizeof out->detail);
         out->bytes_per_row = sqlite3_column_int64(s, 2);
         out->src_row_bytes = sqlite3_column_int64(s, 3);
         out->dst_row_bytes = sqlite3_column_int64(s, 4);
@@ -195,7 +173,7 @@ static int read_rows(lab_store *st, int64_t run_id, const char *rules, const cha
     *n = 0;
     sqlite3_stmt *s = NULL;
     int rc = injected(st, rules, reader, what, err, errlen);
-    if (!rc) rc = prep(st, sql, &s, what, err, errlen);
+    if (!rc) rc = lab_sq_prep_as(st, sql, &s, what, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
     return collect(st, s, what, copy, size, v, n, err, errlen);
@@ -203,8 +181,8 @@ static int read_rows(lab_store *st, int64_t run_id, const char *rules, const cha
 
 static void copy_expectation(sqlite3_stmt *s, void *row) {
     lab_audit_expectation *e = row;
-    col(s, 0, e->site, sizeof e->site); col(s, 1, e->expected, sizeof e->expected);
-    col(s, 2, e->seen, sizeof e->seen); col(s, 3, e->reason, sizeof e->reason);
+    lab_sq_col_copy(s, 0, e->site, sizeof e->site); lab_sq_col_copy(s, 1, e->expected, sizeof e->expected);
+    lab_sq_col_copy(s, 2, e->seen, sizeof e->seen); lab_sq_col_copy(s, 3, e->reason, sizeof e->reason);
 }
 
 int lab_audit_read_expectations(lab_store *st, int64_t run_id, lab_audit_expectation **v, int64_t *n,
@@ -220,8 +198,8 @@ static void copy_reference(sqlite3_stmt *s, void *row) {
     lab_audit_reference *r = row;
     r->run_id = sqlite3_column_int64(s, 0);
     r->hash_match = sqlite3_column_type(s, 1) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 1) != 0;
-    col(s, 2, r->model, sizeof r->model); col(s, 3, r->dataset, sizeof r->dataset); col(s, 4, r->code, sizeof r->code);
-    col(s, 5, r->logits, sizeof r->logits); col(s, 6, r->knob_hash, sizeof r->knob_hash);
+    lab_sq_col_copy(s, 2, r->model, sizeof r->model); lab_sq_col_copy(s, 3, r->dataset, sizeof r->dataset); lab_sq_col_copy(s, 4, r->code, sizeof r->code);
+    lab_sq_col_copy(s, 5, r->logits, sizeof r->logits); lab_sq_col_copy(s, 6, r->knob_hash, sizeof r->knob_hash);
 }
 
 int lab_audit_read_references(lab_store *st, int64_t run_id, lab_audit_reference **v, int64_t *n,
@@ -237,11 +215,11 @@ int lab_audit_read_references(lab_store *st, int64_t run_id, lab_audit_reference
 
 static void copy_verdict(sqlite3_stmt *s, void *row) {
     lab_audit_verdict *x = row;
-    col(s, 0, x->verdict, sizeof x->verdict);
+    lab_sq_col_copy(s, 0, x->verdict, sizeof x->verdict);
     x->lo = sqlite3_column_double(s, 1);
     x->hi = sqlite3_column_double(s, 2);
     x->threshold = sqlite3_column_double(s, 3);
-    col(s, 4, x->direction, sizeof x->direction);
+    lab_sq_col_copy(s, 4, x->direction, sizeof x->direction);
     x->k = sqlite3_column_int64(s, 5);
     x->n = sqlite3_column_int64(s, 6);
 }
@@ -261,16 +239,16 @@ int lab_audit_read_named_run(lab_store *st, int64_t run_id, lab_audit_named_run 
     memset(out, 0, sizeof *out);
     sqlite3_stmt *s = NULL;
     int rc = injected(st, "R4", "claim-runs", what, err, errlen);
-    if (!rc) rc = prep(st, "SELECT status, model_sha256, dataset_sha256, code_version, COALESCE(backend, 'cpu')"
+    if (!rc) rc = lab_sq_prep_as(st, "SELECT status, model_sha256, dataset_sha256, code_version, COALESCE(backend, 'cpu')"
                        " FROM runs WHERE id = ?", &s, what, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
     int last = sqlite3_step(s);
     if (last == SQLITE_ROW) {
         out->found = 1;
-        col(s, 0, out->status, sizeof out->status); col(s, 1, out->model, sizeof out->model);
-        col(s, 2, out->dataset, sizeof out->dataset); col(s, 3, out->code, sizeof out->code);
-        col(s, 4, out->engine, sizeof out->engine);
+        lab_sq_col_copy(s, 0, out->status, sizeof out->status); lab_sq_col_copy(s, 1, out->model, sizeof out->model);
+        lab_sq_col_copy(s, 2, out->dataset, sizeof out->dataset); lab_sq_col_copy(s, 3, out->code, sizeof out->code);
+        lab_sq_col_copy(s, 4, out->engine, sizeof out->engine);
         last = SQLITE_DONE;   /* id is the key: one row at most */
     }
     rc = lab_sq_done(st, s, last, what, err, errlen);
@@ -288,17 +266,17 @@ typedef struct flag_stmts {
 
 static int flag_stmts_prepare(lab_store *st, flag_stmts *q, char *err, size_t errlen) {
     const char *what = "storing the audit's flags";
-    int rc = prep(st, "SELECT id, resolved_at FROM audit_flags WHERE subject_kind = ? AND subject = ? AND rule = ?"
+    int rc = lab_sq_prep_as(st, "SELECT id, resolved_at FROM audit_flags WHERE subject_kind = ? AND subject = ? AND rule = ?"
                   " AND key = ?", &q->sel, what, err, errlen);
-    if (!rc) rc = prep(st, "INSERT INTO audit_flags (subject_kind, subject, rule, key, reason, evidence, expected,"
+    if (!rc) rc = lab_sq_prep_as(st, "INSERT INTO audit_flags (subject_kind, subject, rule, key, reason, evidence, expected,"
                        " first_seen, last_seen, resolved_at, resolved_by) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                        &q->ins, what, err, errlen);
-    if (!rc) rc = prep(st, "UPDATE audit_flags SET reason = ?, evidence = ?, expected = ?, last_seen = ?,"
+    if (!rc) rc = lab_sq_prep_as(st, "UPDATE audit_flags SET reason = ?, evidence = ?, expected = ?, last_seen = ?,"
                        " resolved_at = ?, resolved_by = ? WHERE id = ?", &q->upd, what, err, errlen);
     /* every flag this audit finds is marked; afterwards, open flags not marked are resolved */
     if (!rc) rc = lab_sq_exec(st, "CREATE TEMP TABLE IF NOT EXISTS seen (id INTEGER PRIMARY KEY)", err, errlen);
     if (!rc) rc = lab_sq_exec(st, "DELETE FROM seen", err, errlen);
-    if (!rc) rc = prep(st, "INSERT OR IGNORE INTO seen VALUES (?)", &q->seen, what, err, errlen);
+    if (!rc) rc = lab_sq_prep_as(st, "INSERT OR IGNORE INTO seen VALUES (?)", &q->seen, what, err, errlen);
     return rc;
 }
 
@@ -323,7 +301,7 @@ static int flag_find(lab_store *st, flag_stmts *q, const lab_audit_flag *x, int6
     int last = sqlite3_step(s);
     if (last == SQLITE_ROW) {
         *id = sqlite3_column_int64(s, 0);
-        if (sqlite3_column_type(s, 1) != SQLITE_NULL) col(s, 1, resolved_at, n);
+        if (sqlite3_column_type(s, 1) != SQLITE_NULL) lab_sq_col_copy(s, 1, resolved_at, n);
     } else if (last != SQLITE_DONE) {
         return lab_sq_error(st, err, errlen, "storing the audit's flags");
     }
@@ -369,7 +347,7 @@ static int flag_put(lab_store *st, flag_stmts *q, const lab_audit_flag *x, lab_a
 /* Resolves the open flags this audit did not find. */
 static int resolve_unseen(lab_store *st, const char *now, lab_audit_counts *out, char *err, size_t errlen) {
     sqlite3_stmt *s = NULL;
-    int rc = prep(st, "UPDATE audit_flags SET resolved_at = ?, resolved_by = 'no longer found by the audit'"
+    int rc = lab_sq_prep_as(st, "UPDATE audit_flags SET resolved_at = ?, resolved_by = 'no longer found by the audit'"
                   " WHERE resolved_at IS NULL AND id NOT IN (SELECT id FROM seen)", &s, "resolving flags", err, errlen);
     if (rc) return rc;
     lab_sq_bind_text(s, 1, now);
@@ -383,7 +361,7 @@ static int resolve_unseen(lab_store *st, const char *now, lab_audit_counts *out,
 static int record_audit(lab_store *st, const char *now, const lab_audit_record *rec, lab_audit_counts *out,
                         char *err, size_t errlen) {
     sqlite3_stmt *s = NULL;
-    int rc = prep(st, "SELECT COALESCE(SUM(expected = 0), 0), COALESCE(SUM(expected = 1), 0) FROM audit_flags"
+    int rc = lab_sq_prep_as(st, "SELECT COALESCE(SUM(expected = 0), 0), COALESCE(SUM(expected = 1), 0) FROM audit_flags"
                   " WHERE resolved_at IS NULL", &s, "counting open flags", err, errlen);
     if (rc) return rc;
     if (sqlite3_step(s) == SQLITE_ROW) {
@@ -392,7 +370,7 @@ static int record_audit(lab_store *st, const char *now, const lab_audit_record *
     } else rc = lab_sq_error(st, err, errlen, "counting open flags");
     sqlite3_finalize(s);
     if (rc) return rc;
-    if ((rc = prep(st, "INSERT INTO audits (at, specs_dir, n_claims, n_defects, n_runs, n_open, n_new, n_resolved)"
+    if ((rc = lab_sq_prep_as(st, "INSERT INTO audits (at, specs_dir, n_claims, n_defects, n_runs, n_open, n_new, n_resolved)"
                    " VALUES (?,?,?,?,?,?,?,?)", &s, "recording the audit", err, errlen)))
         return rc;
     lab_sq_bind_text(s, 1, now);
@@ -429,9 +407,9 @@ int lab_audit_store_flags(lab_store *st, const lab_audit_flag *flags, int64_t n,
 
 static void copy_table_row(sqlite3_stmt *s, void *row) {
     lab_audit_table_row *t = row;
-    col(s, 0, t->kind, sizeof t->kind); col(s, 1, t->subject, sizeof t->subject); col(s, 2, t->rule, sizeof t->rule);
-    col(s, 5, t->resolved_by, sizeof t->resolved_by); col(s, 6, t->reason, sizeof t->reason);
-    col(s, 7, t->what, sizeof t->what);
+    lab_sq_col_copy(s, 0, t->kind, sizeof t->kind); lab_sq_col_copy(s, 1, t->subject, sizeof t->subject); lab_sq_col_copy(s, 2, t->rule, sizeof t->rule);
+    lab_sq_col_copy(s, 5, t->resolved_by, sizeof t->resolved_by); lab_sq_col_copy(s, 6, t->reason, sizeof t->reason);
+    lab_sq_col_copy(s, 7, t->what, sizeof t->what);
     t->expected = sqlite3_column_int(s, 3);
     t->resolved = sqlite3_column_type(s, 4) != SQLITE_NULL;
 }
@@ -442,7 +420,7 @@ int lab_audit_read_table(lab_store *st, const char *since, lab_audit_table_row *
     *v = NULL;
     *n = 0;
     sqlite3_stmt *s = NULL;
-    int rc = prep(st, "SELECT f.subject_kind, f.subject, f.rule, f.expected, f.resolved_at, f.resolved_by,"
+    int rc = lab_sq_prep_as(st, "SELECT f.subject_kind, f.subject, f.rule, f.expected, f.resolved_at, f.resolved_by,"
                   " f.reason, COALESCE(r.experiment || '/' || r.arm, '') FROM audit_flags f LEFT JOIN runs r"
                   " ON f.subject_kind = 'run' AND r.id = CAST(f.subject AS INTEGER)"
                   " WHERE f.resolved_at IS NULL OR f.resolved_at >= ?"

@@ -14,6 +14,7 @@
 
 #include <sqlite3.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "store.h"
 
@@ -45,6 +46,17 @@ void lab_sq_rollback(lab_store *st);
 int  lab_sq_done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen);
 /* Text or NULL. */
 void lab_sq_bind_text(sqlite3_stmt *s, int i, const char *v);
+/* lab_sq_prep, its error naming what the statement reads ("PATH: what: ..."). */
+int  lab_sq_prep_as(lab_store *st, const char *sql, sqlite3_stmt **s, const char *what, char *err, size_t errlen);
+/* Column i as a double; NAN for NULL ("not measured"). */
+double lab_sq_col_num(sqlite3_stmt *s, int i);
+/* Column i's text into dst (n bytes, cut to fit); "" for NULL. */
+void lab_sq_col_copy(sqlite3_stmt *s, int i, char *dst, size_t n);
+/* Appends a zeroed `size`-byte row to the array *v of *n rows (capacity *cap,
+ * doubled when full) and returns it, *n counting it; NULL when out of memory
+ * (the array and *n are left as they were). The readers' one way to grow
+ * their results. */
+void *lab_sq_append(void **v, int64_t *n, int64_t *cap, size_t size);
 /* Column i of the current row as text; "" for NULL (never a NULL pointer). */
 const char *lab_col_text(sqlite3_stmt *s, int i);
 /* The connection (tests that build old or broken databases; store files use st->db). */

@@ -26,11 +26,6 @@ static void bind_id(sqlite3_stmt *s, int i, int64_t v) {
     else sqlite3_bind_null(s, i);
 }
 
-static double col_num(sqlite3_stmt *s, int i) {
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
-
-static void col_copy(sqlite3_stmt *s, int i, char *dst, size_t n) { snprintf(dst, n, "%s", lab_col_text(s, i)); }
 
 /* The next row of s: 1 a row, 0 done, <0 an error (err filled, status
  * negated so that it is never mistaken for a row). */
@@ -52,14 +47,6 @@ static int write_one(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, c
     return rc;
 }
 
-/* Grows *v (of *n elements of size sz) by one zeroed element; NULL when out of memory. */
-static void *grow(void **v, int64_t *n, size_t sz) {
-    char *q = realloc(*v, (size_t)(*n + 1) * sz);
-    if (!q) return NULL;
-    *v = q;
-    memset(q + (size_t)*n * sz, 0, sz);
-    return q + (size_t)(*n)++ * sz;
-}
 
 static char *dup_col(sqlite3_stmt *s, int i, int *oom) {
     char *p = lab_strdup(lab_col_text(s, i));
@@ -79,9 +66,10 @@ static int dead_nightlies(lab_store *st, const char *host, int64_t **ids, int64_
     if (rc) return rc;
     lab_sq_bind_text(s, 1, host);
     int row;
+    int64_t cap = 0;
     while ((row = next_row(st, s, err, errlen, "running nightlies")) > 0) {
         if (lab_pid_alive(sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2))) continue;
-        int64_t *slot = grow((void **)ids, n, sizeof *slot);
+        int64_t *slot = lab_sq_append((void **)ids, n, &cap, sizeof *slot);
         if (!slot) { row = -lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
         *slot = sqlite3_column_int64(s, 0);
     }
@@ -232,20 +220,20 @@ void lab_nightly_runs_free(lab_nightly_runs *s) {
 static void read_run(sqlite3_stmt *s, lab_nightly_run *r) {
     r->id = sqlite3_column_int64(s, 0);
     r->rep = sqlite3_column_int64(s, 1);
-    col_copy(s, 2, r->arm, sizeof r->arm);
-    col_copy(s, 3, r->status, sizeof r->status);
-    col_copy(s, 4, r->error, sizeof r->error);
+    lab_sq_col_copy(s, 2, r->arm, sizeof r->arm);
+    lab_sq_col_copy(s, 3, r->status, sizeof r->status);
+    lab_sq_col_copy(s, 4, r->error, sizeof r->error);
     r->is_ref = sqlite3_column_int(s, 5);
     r->expect_fail = sqlite3_column_int(s, 6);
     r->assertions_ok = sqlite3_column_type(s, 7) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 7);
-    col_copy(s, 8, r->backend, sizeof r->backend);
-    col_copy(s, 9, r->model, sizeof r->model);
-    col_copy(s, 10, r->dataset, sizeof r->dataset);
-    col_copy(s, 11, r->knob_hash, sizeof r->knob_hash);
-    col_copy(s, 12, r->logits, sizeof r->logits);
-    col_copy(s, 13, r->code_version, sizeof r->code_version);
-    r->tps = col_num(s, 14);
-    r->host = col_num(s, 20);
+    lab_sq_col_copy(s, 8, r->backend, sizeof r->backend);
+    lab_sq_col_copy(s, 9, r->model, sizeof r->model);
+    lab_sq_col_copy(s, 10, r->dataset, sizeof r->dataset);
+    lab_sq_col_copy(s, 11, r->knob_hash, sizeof r->knob_hash);
+    lab_sq_col_copy(s, 12, r->logits, sizeof r->logits);
+    lab_sq_col_copy(s, 13, r->code_version, sizeof r->code_version);
+    r->tps = lab_sq_col_num(s, 14);
+    r->host = lab_sq_col_num(s, 20);
     if (sqlite3_column_type(s, 15) != SQLITE_NULL) {
         r->has_cmp = 1;
         r->ref_run = sqlite3_column_int64(s, 15);
@@ -280,8 +268,9 @@ int lab_store_nightly_runs(lab_store *st, int64_t nightly, const char *eid, int 
     sqlite3_bind_int64(s, 1, nightly);
     lab_sq_bind_text(s, 2, eid);
     int row;
+    int64_t cap = 0;
     while ((row = next_row(st, s, err, errlen, "a nightly's runs")) > 0) {
-        lab_nightly_run *r = grow((void **)&out->r, &out->n, sizeof *r);
+        lab_nightly_run *r = lab_sq_append((void **)&out->r, &out->n, &cap, sizeof *r);
         if (!r) { row = -lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
         read_run(s, r);
     }
@@ -304,8 +293,9 @@ int lab_store_nightly_experiments(lab_store *st, int64_t nightly, char ***ids, i
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, nightly);
     int row, oom = 0;
+    int64_t cap = 0;
     while ((row = next_row(st, s, err, errlen, "a nightly's experiments")) > 0) {
-        char **slot = grow((void **)ids, n, sizeof *slot);
+        char **slot = lab_sq_append((void **)ids, n, &cap, sizeof *slot);
         if (!slot || !(*slot = dup_col(s, 0, &oom))) {
             row = -lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
             break;
@@ -467,8 +457,9 @@ int lab_store_nightly_open_flags(lab_store *st, int64_t nightly, int64_t prev_ov
     sqlite3_bind_int64(s, 1, nightly);
     sqlite3_bind_int64(s, 2, prev_overall);
     int row;
+    int64_t cap = 0;
     while ((row = next_row(st, s, err, errlen, "open audit flags")) > 0) {
-        lab_nightly_flag *f = grow((void **)out, n, sizeof *f);
+        lab_nightly_flag *f = lab_sq_append((void **)out, n, &cap, sizeof *f);
         if (!f || read_flag(s, f)) { row = -lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
     }
     sqlite3_finalize(s);
@@ -492,9 +483,9 @@ int lab_store_nightly_find_ack(lab_store *st, const char *eid, const char *arm, 
     int row = next_row(st, s, err, errlen, "acknowledgements");
     if (row > 0) {
         a->found = 1;
-        col_copy(s, 0, a->reason, sizeof a->reason);
+        lab_sq_col_copy(s, 0, a->reason, sizeof a->reason);
         a->nightly = sqlite3_column_int64(s, 1);
-        a->value = col_num(s, 2);
+        a->value = lab_sq_col_num(s, 2);
     }
     sqlite3_finalize(s);
     return row < 0 ? -row : LAB_OK;
@@ -532,11 +523,11 @@ int lab_store_nightly_find_regression(lab_store *st, const char *key, int by_id,
     int row = next_row(st, s, err, errlen, "the finding");
     if (row > 0) {
         t->found = 1;
-        col_copy(s, 0, t->experiment, sizeof t->experiment);
-        col_copy(s, 1, t->arm, sizeof t->arm);
-        col_copy(s, 2, t->kind, sizeof t->kind);
+        lab_sq_col_copy(s, 0, t->experiment, sizeof t->experiment);
+        lab_sq_col_copy(s, 1, t->arm, sizeof t->arm);
+        lab_sq_col_copy(s, 2, t->kind, sizeof t->kind);
         t->nightly = sqlite3_column_int64(s, 3);
-        t->value = col_num(s, 4);
+        t->value = lab_sq_col_num(s, 4);
     }
     sqlite3_finalize(s);
     return row < 0 ? -row : LAB_OK;
@@ -570,13 +561,13 @@ int lab_store_nightly_get(lab_store *st, int64_t id, lab_nightly_row *n, char *e
     int row = next_row(st, s, err, errlen, "the nightly");
     if (row > 0) {
         n->id = sqlite3_column_int64(s, 0);
-        col_copy(s, 1, n->started, sizeof n->started);
-        col_copy(s, 2, n->finished, sizeof n->finished);
-        col_copy(s, 3, n->commit, sizeof n->commit);
-        col_copy(s, 4, n->code_version, sizeof n->code_version);
-        col_copy(s, 5, n->status, sizeof n->status);
-        col_copy(s, 6, n->host, sizeof n->host);
-        col_copy(s, 7, n->audit, sizeof n->audit);
+        lab_sq_col_copy(s, 1, n->started, sizeof n->started);
+        lab_sq_col_copy(s, 2, n->finished, sizeof n->finished);
+        lab_sq_col_copy(s, 3, n->commit, sizeof n->commit);
+        lab_sq_col_copy(s, 4, n->code_version, sizeof n->code_version);
+        lab_sq_col_copy(s, 5, n->status, sizeof n->status);
+        lab_sq_col_copy(s, 6, n->host, sizeof n->host);
+        lab_sq_col_copy(s, 7, n->audit, sizeof n->audit);
         n->n_runs = sqlite3_column_int64(s, 8);
         n->n_reg = sqlite3_column_int64(s, 9);
     }
@@ -596,11 +587,12 @@ int lab_store_nightly_cases(lab_store *st, int64_t id, lab_nightly_case **out, i
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, id);
     int row;
+    int64_t cap = 0;
     while ((row = next_row(st, s, err, errlen, "the nightly's test cases")) > 0) {
-        lab_nightly_case *c = grow((void **)out, n, sizeof *c);
+        lab_nightly_case *c = lab_sq_append((void **)out, n, &cap, sizeof *c);
         if (!c) { row = -lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
-        col_copy(s, 0, c->eid, sizeof c->eid);
-        col_copy(s, 1, c->arm, sizeof c->arm);
+        lab_sq_col_copy(s, 0, c->eid, sizeof c->eid);
+        lab_sq_col_copy(s, 1, c->arm, sizeof c->arm);
         c->time = sqlite3_column_double(s, 2);
         c->runs = sqlite3_column_int(s, 3);
     }
@@ -630,9 +622,10 @@ void lab_nightly_shown_free(lab_nightly_shown_list *l) {
 static int read_shown(lab_store *st, sqlite3_stmt *s, lab_nightly_shown_list *out, char *err, size_t errlen,
                       const char *what) {
     int row;
+    int64_t cap = 0;
     while ((row = next_row(st, s, err, errlen, what)) > 0) {
         int oom = 0;
-        lab_nightly_shown *r = grow((void **)&out->r, &out->n, sizeof *r);
+        lab_nightly_shown *r = lab_sq_append((void **)&out->r, &out->n, &cap, sizeof *r);
         if (r) {
             r->id = sqlite3_column_int64(s, 0);
             r->nightly = sqlite3_column_int64(s, 1);

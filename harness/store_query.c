@@ -58,7 +58,6 @@ static const char *keep_col(reading *r, sqlite3_stmt *s, int i) { return keep(r,
 
 static int is_null(sqlite3_stmt *s, int i) { return sqlite3_column_type(s, i) == SQLITE_NULL; }
 
-static int oom(char *err, size_t errlen) { return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
 
 /* lab_sq_prep, its error named "query". */
 static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, size_t errlen) {
@@ -79,16 +78,6 @@ static int prep_ids(lab_store *st, const char *sql, int64_t a, int64_t b, sqlite
 /* Copies the current row of s into the zeroed struct row. */
 typedef void (*copy_fn)(sqlite3_stmt *s, void *row, reading *r);
 
-/* Room for one more `size`-byte row at (*v)[n]; -1 when out of memory. */
-static int grow(void **v, int64_t n, int64_t *cap, size_t size) {
-    if (n < *cap) return 0;
-    int64_t c = *cap ? *cap * 2 : 16;
-    void *nv = realloc(*v, (size_t)c * size);
-    if (!nv) return -1;
-    *v = nv;
-    *cap = c;
-    return 0;
-}
 
 /* Steps the prepared s to its end, each row copied by `copy` into
  * (*v)[*n] (`size`-byte structs, text kept in *text); finalizes s. On failure
@@ -99,16 +88,14 @@ static int collect(lab_store *st, sqlite3_stmt *s, const char *what, copy_fn cop
     int64_t cap = 0;
     int last = SQLITE_ERROR;
     while (!r.oom && (last = sqlite3_step(s)) == SQLITE_ROW) {
-        if (grow(v, *n, &cap, size)) { r.oom = 1; break; }
-        char *row = (char *)*v + (size_t)*n * size;
-        memset(row, 0, size);
+        char *row = lab_sq_append(v, n, &cap, size);
+        if (!row) { r.oom = 1; break; }
         copy(s, row, &r);
-        (*n)++;
     }
     int rc;
     if (r.oom) {
         sqlite3_finalize(s);
-        rc = oom(err, errlen);
+        rc = lab_oom(err, errlen);
     } else {
         rc = lab_sq_done(st, s, last, what, err, errlen);
     }
@@ -222,7 +209,7 @@ static int json_rows(lab_store *st, sqlite3_stmt *s, cJSON *arr, const char *key
         if (!added) {
             cJSON_Delete(o);
             sqlite3_finalize(s);
-            return oom(err, errlen);
+            return lab_oom(err, errlen);
         }
         if (single) { last = SQLITE_DONE; break; }
     }
@@ -235,7 +222,7 @@ int lab_query_runs_json(lab_store *st, const char *experiment, cJSON **out, char
     int rc = prep_runs(st, experiment, &s, err, errlen);
     if (rc) return rc;
     cJSON *arr = cJSON_CreateArray();
-    if (!arr) { sqlite3_finalize(s); return oom(err, errlen); }
+    if (!arr) { sqlite3_finalize(s); return lab_oom(err, errlen); }
     if ((rc = json_rows(st, s, arr, "runs", 0, err, errlen))) { cJSON_Delete(arr); return rc; }
     *out = arr;
     return LAB_OK;
@@ -251,12 +238,12 @@ static int read_fields(lab_store *st, sqlite3_stmt *s, lab_query_run_detail *d, 
     while (!r.oom && (last = sqlite3_step(s)) == SQLITE_ROW)
         for (int i = 0; !r.oom && i < sqlite3_column_count(s); i++) {
             if (is_null(s, i)) continue;
-            if (grow((void **)&d->fields, d->n_fields, &cap, sizeof *d->fields)) { r.oom = 1; break; }
-            lab_query_field *f = &d->fields[d->n_fields++];
+            lab_query_field *f = lab_sq_append((void **)&d->fields, &d->n_fields, &cap, sizeof *d->fields);
+            if (!f) { r.oom = 1; break; }
             f->name = keep(&r, sqlite3_column_name(s, i));
             f->value = keep_col(&r, s, i);
         }
-    if (r.oom) { sqlite3_finalize(s); return oom(err, errlen); }
+    if (r.oom) { sqlite3_finalize(s); return lab_oom(err, errlen); }
     return lab_sq_done(st, s, last, "show run", err, errlen);
 }
 
@@ -530,7 +517,7 @@ static int topk_from_row(lab_store *st, sqlite3_stmt *s, int64_t id, lab_query_t
     t->k = k;
     t->ids = malloc((size_t)(np * k) * sizeof *t->ids + 1);
     t->logprobs = malloc((size_t)(np * k) * sizeof *t->logprobs + 1);
-    if (!t->ids || !t->logprobs) return oom(err, errlen);
+    if (!t->ids || !t->logprobs) return lab_oom(err, errlen);
     memcpy(t->ids, sqlite3_column_blob(s, 3), (size_t)(np * k) * 4);
     memcpy(t->logprobs, sqlite3_column_blob(s, 4), (size_t)(np * k) * 4);
     return LAB_OK;
@@ -546,9 +533,8 @@ int lab_query_topk_read(lab_store *st, int64_t id, lab_query_topk **v, int64_t *
     int64_t cap = 0;
     int last;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
-        if (grow((void **)v, *n, &cap, sizeof **v)) { rc = oom(err, errlen); break; }
-        lab_query_topk *t = &(*v)[(*n)++];
-        memset(t, 0, sizeof *t);
+        lab_query_topk *t = lab_sq_append((void **)v, n, &cap, sizeof **v);
+        if (!t) { rc = lab_oom(err, errlen); break; }
         if ((rc = topk_from_row(st, s, id, t, err, errlen))) break;
     }
     if (rc) sqlite3_finalize(s);
@@ -600,7 +586,7 @@ int lab_query_run_json(lab_store *st, int64_t id, cJSON *root, char *err, size_t
         sqlite3_stmt *s = NULL;
         if ((rc = prep_ids(st, j->sql, id, 0, &s, err, errlen))) break;
         cJSON *arr = j->single ? root : cJSON_AddArrayToObject(root, j->key);
-        if (!arr) { sqlite3_finalize(s); return oom(err, errlen); }
+        if (!arr) { sqlite3_finalize(s); return lab_oom(err, errlen); }
         rc = json_rows(st, s, arr, j->key, j->single, err, errlen);
     }
     return rc;

@@ -23,9 +23,6 @@ static int rp_prep(lab_store *st, const char *sql, sqlite3_stmt **s, char *err, 
 }
 
 /* Column i as a double; NAN for NULL ("not measurable"). */
-static double col_num(sqlite3_stmt *s, int i) {
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
 
 /* Column i copied to the heap into *out; 1 when out of memory. */
 static int dup(sqlite3_stmt *s, int i, char **out) {
@@ -33,9 +30,7 @@ static int dup(sqlite3_stmt *s, int i, char **out) {
     return *out == NULL;
 }
 
-static void cut(sqlite3_stmt *s, int i, char *out, size_t n) { snprintf(out, n, "%s", lab_col_text(s, i)); }
 
-static int oom(char *err, size_t errlen) { return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
 
 
 /* Steps s (prepared and bound) to its end, copying each row with `copy` into
@@ -47,26 +42,12 @@ static int collect(lab_store *st, sqlite3_stmt *s, const char *what, int (*copy)
     int64_t cap = *n;
     int last;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
-        if (*n == cap) {
-            int64_t c = cap ? cap * 2 : 16;
-            void *nv = realloc(*v, (size_t)c * size);
-            if (!nv) { sqlite3_finalize(s); return oom(err, errlen); }
-            *v = nv;
-            cap = c;
-        }
-        char *row = (char *)*v + (size_t)*n * size;
-        memset(row, 0, size);
-        (*n)++;
-        if (copy(s, row)) { sqlite3_finalize(s); return oom(err, errlen); }
+        char *row = lab_sq_append(v, n, &cap, size);
+        if (!row || copy(s, row)) { sqlite3_finalize(s); return lab_oom(err, errlen); }
     }
     return lab_sq_done(st, s, last, what, err, errlen);
 }
 
-/* Prepares sql, its error naming what the statement reads. */
-static int prep(lab_store *st, const char *sql, sqlite3_stmt **s, const char *what, char *err, size_t errlen) {
-    if (lab_sq_prep(st, sql, s, err, errlen)) return lab_sq_error(st, err, errlen, what);
-    return LAB_OK;
-}
 
 /* ------------------------------------------------------------ per-position KL */
 
@@ -242,15 +223,15 @@ int lab_rp_read_latest_spec(lab_store *st, const char *exp, char sha[65], char *
                             char *err, size_t errlen) {
     sqlite3_stmt *s;
     *found = 0;
-    int rc = prep(st, "SELECT s.sha256, s.json, s.file FROM runs r JOIN experiment_specs s ON s.sha256 = r.experiment_sha256"
+    int rc = lab_sq_prep_as(st, "SELECT s.sha256, s.json, s.file FROM runs r JOIN experiment_specs s ON s.sha256 = r.experiment_sha256"
                       " WHERE r.experiment = ?1 ORDER BY r.id DESC LIMIT 1", &s, "report: the experiment's spec", err, errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, exp, -1, SQLITE_TRANSIENT);
     int last = sqlite3_step(s);
     if (last == SQLITE_ROW) {
         *found = 1;
-        cut(s, 0, sha, 65);
-        if (dup(s, 1, json) | dup(s, 2, file)) { sqlite3_finalize(s); return oom(err, errlen); }
+        lab_sq_col_copy(s, 0, sha, 65);
+        if (dup(s, 1, json) | dup(s, 2, file)) { sqlite3_finalize(s); return lab_oom(err, errlen); }
         last = sqlite3_step(s);
     }
     return lab_sq_done(st, s, last, "report: the experiment's spec", err, errlen);
@@ -259,12 +240,12 @@ int lab_rp_read_latest_spec(lab_store *st, const char *exp, char sha[65], char *
 int lab_rp_read_spec_json(lab_store *st, const char *sha, char **json, char *err, size_t errlen) {
     sqlite3_stmt *s;
     *json = NULL;
-    int rc = prep(st, "SELECT json FROM experiment_specs WHERE sha256 = ?1", &s, "report: a run's spec", err, errlen);
+    int rc = lab_sq_prep_as(st, "SELECT json FROM experiment_specs WHERE sha256 = ?1", &s, "report: a run's spec", err, errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, sha, -1, SQLITE_TRANSIENT);
     int last = sqlite3_step(s);
     if (last == SQLITE_ROW) {
-        if (dup(s, 0, json)) { sqlite3_finalize(s); return oom(err, errlen); }
+        if (dup(s, 0, json)) { sqlite3_finalize(s); return lab_oom(err, errlen); }
         last = sqlite3_step(s);
     }
     return lab_sq_done(st, s, last, "report: a run's spec", err, errlen);
@@ -273,7 +254,7 @@ int lab_rp_read_spec_json(lab_store *st, const char *sha, char **json, char *err
 int lab_rp_read_ran_arms(lab_store *st, const char *exp, int (*each)(void *ctx, const char *arm, int is_ref),
                          void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT arm, max(is_reference) FROM runs WHERE experiment = ?1 GROUP BY arm ORDER BY min(id)", &s,
+    int rc = lab_sq_prep_as(st, "SELECT arm, max(is_reference) FROM runs WHERE experiment = ?1 GROUP BY arm ORDER BY min(id)", &s,
                   "report: the experiment's arms", err, errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, exp, -1, SQLITE_TRANSIENT);
@@ -293,7 +274,7 @@ int lab_rp_read_arm_run(lab_store *st, const char *exp, arm_view *a, char run_sh
     sqlite3_stmt *s;
     const char *what = "report: an arm's latest run";
     run_sha[0] = 0;
-    int rc = prep(st, "SELECT id, status, error, assertions_ok, assertion_reason, backend, started_at, code_version,"
+    int rc = lab_sq_prep_as(st, "SELECT id, status, error, assertions_ok, assertion_reason, backend, started_at, code_version,"
                       " is_reference, experiment_sha256 FROM runs WHERE experiment = ?1 AND arm = ?2"
                       " ORDER BY (status = 'FINISHED' AND repeat_idx = 0) DESC, id DESC LIMIT 1", &s, what, err, errlen);
     if (rc) return rc;
@@ -302,16 +283,16 @@ int lab_rp_read_arm_run(lab_store *st, const char *exp, arm_view *a, char run_sh
     int last = sqlite3_step(s);
     if (last == SQLITE_ROW) {
         a->run_id = sqlite3_column_int64(s, 0);
-        cut(s, 1, a->status, sizeof a->status);
+        lab_sq_col_copy(s, 1, a->status, sizeof a->status);
         a->assertions_ok = sqlite3_column_type(s, 3) == SQLITE_NULL ? -1 : sqlite3_column_int(s, 3);
-        cut(s, 5, a->backend, sizeof a->backend);
-        cut(s, 6, a->started, sizeof a->started);
-        cut(s, 7, a->code_version, sizeof a->code_version);
+        lab_sq_col_copy(s, 5, a->backend, sizeof a->backend);
+        lab_sq_col_copy(s, 6, a->started, sizeof a->started);
+        lab_sq_col_copy(s, 7, a->code_version, sizeof a->code_version);
         if (sqlite3_column_int(s, 8)) a->is_reference = 1;
-        cut(s, 9, run_sha, 72);
+        lab_sq_col_copy(s, 9, run_sha, 72);
         if (dup_or_null(s, 2, &a->error) | dup_or_null(s, 4, &a->assertion_reason)) {
             sqlite3_finalize(s);
-            return oom(err, errlen);
+            return lab_oom(err, errlen);
         }
         last = sqlite3_step(s);
     }
@@ -323,31 +304,31 @@ static void cmp_from_row(sqlite3_stmt *s, arm_view *a) {
     a->ref_run = sqlite3_column_int64(s, 0);
     a->k = sqlite3_column_int64(s, 1);
     a->n = sqlite3_column_int64(s, 2);
-    a->lo = col_num(s, 3);
-    a->hi = col_num(s, 4);
-    a->kl_mean = col_num(s, 5);
-    a->kl_p99 = col_num(s, 6);
-    a->kl_max = col_num(s, 7);
-    a->max_dl = col_num(s, 8);
-    a->rms_dp = col_num(s, 9);
-    a->mc_p = col_num(s, 10);
+    a->lo = lab_sq_col_num(s, 3);
+    a->hi = lab_sq_col_num(s, 4);
+    a->kl_mean = lab_sq_col_num(s, 5);
+    a->kl_p99 = lab_sq_col_num(s, 6);
+    a->kl_max = lab_sq_col_num(s, 7);
+    a->max_dl = lab_sq_col_num(s, 8);
+    a->rms_dp = lab_sq_col_num(s, 9);
+    a->mc_p = lab_sq_col_num(s, 10);
     a->first_layer = sqlite3_column_type(s, 11) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 11);
     a->first_site = sqlite3_column_int(s, 12);
-    a->first_value = col_num(s, 13);
-    a->div_tol = col_num(s, 14);
+    a->first_value = lab_sq_col_num(s, 13);
+    a->div_tol = lab_sq_col_num(s, 14);
     if (sqlite3_column_type(s, 15) != SQLITE_NULL) {
         a->has_verdict = 1;
-        cut(s, 15, a->verdict, sizeof a->verdict);
-        a->threshold = col_num(s, 16);
-        cut(s, 17, a->direction, sizeof a->direction);
-        cut(s, 18, a->metric, sizeof a->metric);
+        lab_sq_col_copy(s, 15, a->verdict, sizeof a->verdict);
+        a->threshold = lab_sq_col_num(s, 16);
+        lab_sq_col_copy(s, 17, a->direction, sizeof a->direction);
+        lab_sq_col_copy(s, 18, a->metric, sizeof a->metric);
     }
 }
 
 static int read_comparison(lab_store *st, arm_view *a, char *err, size_t errlen) {
     sqlite3_stmt *s;
     const char *what = "report: an arm's comparison";
-    int rc = prep(st, "SELECT c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, c.kl_p99, c.kl_max,"
+    int rc = lab_sq_prep_as(st, "SELECT c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, c.kl_p99, c.kl_max,"
                       " c.max_abs_dlogit, c.rms_dp, c.mcnemar_p, c.first_div_layer, c.first_div_site, c.first_div_value,"
                       " c.div_tolerance, v.verdict, v.threshold, v.direction, v.metric FROM comparisons c"
                       " LEFT JOIN verdicts v ON v.run_id = c.run_id AND v.reference_run_id = c.reference_run_id"
@@ -364,7 +345,7 @@ static int read_comparison(lab_store *st, arm_view *a, char *err, size_t errlen)
 
 static int read_metrics(lab_store *st, arm_view *a, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT name, value FROM metrics WHERE run_id = ?1"
+    int rc = lab_sq_prep_as(st, "SELECT name, value FROM metrics WHERE run_id = ?1"
                       " AND name IN ('tokens_per_s', 'perplexity', 'flops_frac_of_peak')", &s, "report: an arm's metrics",
                   err, errlen);
     if (rc) return rc;
@@ -372,9 +353,9 @@ static int read_metrics(lab_store *st, arm_view *a, char *err, size_t errlen) {
     int last;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
         const char *m = lab_col_text(s, 0);
-        if (!strcmp(m, "tokens_per_s")) a->tps = col_num(s, 1);
-        else if (!strcmp(m, "perplexity")) a->ppl = col_num(s, 1);
-        else a->peak_frac = col_num(s, 1);
+        if (!strcmp(m, "tokens_per_s")) a->tps = lab_sq_col_num(s, 1);
+        else if (!strcmp(m, "perplexity")) a->ppl = lab_sq_col_num(s, 1);
+        else a->peak_frac = lab_sq_col_num(s, 1);
     }
     return lab_sq_done(st, s, last, "report: an arm's metrics", err, errlen);
 }
@@ -382,7 +363,7 @@ static int read_metrics(lab_store *st, arm_view *a, char *err, size_t errlen) {
 /* Resolved knobs that differ from their declared default: what really ran. */
 static int read_knobs(lab_store *st, arm_view *a, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT name, value FROM run_knobs WHERE run_id = ?1 ORDER BY name", &s, "report: an arm's knobs",
+    int rc = lab_sq_prep_as(st, "SELECT name, value FROM run_knobs WHERE run_id = ?1 ORDER BY name", &s, "report: an arm's knobs",
                   err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, a->run_id);
@@ -394,7 +375,7 @@ static int read_knobs(lab_store *st, arm_view *a, char *err, size_t errlen) {
         lab_buf_printf(&b, "%s%s=%s", b.len ? ", " : "", lab_col_text(s, 0), lab_col_text(s, 1));
     }
     if (!b.data) lab_buf_append(&b, "", 0);
-    if (b.oom) { sqlite3_finalize(s); lab_buf_free(&b); return oom(err, errlen); }
+    if (b.oom) { sqlite3_finalize(s); lab_buf_free(&b); return lab_oom(err, errlen); }
     a->resolved_knobs = b.data;
     return lab_sq_done(st, s, last, "report: an arm's knobs", err, errlen);
 }
@@ -431,7 +412,7 @@ static int expectation_row(sqlite3_stmt *s, void *row) {
 
 int lab_rp_read_arm_probes(lab_store *st, arm_view *a, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st,
+    int rc = lab_sq_prep_as(st,
                   "SELECT site, group_concat(DISTINCT CASE WHEN src_dtype = '' THEN dtype ELSE src_dtype || '>' || dtype END),"
                   " count(DISTINCT layer), min(layer), max(layer), min(bytes_per_row), max(bytes_per_row), max(src_row_bytes),"
                   " max(dst_row_bytes), sum(violations), sum(max(rows_unwritten, 0)), max(rows_unwritten),"
@@ -443,7 +424,7 @@ int lab_rp_read_arm_probes(lab_store *st, arm_view *a, char *err, size_t errlen)
     sqlite3_bind_int64(s, 1, a->run_id);
     if ((rc = collect(st, s, "report: an arm's probes", probe_site_row, sizeof *a->probes, (void **)&a->probes,
                       &a->n_probes, err, errlen))) return rc;
-    if ((rc = prep(st, "SELECT site, expected_dtype, seen_dtypes, ok, reason FROM expectations WHERE run_id = ?1", &s,
+    if ((rc = lab_sq_prep_as(st, "SELECT site, expected_dtype, seen_dtypes, ok, reason FROM expectations WHERE run_id = ?1", &s,
                    "report: an arm's expectations", err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, a->run_id);
     return collect(st, s, "report: an arm's expectations", expectation_row, sizeof *a->expects, (void **)&a->expects,
@@ -470,7 +451,7 @@ static int kinds_from_text(const char *t, lab_rp_layer_kinds *lk) {
 /* Recorded with the run (schema v6; the report's store is migrated). */
 static int kinds_recorded(lab_store *st, int64_t run, lab_rp_layer_kinds *lk, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT layer_kinds FROM runs WHERE id = ?1", &s, "report: a run's layer kinds", err, errlen);
+    int rc = lab_sq_prep_as(st, "SELECT layer_kinds FROM runs WHERE id = ?1", &s, "report: a run's layer kinds", err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run);
     int last = sqlite3_step(s);
@@ -485,7 +466,7 @@ static int kinds_recorded(lab_store *st, int64_t run, lab_rp_layer_kinds *lk, ch
 static int kinds_from_probes(lab_store *st, int64_t run, lab_rp_layer_kinds *lk, char *err, size_t errlen) {
     sqlite3_stmt *s;
     const char *what = "report: a run's probe sites";
-    int rc = prep(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < ?2", &s, what,
+    int rc = lab_sq_prep_as(st, "SELECT DISTINCT site, layer FROM probes WHERE run_id = ?1 AND layer >= 0 AND layer < ?2", &s, what,
                   err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run);
@@ -529,7 +510,7 @@ static int div_row(sqlite3_stmt *s, void *row) {
 
 int lab_rp_read_arm_charts(lab_store *st, arm_view *a, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = prep(st, "SELECT layer, site, rel_l2 FROM layer_divergence WHERE run_id = ?1 AND reference_run_id = ?2"
+    int rc = lab_sq_prep_as(st, "SELECT layer, site, rel_l2 FROM layer_divergence WHERE run_id = ?1 AND reference_run_id = ?2"
                       " ORDER BY layer, site", &s, "report: an arm's layer divergence", err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, a->run_id);
@@ -559,9 +540,9 @@ int lab_rp_read_flags(lab_store *st, exp_view *e, char *err, size_t errlen) {
     lab_buf ids = {0};
     for (int i = 0; i < e->n_arms; i++)
         if (e->arms[i].run_id) lab_buf_printf(&ids, "%s%lld", ids.len ? "," : "", (long long)e->arms[i].run_id);
-    if (ids.oom) { lab_buf_free(&ids); return oom(err, errlen); }
+    if (ids.oom) { lab_buf_free(&ids); return lab_oom(err, errlen); }
     sqlite3_stmt *s;
-    rc = prep(st, "SELECT f.subject, r.arm, f.rule, f.reason, f.expected, f.first_seen, f.resolved_at,"
+    rc = lab_sq_prep_as(st, "SELECT f.subject, r.arm, f.rule, f.reason, f.expected, f.first_seen, f.resolved_at,"
                   " (',' || ?2 || ',') LIKE ('%,' || f.subject || ',%')"
                   " FROM audit_flags f JOIN runs r ON f.subject_kind = 'run' AND r.id = CAST(f.subject AS INTEGER)"
                   " WHERE r.experiment = ?1 ORDER BY f.resolved_at IS NOT NULL, f.expected, r.id DESC, f.rule", &s,
@@ -579,18 +560,18 @@ int lab_rp_read_flags(lab_store *st, exp_view *e, char *err, size_t errlen) {
 static int hist_row(sqlite3_stmt *s, void *row) {
     lab_rp_hist_point *p = row;
     p->nightly = sqlite3_column_int64(s, 0);
-    cut(s, 1, p->when, sizeof p->when);
+    lab_sq_col_copy(s, 1, p->when, sizeof p->when);
     snprintf(p->commit, sizeof p->commit, "%.9s", lab_col_text(s, 2));
-    cut(s, 3, p->arm, sizeof p->arm);
+    lab_sq_col_copy(s, 3, p->arm, sizeof p->arm);
     p->is_ref = sqlite3_column_int(s, 4);
     p->rep = sqlite3_column_int(s, 5);
     int64_t k = sqlite3_column_int64(s, 6), n = sqlite3_column_int64(s, 7);
     p->top1 = sqlite3_column_type(s, 7) != SQLITE_NULL && n > 0 ? (double)k / (double)n : NAN;
-    p->lo = col_num(s, 8);
-    p->hi = col_num(s, 9);
-    p->kl = col_num(s, 10);
-    p->ppl = col_num(s, 11);
-    p->tps = col_num(s, 12);
+    p->lo = lab_sq_col_num(s, 8);
+    p->hi = lab_sq_col_num(s, 9);
+    p->kl = lab_sq_col_num(s, 10);
+    p->ppl = lab_sq_col_num(s, 11);
+    p->tps = lab_sq_col_num(s, 12);
     return 0;
 }
 
@@ -605,7 +586,7 @@ int lab_rp_read_history(lab_store *st, exp_view *e, char *err, size_t errlen) {
     if (rc || !e->has_history) return rc;
     sqlite3_stmt *s;
     const char *what = "report: the experiment's nightly history";
-    if ((rc = prep(st, "SELECT n.id, substr(n.started_at, 1, 16), n.git_commit, r.arm, r.is_reference, r.repeat_idx,"
+    if ((rc = lab_sq_prep_as(st, "SELECT n.id, substr(n.started_at, 1, 16), n.git_commit, r.arm, r.is_reference, r.repeat_idx,"
                        " c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean,"
                        " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'perplexity'),"
                        " (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s')"
@@ -616,7 +597,7 @@ int lab_rp_read_history(lab_store *st, exp_view *e, char *err, size_t errlen) {
     sqlite3_bind_text(s, 1, e->id, -1, SQLITE_TRANSIENT);
     if ((rc = collect(st, s, what, hist_row, sizeof *e->hist, (void **)&e->hist, &e->n_hist, err, errlen))) return rc;
     what = "report: the experiment's nightly regressions";
-    if ((rc = prep(st, "SELECT nightly_id, arm, kind FROM nightly_findings WHERE experiment = ?1 AND regression = 1"
+    if ((rc = lab_sq_prep_as(st, "SELECT nightly_id, arm, kind FROM nightly_findings WHERE experiment = ?1 AND regression = 1"
                        " ORDER BY nightly_id, id", &s, what, err, errlen))) return rc;
     sqlite3_bind_text(s, 1, e->id, -1, SQLITE_TRANSIENT);
     return collect(st, s, what, regression_row, sizeof *e->regs, (void **)&e->regs, &e->n_regs, err, errlen);
@@ -627,13 +608,13 @@ int lab_rp_read_history(lab_store *st, exp_view *e, char *err, size_t errlen) {
 static int experiments(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen) {
     sqlite3_stmt *s;
     const char *what = "report: the experiments";
-    int rc = prep(st, "SELECT DISTINCT experiment FROM runs ORDER BY experiment", &s, what, err, errlen), last;
+    int rc = lab_sq_prep_as(st, "SELECT DISTINCT experiment FROM runs ORDER BY experiment", &s, what, err, errlen), last;
     if (rc) return rc;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
         char **q = realloc(v->experiments, (size_t)(v->n_experiments + 1) * sizeof *q);
-        if (!q) { sqlite3_finalize(s); return oom(err, errlen); }
+        if (!q) { sqlite3_finalize(s); return lab_oom(err, errlen); }
         v->experiments = q;
-        if (dup(s, 0, &v->experiments[v->n_experiments++])) { sqlite3_finalize(s); return oom(err, errlen); }
+        if (dup(s, 0, &v->experiments[v->n_experiments++])) { sqlite3_finalize(s); return lab_oom(err, errlen); }
     }
     return lab_sq_done(st, s, last, what, err, errlen);
 }
@@ -655,7 +636,7 @@ static int claim_row(sqlite3_stmt *s, void *row) {
 static int audit_flags(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen) {
     sqlite3_stmt *s;
     const char *what = "report: open confounds";
-    int rc = prep(st, "SELECT f.subject_kind, f.subject, f.rule, f.reason, coalesce(r.experiment, ''),"
+    int rc = lab_sq_prep_as(st, "SELECT f.subject_kind, f.subject, f.rule, f.reason, coalesce(r.experiment, ''),"
                       " coalesce(r.arm, '') FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run'"
                       " AND r.id = CAST(f.subject AS INTEGER) WHERE f.resolved_at IS NULL AND f.expected = 0"
                       " ORDER BY f.id", &s, what, err, errlen);
@@ -663,7 +644,7 @@ static int audit_flags(lab_store *st, lab_rp_page_view *v, char *err, size_t err
     if ((rc = collect(st, s, what, confound_row, sizeof *v->confounds, (void **)&v->confounds, &v->n_confounds, err,
                       errlen))) return rc;
     what = "report: the ledger's claims";
-    if ((rc = prep(st, "SELECT subject, rule, reason, first_seen, resolved_at, resolved_by FROM audit_flags"
+    if ((rc = lab_sq_prep_as(st, "SELECT subject, rule, reason, first_seen, resolved_at, resolved_by FROM audit_flags"
                        " WHERE subject_kind = 'claim' ORDER BY resolved_at IS NOT NULL, subject, rule", &s, what, err,
                    errlen))) return rc;
     return collect(st, s, what, claim_row, sizeof *v->claims, (void **)&v->claims, &v->n_claims, err, errlen);
@@ -684,7 +665,7 @@ static int verdict_row(sqlite3_stmt *s, void *row) {
 static int verdicts(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen) {
     sqlite3_stmt *s;
     const char *what = "report: verdicts";
-    int rc = prep(st, "SELECT r.experiment, r.arm, v.verdict, v.k, v.n, v.lo, v.hi, r.assertions_ok,"
+    int rc = lab_sq_prep_as(st, "SELECT r.experiment, r.arm, v.verdict, v.k, v.n, v.lo, v.hi, r.assertions_ok,"
                       " r.expected_assertions FROM runs r JOIN verdicts v ON v.run_id = r.id WHERE r.status = 'FINISHED'"
                       " AND r.id = (SELECT max(r2.id) FROM runs r2 JOIN verdicts v2 ON v2.run_id = r2.id"
                       " WHERE r2.experiment = r.experiment AND r2.arm = r.arm AND r2.status = 'FINISHED')"
@@ -712,13 +693,13 @@ static int finding_row(sqlite3_stmt *s, void *row) {
 static int nightlies(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen) {
     sqlite3_stmt *s;
     const char *what = "report: nightlies";
-    int rc = prep(st, "SELECT id, started_at, git_commit, status, n_runs, n_regressions, audit, host FROM nightlies"
+    int rc = lab_sq_prep_as(st, "SELECT id, started_at, git_commit, status, n_runs, n_regressions, audit, host FROM nightlies"
                       " ORDER BY id DESC LIMIT 30", &s, what, err, errlen);
     if (rc) return rc;
     if ((rc = collect(st, s, what, nightly_row, sizeof *v->nightlies, (void **)&v->nightlies, &v->n_nightlies, err,
                       errlen)) || !v->n_nightlies) return rc;
     what = "report: the latest nightly's findings";
-    if ((rc = prep(st, "SELECT experiment, arm, kind, regression, message FROM nightly_findings WHERE nightly_id = ?1"
+    if ((rc = lab_sq_prep_as(st, "SELECT experiment, arm, kind, regression, message FROM nightly_findings WHERE nightly_id = ?1"
                        " ORDER BY regression DESC, experiment, arm, kind", &s, what, err, errlen))) return rc;
     sqlite3_bind_int64(s, 1, v->nightlies[0].id);
     return collect(st, s, what, finding_row, sizeof *v->findings, (void **)&v->findings, &v->n_findings, err, errlen);

@@ -49,6 +49,8 @@ int lab_err_prefix(char *err, size_t errlen, int code, const char *fmt, ...) {
     return code;
 }
 
+int lab_oom(char *err, size_t errlen) { return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
+
 int lab_exit_code(int status) { return vt_exit_code(status); }
 
 char *lab_strdup(const char *s) {

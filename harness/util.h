@@ -37,6 +37,8 @@
 /* Formats into err (may be NULL) and returns code. */
 int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* LAB_ENOMEM with "out of memory" in err. */
+int lab_oom(char *err, size_t errlen);
 /* Prepends "prefix: " to err in place; returns code. */
 int lab_err_prefix(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
