@@ -104,9 +104,15 @@ static int fail(cmd_inst *c, char *err, size_t errlen, int code, const char *fmt
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (c->err_fd >= 0) drain_stderr(c);
-    int status = 0;
+    int status = 0, exited = 0;
     pid_t pid = c->pid;
-    if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid) {
+    /* An engine that closed its stdout is usually exiting: give it a moment
+     * so that its exit status (and last words) can be reported. */
+    for (int i = 0; pid > 0 && i < 50 && !(exited = waitpid(pid, &status, WNOHANG) == pid); i++) {
+        if (c->err_fd >= 0) drain_stderr(c);
+        usleep(10000);
+    }
+    if (exited) {
         c->pid = 0;
         size_t l = strlen(msg);
         if (WIFEXITED(status)) snprintf(msg + l, sizeof msg - l, " (it exited with status %d)", WEXITSTATUS(status));

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# test_engine_protocol.sh — experiments through a command engine (issue 11,
+# docs/engine-protocol.md): the builtin model in process and the same model
+# served by `vtlab engine` give identical logits hashes, top-1 k/n and probe
+# records; what can be wrong with an engine at start-up is bad input (exit 2,
+# no database); a knob the engine did not read is a failed expectation that
+# the audit flags as R3.
+#
+# Usage (from the repository root): bash tests/cli/test_engine_protocol.sh ./build/vtlab
+# Prints "ok - ..." / "not ok - ..." per case and "N passed, M failed".
+set -u
+VTLAB=${1:-./vtlab}
+case "$VTLAB" in /*) ;; *) VTLAB="$PWD/$VTLAB" ;; esac
+. tests/cli/lib.sh
+TINY=model/configs/kimi-linear-tiny.json
+W=$(mktemp -d /tmp/vtlab-engine.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+OUT_FILE=$W/out; ERR=$W/err
+for v in $(env | sed -n 's/^\(VT_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+q() { sqlite3 "$1" "$2"; }
+
+# The shipped bf16-stream experiment, smaller, with the engine ENGINE (JSON).
+python3 - "$W" "$VTLAB" <<'PY'
+import json, sys
+w, vtlab = sys.argv[1], sys.argv[2]
+e = json.load(open("experiments/bf16-stream.json"))
+e["dataset"]["generate"]["n_sequences"] = 24
+json.dump(e, open(w + "/builtin.json", "w"))
+e["engine"] = [vtlab, "engine"]
+json.dump(e, open(w + "/served.json", "w"))
+PY
+
+"$VTLAB" run "$W/builtin.json" --db "$W/a.db" >"$W/a.out" 2>&1
+"$VTLAB" run "$W/served.json" --db "$W/b.db" >"$W/b.out" 2>&1
+runs() { q "$1" "select r.arm, r.logits_sha256, c.top1_k, c.top1_n, r.assertions_ok from runs r left join comparisons c on c.run_id = r.id order by r.arm"; }
+probes() { q "$1" "select r.arm, p.idx, p.site, p.layer, p.dtype, p.src_dtype, p.calls, p.rows, p.bytes_per_row, p.src_row_bytes, p.dst_row_bytes, p.converting, p.violations, p.rows_unwritten, p.detail from probes p join runs r on r.id = p.run_id order by r.arm, p.idx"; }
+if [ "$(q "$W/b.db" "select count(*) from runs where status = 'FINISHED'")" = 4 ] && [ "$(runs "$W/a.db")" = "$(runs "$W/b.db")" ]; then
+    ok "builtin and 'vtlab engine': the same logits hashes, top-1 k/n and assertion outcomes on all 4 arms"
+else
+    not_ok "builtin vs served" "$(runs "$W/a.db") // $(runs "$W/b.db") // $(tail -3 "$W/b.out")"
+fi
+if [ -n "$(probes "$W/a.db")" ] && [ "$(probes "$W/a.db")" = "$(probes "$W/b.db")" ]; then
+    ok "builtin and 'vtlab engine': identical probe records ($(probes "$W/a.db" | wc -l) records)"
+else
+    not_ok "probe records" "$(diff <(probes "$W/a.db") <(probes "$W/b.db") | head -5)"
+fi
+if [ "$(q "$W/b.db" "select count(*) from runs where backend = 'engine' and json_extract(engine_hello, '$.engine.name') = 'vtlab-builtin' and json_extract(engine_hello, '$.protocol') = 1")" = 4 ] &&
+   [ "$(q "$W/a.db" "select count(*) from runs where engine_hello is null")" = 4 ]; then
+    ok "each run through an engine stores its hello; builtin runs store none"
+else
+    not_ok "engine_hello" "$(q "$W/b.db" "select backend, substr(engine_hello, 1, 80) from runs")"
+fi
+if [ "$(q "$W/a.db" "select group_concat(knob_hash) from runs order by arm")" != "$(q "$W/b.db" "select group_concat(knob_hash) from runs order by arm")" ]; then
+    ok "the engine is part of the run identity (knob hashes differ from the builtin's)"
+else
+    not_ok "identity" "same knob hashes through another engine"
+fi
+
+# exp FILE ENGINE_JSON ARM_KNOBS : two arms on the tiny model, the second through ENGINE
+exp() {
+    cat > "$1" <<JSON
+{"id": "eng", "model": {"synth": "$TINY", "seed": 1}, "dataset": {"inline": [[5, 6, 7], [8, 9]]},
+ "top_k": 2, "reference": "f32",
+ "arms": [{"name": "f32"}, {"name": "other", "engine": $2, "knobs": {$3}}], "metrics": ["top1_agreement"]}
+JSON
+}
+nodb() { if [ ! -e "$1" ]; then ok "$2: no database created"; else not_ok "$2" "$1 exists"; fi; }
+
+exp "$W/typo.json" "[\"$VTLAB\", \"engine\"]" '"VT_KIMI_BF16_STREM": "1"'
+expect_exit "a knob the engine does not declare: exit 2" 2 "$VTLAB" run "$W/typo.json" --db "$W/typo.db"
+stderr_has "... suggesting the engine's knob (vtlab engine refuses it before its hello)" "did you mean VT_KIMI_BF16_STREAM?"
+nodb "$W/typo.db" "unknown knob"
+
+exp "$W/val.json" "[\"$VTLAB\", \"engine\"]" '"VT_KIMI_ROUTER_WEIGHTS": "sideways"'
+expect_exit "a value outside the engine's declared values: exit 2" 2 "$VTLAB" run "$W/val.json" --db "$W/val.db"
+stderr_has "... naming the allowed values" 'expected one of unbiased|biased'
+
+exp "$W/noexec.json" '["./no/such/engine"]' ''
+expect_exit "an engine that cannot be started: exit 2" 2 "$VTLAB" run "$W/noexec.json" --db "$W/noexec.db"
+stderr_has "... saying why" "engine ./no/such/engine: cannot start it: No such file or directory"
+nodb "$W/noexec.db" "no such program"
+
+printf '#!/bin/sh\necho "engine: cannot load weights from /nowhere" >&2\nexit 3\n' > "$W/dies.sh"; chmod +x "$W/dies.sh"
+exp "$W/dies.json" "[\"$W/dies.sh\"]" ''
+expect_exit "an engine that exits before its hello: exit 2" 2 "$VTLAB" run "$W/dies.json" --db "$W/dies.db"
+stderr_has "... with its exit status and stderr tail" "(it exited with status 3); its stderr ends: engine: cannot load weights from /nowhere"
+nodb "$W/dies.db" "no hello"
+
+printf '#!/bin/sh\necho "{\\"type\\":\\"hello\\",\\"protocol\\":2}"\nsleep 5\n' > "$W/v2.sh"; chmod +x "$W/v2.sh"
+exp "$W/v2.json" "[\"$W/v2.sh\"]" ''
+expect_exit "a hello of another protocol version: exit 2" 2 "$VTLAB" run "$W/v2.json" --db "$W/v2.db"
+stderr_has "... naming the member" "hello: protocol: expected 1"
+
+exp "$W/cwd.json" "{\"argv\": [\"./vtlab-not-here\"], \"cwd\": \"$W/nodir\"}" ''
+expect_exit "an engine cwd that does not exist: exit 2" 2 "$VTLAB" run "$W/cwd.json" --db "$W/cwd.db"
+stderr_has "... naming it" "cannot start it in $W/nodir"
+
+exp "$W/badspec.json" '{"argv": []}' ''
+expect_exit "an empty engine argv: exit 2" 2 "$VTLAB" run "$W/badspec.json" --db "$W/badspec.db"
+stderr_has "... naming the field" "arms[1].engine.argv: expected 1..256 argument strings, got 0"
+
+# R3: the builtin registry's test knob is declared and never read.
+exp "$W/r3.json" "[\"$VTLAB\", \"engine\"]" '"VT_TEST_IGNORED_KNOB": "1"'
+expect_exit "a knob the engine says it did not read: the run fails its assertions (exit 1)" 1 "$VTLAB" run "$W/r3.json" --db "$W/r3.db"
+if [ "$(q "$W/r3.db" "select e.site, e.ok from expectations e join runs r on r.id = e.run_id where r.arm = 'other'")" = "knob:VT_TEST_IGNORED_KNOB|0" ]; then
+    ok "... recorded as a failed expectation at knob:VT_TEST_IGNORED_KNOB"
+else
+    not_ok "expectation" "$(q "$W/r3.db" "select * from expectations")"
+fi
+"$VTLAB" audit --db "$W/r3.db" >"$OUT_FILE" 2>"$ERR"
+if grep -q "R3" "$OUT_FILE" && grep -q "did not read" "$OUT_FILE"; then ok "... and the audit flags it as R3"
+else not_ok "audit R3" "$(head -c 600 "$OUT_FILE")"; fi
+
+finish
