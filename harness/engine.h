@@ -145,6 +145,13 @@ extern const lab_engine_ops lab_engine_builtin;
 /* A command speaking docs/engine-protocol.md, in a child process. */
 extern const lab_engine_ops lab_engine_command;
 
+/* For conformance checks (engine_check.c): writes header (a whole line,
+ * '\n' included) and n payload bytes to a command instance, reads one
+ * response header into *reply (malloc'd) and discards its payload. A dead
+ * or silent engine is an error, as in forward. */
+int lab_engine_command_raw(void *inst, const char *header, const void *payload, size_t n, char **reply, char *err,
+                           size_t errlen);
+
 /* Checks arm `arm` of e against a command engine's hello: every knob the
  * arm sets is in the engine's registry (else LAB_EINPUT with a did-you-mean)
  * with an allowed value, every expected probe site is one it declares. */

@@ -671,6 +671,23 @@ static void cmd_close(void *inst) {
     free(c);
 }
 
+int lab_engine_command_raw(void *inst, const char *header, const void *payload, size_t n, char **reply, char *err,
+                           size_t errlen) {
+    cmd_inst *c = inst;
+    *reply = NULL;
+    if (c->dead) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: the engine is no longer running", c->label);
+    double deadline = lab_mono() + c->spec->timeout_s;
+    int rc = write_all(c, header, strlen(header), deadline, err, errlen);
+    if (!rc && n) rc = write_all(c, payload, n, deadline, err, errlen);
+    if (!rc) rc = read_line(c, reply, deadline, "a response", err, errlen);
+    if (rc) return rc;
+    cJSON *h = cJSON_Parse(*reply);
+    const cJSON *pb = cJSON_GetObjectItemCaseSensitive(h, "payload_bytes");
+    int64_t skip = cJSON_IsNumber(pb) && pb->valuedouble > 0 && pb->valuedouble < 1e12 ? (int64_t)pb->valuedouble : 0;
+    cJSON_Delete(h);
+    return skip ? read_exact(c, NULL, (size_t)skip, deadline, "a payload", err, errlen) : LAB_OK;
+}
+
 /* ------------------------------------------------------------ arms */
 
 static const lab_engine_knob *find_knob(const lab_engine_hello *h, const char *name) {

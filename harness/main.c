@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "harness/cli.h"
+#include "harness/engine_check.h"
 #include "harness/engine_serve.h"
 #include "harness/experiment.h"   /* LAB_DS_MAX_SEQ_LEN: the longest sequence, as in a dataset */
 #include "harness/lab.h"
@@ -33,6 +34,8 @@ static void usage(FILE *out) {
             "  generate --model DIR --tokens 5,17,3 -n N   greedy decoding\n"
             "  engine   [--model DIR]               serve the model over the engine protocol on stdin/stdout\n"
             "                                       (docs/engine-protocol.md; model default $VTP_MODEL)\n"
+            "  engine-check [--model DIR] [--timeout S] [--prefix-tol X] [--allow-noop KNOB]... [--] CMD [ARGS...]\n"
+            "                                       conformance checks of an engine command; exit 1 on a failure\n"
             "  knobs    [--markdown]                the knob registry (VT_* variables)\n"
             "  faults                               the replayable defects (VT_FAULT)\n"
             "  version                              the build's code version\n");
@@ -320,6 +323,43 @@ static int cmd_engine(int argc, char **argv) {
     return rc ? vt_exit_code(rc) : 0;
 }
 
+/* `vtlab engine-check`: options, then the engine's command (engine_check.c). */
+static int cmd_engine_check(int argc, char **argv) {
+    lab_engine_check_opts o = {0};
+    o.timeout_s = 60;
+    o.prefix_tol = 1e-3;
+    o.model_dir = getenv("VTP_MODEL");
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        char *end = NULL;
+        if (!strcmp(argv[i], "--")) { i++; break; }
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) o.model_dir = argv[++i];
+        else if (!strcmp(argv[i], "--allow-noop") && i + 1 < argc) {
+            if (!o.allow_noop) o.allow_noop = argv + i + 1;   /* consecutive in argv: collected below */
+            char **slot = o.allow_noop + o.n_allow_noop;
+            *slot = argv[++i];
+            o.n_allow_noop++;
+        } else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+            o.timeout_s = strtod(argv[++i], &end);
+            if (*end || !(o.timeout_s > 0)) return lab_cli_usage_error("engine-check", "--timeout: expected seconds > 0");
+        } else if (!strcmp(argv[i], "--prefix-tol") && i + 1 < argc) {
+            o.prefix_tol = strtod(argv[++i], &end);
+            if (*end || !(o.prefix_tol >= 0)) return lab_cli_usage_error("engine-check", "--prefix-tol: expected a number >= 0");
+        } else return lab_cli_usage_error("engine-check", argv[i]);
+    }
+    if (i >= argc) return lab_cli_usage_error("engine-check", "the engine's command is required");
+    o.argc = argc - i;
+    o.argv = argv + i;
+    int failed = 0;
+    char err[1024] = "";
+    int rc = lab_engine_check(&o, stdout, &failed, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab engine-check: %s\n", err);
+        return vt_exit_code(rc);
+    }
+    return failed ? 1 : 0;
+}
+
 static int cmd_faults(void) {
     for (int i = 0; i < vt_fault_count(); i++) {
         const vt_fault_info *f = vt_fault_at(i);
@@ -373,6 +413,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv, 0);
     if (!strcmp(cmd, "generate")) return cmd_logits(argc, argv, 1);
     if (!strcmp(cmd, "engine")) return cmd_engine(argc, argv);
+    if (!strcmp(cmd, "engine-check")) return cmd_engine_check(argc, argv);
     if (!strcmp(cmd, "knobs")) return cmd_knobs(argc, argv);
     if (!strcmp(cmd, "faults")) return cmd_faults();
     if (!strcmp(cmd, "version")) { printf("%s\n", vt_build_info()); return 0; }
