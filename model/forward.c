@@ -255,7 +255,7 @@ void vt_session_free(vt_session *s) {
         free(s->cache[i].conv); free(s->cache[i].state); free(s->cache[i].kc); free(s->cache[i].vc);
     }
     free(s->cache);
-    free(s->probes);
+    vtp_probes_free(&s->probes);
     free(s->captured);
     vt_knobset_free(s->ks);
     free(s);

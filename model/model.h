@@ -90,9 +90,8 @@ struct vt_session {
     vt_dtype    expert_dtype;   /* y and expert_out: f32, or the stream dtype with VT_KIMI_BF16_EXPERT_OUT */
     int64_t     pos;            /* tokens already in the caches */
     vt_layer_cache *cache;      /* [n_layers] */
-    vt_probe   *probes;
-    int64_t     nprobes, capprobes;
-    int64_t     probes_lost;    /* records dropped for lack of memory: the probes cannot vouch for the run */
+    vtp_probes  probes;         /* mode follows VT_PROBE; .lost: observations dropped for lack of
+                                   memory (the probes cannot vouch for the run) */
     int         capture;
     int         stale;          /* a forward failed midway: caches inconsistent until the next prefill */
     float      *captured;       /* [n_layers][2][T][D] when capture is on */

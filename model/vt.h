@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vtprobe.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -147,23 +149,9 @@ void vt_model_get_info(const vt_model *m, vt_model_info *out);
 typedef struct vt_session vt_session;
 
 /* A probe record: what really happened at one site of one layer, aggregated
- * over every call since the last vt_session_probes_clear. */
-typedef struct vt_probe {
-    char    site[32];            /* "residual.stream", "moe.gather", "moe.expert.y", "moe.scatter",
-                                    "moe.combine", "kda.state", "logits" */
-    int     layer;               /* 0-based; -1 for model-level sites (logits) */
-    char    dtype[8];            /* dtype of the buffer the site writes (destination) */
-    char    src_dtype[8];        /* dtype of the source buffer ("" when not a copy) */
-    int64_t calls;               /* forward calls aggregated */
-    int64_t rows;                /* rows handled, summed */
-    int64_t bytes_per_row;       /* bytes per row copied (copies), else row bytes of the buffer */
-    int64_t src_row_bytes;       /* bytes per row of the source buffer */
-    int64_t dst_row_bytes;       /* bytes per row of the destination buffer */
-    int     converting;          /* 1: an explicit converting copy (dtype change allowed) */
-    int64_t violations;          /* calls in which the invariant failed */
-    int64_t rows_unwritten;      /* audit mode: destination rows left with the sentinel; -1 if not audited */
-    char    detail[192];         /* first violation, in words; "" when none */
-} vt_probe;
+ * over every call since the last vt_session_probes_clear. One definition for vtlab's model and every engine that
+ * speaks the protocol (model/vtprobe.h, docs/engine-protocol.md). */
+typedef vtp_record vt_probe;
 
 /* Creates a session for model m under knob set ks (copied). Resolves the
  * backend: VT_BACKEND=cuda without a device is VT_STATUS_UNSUPPORTED
