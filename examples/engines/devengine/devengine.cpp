@@ -32,11 +32,8 @@
 #include <vector>
 
 #include "json.h"
-#ifdef DEV_USE_SHIM
-#include "vtprobe_shim.h"
-#else
+#define VTPROBE_IMPLEMENTATION
 #include "vtprobe.h"
-#endif
 
 #ifndef DEVENGINE_COMMIT
 #define DEVENGINE_COMMIT ""
@@ -577,7 +574,7 @@ static void moe_layer(const Engine &eng, int layer, const LayerW &L, const float
                       vtp_probes *pr) {
     const Config &c = eng.m.cfg;
     const int64_t D = c.D, E = c.E, K = c.K, NK = N * K;
-    const int audit = pr && pr->mode == 2;
+    const int audit = pr->mode == VTP_AUDIT;
     const int64_t f32_row = D * 4;
 
     // route: sigmoid scores in f32; the bias chooses, the unbiased scores weigh

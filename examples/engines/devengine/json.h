@@ -3,6 +3,7 @@
 // that 64-bit byte offsets survive exactly).
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
