@@ -27,6 +27,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -740,7 +741,7 @@ int main(int argc, char **argv) {
     const char *v_stream = vtp_knob_env("DEV_BF16_STREAM", "0", &r_stream);
     const char *v_fault = vtp_knob_env("DEV_FAULT", "none", &r_fault);
     const char *v_threads = vtp_knob_env("DEV_THREADS", "0", &r_threads);
-    dev::Engine *eng = new dev::Engine();
+    std::unique_ptr<dev::Engine> eng(new dev::Engine());
     if (std::strcmp(v_stream, "0") && std::strcmp(v_stream, "1")) {
         std::fprintf(stderr, "devengine: DEV_BF16_STREAM=%s: expected 0 or 1\n", v_stream);
         return 2;
@@ -807,7 +808,6 @@ int main(int argc, char **argv) {
     h.n_faults = 1;
     h.deterministic = 1;
     h.capture = 1;
-    int rc = vtp_serve(stdin, stdout, &h, forward_cb, eng);
-    delete eng;
+    int rc = vtp_serve(stdin, stdout, &h, forward_cb, eng.get());
     return rc == 0 ? 0 : 1;
 }
