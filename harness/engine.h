@@ -7,16 +7,24 @@
  * external engine (a user's own, driven as a subprocess over a protocol)
  * is meant to be the next, behind the same table.
  *
+ * Two implementations: lab_engine_builtin (engine_builtin.c, model/vt.h in
+ * process) and lab_engine_command (engine_command.c: a child process
+ * speaking docs/engine-protocol.md, e.g. examples/engines/devengine or
+ * `vtlab engine`).
+ *
  * Life cycle, per experiment:
  *
- *   load(model_dir)        -> model handle + lab_engine_info (hello, model
- *                             part: engine name/version, model hash, shape)
- *     open(model, knobs)   -> instance + lab_engine_hello (backend, device);
- *                             one instance per run, under one knob set
+ *   load(spec, model_dir)  -> model handle + lab_engine_info (the builtin
+ *                             loads the model; a command only remembers
+ *                             how to start it: its info comes with open)
+ *     open(model, req)     -> instance + lab_engine_hello (the engine, the
+ *                             model, the knobs as the engine applied them,
+ *                             backend, device); one instance per knob set
  *       forward(tokens[T]) -> logits [T, vocab] f32, repeated per sequence,
  *                             each from an empty state
  *       residual(l, site)  -> the captured residual after forward(capture=1)
- *       probes()           -> the probe records aggregated since open
+ *       probes()           -> the probe records aggregated since open (or
+ *                             since the last probes() call)
  *     close(instance)
  *   unload(model)
  *
@@ -46,6 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "experiment.h"
 #include "model/vt.h"
 
 /* Hello, model part: what the engine is and what it loaded. */
@@ -60,20 +69,52 @@ typedef struct lab_engine_info {
     char    layer_kinds[2 * VT_MODEL_MAX_LAYERS + 2];
 } lab_engine_info;
 
-/* Hello, instance part: where this knob set runs. */
+/* What an arm asks of an engine. */
+typedef struct lab_engine_req {
+    const vt_knobset *ks;        /* builtin: the arm's VT_* knobs, resolved (lab_resolve_knobs) */
+    int64_t      n_knobs;        /* a command: the arm's knobs as written, put in its environment */
+    char *const *knob_names, *const *knob_values;
+    const char  *probe;          /* "on" | "audit" (VTP_PROBE) */
+    const char  *model_dir;      /* the experiment's model (VTP_MODEL) */
+} lab_engine_req;
+
+/* One knob of a command engine's registry, as its hello declares it. */
+typedef struct lab_engine_knob {
+    char *name, *type, *values, *def, *value;   /* values: '|'-separated */
+    int   numeric, read;
+} lab_engine_knob;
+
+/* Hello, instance part: the engine, its model and knobs, where it runs. */
 typedef struct lab_engine_hello {
-    char backend[16];            /* "cpu", "cuda" */
-    char device[128];            /* "cpu: <model name>", "cuda: <GPU name>" */
+    lab_engine_info  info;       /* the model as this instance reports it */
+    char  backend[16];           /* "cpu", "cuda", or "engine" for a command */
+    char  device[128];           /* "cpu: <model name>", "cuda: <GPU name>", "engine: NAME VERSION" */
+    char  engine_id[320];        /* "" builtin; a command: "NAME VERSION COMMIT" */
+    char *json;                  /* a command: the hello as received (malloc'd); NULL builtin */
+    int   deterministic, capture;
+    int64_t n_knobs;             /* a command: its knob registry (malloc'd) */
+    lab_engine_knob *knobs;
+    int64_t n_sites;             /* a command: its probe sites */
+    char  **sites;
+    int64_t n_faults;            /* a command: its replayable faults */
+    char  **fault_name, **fault_knob, **fault_site;
 } lab_engine_hello;
+
+/* Frees what a hello holds (not h itself); h is zeroed. Accepts a zeroed h. */
+void lab_engine_hello_free(lab_engine_hello *h);
 
 typedef struct lab_engine_ops {
     const char *name;
-    /* Loads the model of model_dir into *model. */
-    int  (*load)(const char *model_dir, void **model, lab_engine_info *info, char *err, size_t errlen);
+    /* Loads the model of model_dir into *model (spec: how to start a command). */
+    int  (*load)(const lab_engine_spec *spec, const char *model_dir, void **model, lab_engine_info *info,
+                 char *err, size_t errlen);
     void (*unload)(void *model);
-    /* Opens an instance of model under knob set ks (copied; the caller may
-     * free ks afterwards). An unavailable backend fails here (LAB_EINPUT). */
-    int  (*open)(void *model, const vt_knobset *ks, void **inst, lab_engine_hello *hello, char *err, size_t errlen);
+    /* Opens an instance of model for req (copied; the caller may free it
+     * afterwards). An unavailable backend, or a command that does not start
+     * or says a bad hello, fails here (LAB_EINPUT). hello: zeroed first;
+     * the caller frees it with lab_engine_hello_free. */
+    int  (*open)(void *model, const lab_engine_req *req, void **inst, lab_engine_hello *hello, char *err,
+                 size_t errlen);
     /* Runs tokens[0..T) from an empty state into logits (see above).
      * capture 1: keep the residual stream of this sequence for residual(). */
     int  (*forward)(void *inst, const int32_t *tokens, int64_t T, int capture, float *logits,
@@ -89,14 +130,28 @@ typedef struct lab_engine_ops {
     void (*close)(void *inst);
 } lab_engine_ops;
 
-/* A loaded engine: its ops, its model handle and its hello. */
+/* A loaded engine: its ops, its model handle and its hello. inst: an
+ * instance kept open between passes (a command engine loads its model once
+ * per arm), or NULL. */
 typedef struct lab_engine {
     const lab_engine_ops *ops;
     void                 *model;
     lab_engine_info       info;
+    void                 *inst;
 } lab_engine;
 
 /* The model library of model/vt.h, in this process. */
 extern const lab_engine_ops lab_engine_builtin;
+/* A command speaking docs/engine-protocol.md, in a child process. */
+extern const lab_engine_ops lab_engine_command;
+
+/* Checks arm `arm` of e against a command engine's hello: every knob the
+ * arm sets is in the engine's registry (else LAB_EINPUT with a did-you-mean)
+ * with an allowed value, every expected probe site is one it declares. */
+int lab_engine_check_arm(const lab_engine_hello *h, const lab_experiment *e, int64_t arm, char *err, size_t errlen);
+/* The identity of a command engine's knob set: sha256 over
+ * "engine NAME VERSION COMMIT\n" and the sorted "NAME=VALUE\n" lines of
+ * its numeric knobs, values as the engine reports them. LAB_ENOMEM or OK. */
+int lab_engine_knob_hash(const lab_engine_hello *h, char out[65]);
 
 #endif

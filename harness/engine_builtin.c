@@ -15,17 +15,32 @@
  * pass through unchanged; VT_STATUS_UNSUPPORTED (no such device here) exits 2
  * like bad input (vt_exit_code). */
 
-static int builtin_load(const char *model_dir, void **model, lab_engine_info *info, char *err, size_t errlen) {
+/* The model handle: the model and what load said about it (every
+ * instance's hello repeats it). */
+typedef struct builtin_model {
+    vt_model       *m;
+    lab_engine_info info;
+} builtin_model;
+
+static int builtin_load(const lab_engine_spec *spec, const char *model_dir, void **model, lab_engine_info *info,
+                        char *err, size_t errlen) {
     vt_model *m = NULL;
     char verr[1024] = "";
+    (void)spec;
     *model = NULL;
     memset(info, 0, sizeof *info);
+    builtin_model *bm = calloc(1, sizeof *bm);
+    if (!bm) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     int rc = vt_model_open(&m, model_dir, verr, sizeof verr);
-    if (rc) return lab_errf(err, errlen, rc, "model %s: %s", model_dir, verr);
+    if (rc) {
+        free(bm);
+        return lab_errf(err, errlen, rc, "model %s: %s", model_dir, verr);
+    }
     vt_model_info mi;
     vt_model_get_info(m, &mi);
     if ((rc = lab_model_sha256(model_dir, info->model_sha256, err, errlen))) {
         vt_model_free(m);
+        free(bm);
         return rc;
     }
     snprintf(info->engine, sizeof info->engine, "vtlab-builtin");
@@ -34,19 +49,31 @@ static int builtin_load(const char *model_dir, void **model, lab_engine_info *in
     info->hidden = mi.hidden_size;
     info->n_layers = mi.n_layers;
     snprintf(info->layer_kinds, sizeof info->layer_kinds, "%s/%s", mi.layer_kind, mi.layer_ffn);
-    *model = m;
+    bm->m = m;
+    bm->info = *info;
+    *model = bm;
     return LAB_OK;
 }
 
-static void builtin_unload(void *model) { vt_model_free(model); }
+static void builtin_unload(void *model) {
+    builtin_model *bm = model;
+    if (!bm) return;
+    vt_model_free(bm->m);
+    free(bm);
+}
 
-static int builtin_open(void *model, const vt_knobset *ks, void **inst, lab_engine_hello *hello, char *err,
+static int builtin_open(void *model, const lab_engine_req *req, void **inst, lab_engine_hello *hello, char *err,
                         size_t errlen) {
+    builtin_model *bm = model;
+    const vt_knobset *ks = req->ks;
     vt_session *s = NULL;
     char verr[1024] = "";
     *inst = NULL;
     memset(hello, 0, sizeof *hello);
-    int rc = vt_session_new(&s, model, ks, verr, sizeof verr);
+    hello->info = bm->info;
+    hello->deterministic = 1;
+    hello->capture = 1;
+    int rc = vt_session_new(&s, bm->m, ks, verr, sizeof verr);
     if (rc) return lab_errf(err, errlen, rc, "%s", verr);
     const char *backend = vt_knobset_value(ks, VT_K_BACKEND);
     snprintf(hello->backend, sizeof hello->backend, "%s", backend ? backend : "cpu");

@@ -395,8 +395,111 @@ static int is_dtype_name(const char *s) {
     return 0;
 }
 
-static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx) {
-    static const char *const keys[] = {"name", "description", "knobs", "expect", "expect_assertions", NULL};
+/* ------------------------------------------------------------ engine */
+
+/* An environment variable name: [A-Za-z_][A-Za-z0-9_]*. */
+static int is_env_name(const char *s) {
+    if (!*s || (!isalpha((unsigned char)*s) && *s != '_')) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_') return 0;
+    return 1;
+}
+
+static int engine_argv(pctx *c, lab_engine_spec *sp, const cJSON *arr, const char *field) {
+    char f[448];
+    int64_t n = cJSON_GetArraySize(arr);
+    if (n < 1 || n > 256) return BAD(c, field, "expected 1..256 argument strings, got %lld", (long long)n);
+    if (!(sp->argv = calloc((size_t)n + 1, sizeof *sp->argv))) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        snprintf(f, sizeof f, "%s[%lld]", field, (long long)sp->argc);
+        if (!cJSON_IsString(it)) return BAD(c, f, "expected a string, got %s", json_type(it));
+        if (sp->argc == 0 && !it->valuestring[0]) return BAD(c, f, "expected the engine's program, got \"\"");
+        if (!(sp->argv[sp->argc++] = lab_strdup(it->valuestring)))
+            return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    }
+    sp->command = 1;
+    return LAB_OK;
+}
+
+static int engine_env(pctx *c, lab_engine_spec *sp, const cJSON *o, const char *field) {
+    char f[448];
+    if (!cJSON_IsObject(o)) return BAD(c, field, "expected an object {\"NAME\": \"value\"}, got %s", json_type(o));
+    int rc = check_dupes(c, o, field);
+    if (rc) return rc;
+    int64_t n = cJSON_GetArraySize(o);
+    if (!(sp->env = calloc((size_t)n + 1, sizeof *sp->env))) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, o) {
+        char val[1024];
+        snprintf(f, sizeof f, "%s.%s", field, it->string);
+        if (!is_env_name(it->string)) return BAD(c, f, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+        if (knob_text(it, val, sizeof val)) return BAD(c, f, "expected a string, integer or boolean, got %s", json_type(it));
+        lab_buf b = {0};
+        lab_buf_printf(&b, "%s=%s", it->string, val);
+        if (b.oom) { lab_buf_free(&b); return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory"); }
+        sp->env[sp->n_env++] = b.data;
+    }
+    return LAB_OK;
+}
+
+static int engine_seconds(pctx *c, const cJSON *o, const char *key, const char *where, double lo, double hi, double *out) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    char f[384];
+    snprintf(f, sizeof f, "%s.%s", where, key);
+    if (!j) return LAB_OK;
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble < lo || j->valuedouble > hi)
+        return BAD(c, f, "expected seconds in %g..%g, got %s", lo, hi, json_type(j));
+    *out = j->valuedouble;
+    return LAB_OK;
+}
+
+/* "builtin", an argv array, or {argv, cwd, env, timeout_s, grace_s}. */
+static int parse_engine(pctx *c, lab_engine_spec *sp, const cJSON *j, const char *field) {
+    static const char *const keys[] = {"argv", "cwd", "env", "timeout_s", "grace_s", NULL};
+    char f[384];
+    memset(sp, 0, sizeof *sp);
+    sp->timeout_s = LAB_ENGINE_TIMEOUT_S;
+    sp->grace_s = LAB_ENGINE_GRACE_S;
+    if (!j) return LAB_OK;
+    if (cJSON_IsString(j)) {
+        if (strcmp(j->valuestring, "builtin"))
+            return BAD(c, field, "expected \"builtin\", an argv array or {\"argv\": [...]}, got \"%s\"", j->valuestring);
+        return LAB_OK;
+    }
+    if (cJSON_IsArray(j)) return engine_argv(c, sp, j, field);
+    if (!cJSON_IsObject(j))
+        return BAD(c, field, "expected \"builtin\", an argv array or {\"argv\": [...]}, got %s", json_type(j));
+    int rc = check_keys(c, j, field, keys);
+    if (rc || (rc = check_dupes(c, j, field))) return rc;
+    const cJSON *argv = cJSON_GetObjectItemCaseSensitive(j, "argv");
+    snprintf(f, sizeof f, "%s.argv", field);
+    if (!cJSON_IsArray(argv)) return BAD(c, f, "expected an array of strings (the engine's command), got %s", json_type(argv));
+    if ((rc = engine_argv(c, sp, argv, f))) return rc;
+    snprintf(f, sizeof f, "%s.cwd", field);
+    if ((rc = get_string(c, j, "cwd", f, 0, &sp->cwd))) return rc;
+    const cJSON *env = cJSON_GetObjectItemCaseSensitive(j, "env");
+    snprintf(f, sizeof f, "%s.env", field);
+    if (env && (rc = engine_env(c, sp, env, f))) return rc;
+    if ((rc = engine_seconds(c, j, "timeout_s", field, 0.1, 86400, &sp->timeout_s))) return rc;
+    return engine_seconds(c, j, "grace_s", field, 0, 600, &sp->grace_s);
+}
+
+static void engine_spec_free(lab_engine_spec *sp) {
+    if (!sp) return;
+    for (int64_t i = 0; sp->argv && i < sp->argc; i++) free(sp->argv[i]);
+    for (int64_t i = 0; sp->env && i < sp->n_env; i++) free(sp->env[i]);
+    free(sp->argv);
+    free(sp->env);
+    free(sp->cwd);
+}
+
+const lab_engine_spec *lab_arm_engine(const lab_experiment *e, int64_t i) {
+    return e->arms[i].engine ? e->arms[i].engine : &e->engine;
+}
+
+static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx, const lab_engine_spec *inherited) {
+    static const char *const keys[] = {"name", "description", "knobs", "expect", "expect_assertions", "engine", NULL};
     char where[64], field[320];
     snprintf(where, sizeof where, "arms[%lld]", (long long)idx);
     if (!cJSON_IsObject(j)) return BAD(c, where, "expected an object {name, knobs, expect}, got %s", json_type(j));
@@ -407,6 +510,14 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx) {
     if ((rc = lab_check_name(c->path, field, "an arm name", a->name, c->err, c->errlen))) return rc;
     snprintf(field, sizeof field, "%s.description", where);
     if ((rc = get_string(c, j, "description", field, 0, &a->description))) return rc;
+    const cJSON *ej = cJSON_GetObjectItemCaseSensitive(j, "engine");
+    if (ej) {
+        snprintf(field, sizeof field, "%s.engine", where);
+        if (!(a->engine = calloc(1, sizeof *a->engine))) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+        if ((rc = parse_engine(c, a->engine, ej, field))) return rc;
+    }
+    /* A command engine's knobs and sites are its own: checked against its hello. */
+    int foreign = (a->engine ? a->engine : inherited)->command;
 
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "knobs");
     if (k) {
@@ -421,8 +532,10 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx) {
         cJSON_ArrayForEach(it, k) {
             char val[256];
             snprintf(field, sizeof field, "%s.knobs.%s", where, it->string);
-            if (strncmp(it->string, "VT_", 3))
+            if (!foreign && strncmp(it->string, "VT_", 3))
                 return BAD(c, field, "knob names start with VT_ (see `vtlab knobs`)");
+            if (foreign && !is_env_name(it->string))
+                return BAD(c, field, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
             if (cJSON_IsString(it) && strlen(it->valuestring) >= sizeof val)
                 return BAD(c, field, "knob value is %zu characters, more than the limit of %zu",
                            strlen(it->valuestring), sizeof val - 1);
@@ -448,7 +561,7 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx) {
         const cJSON *it;
         cJSON_ArrayForEach(it, x) {
             snprintf(field, sizeof field, "%s.expect.%s", where, it->string);
-            if (!vt_probe_site_known(it->string))
+            if (!foreign && !vt_probe_site_known(it->string))
                 return BAD(c, field, "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
                                      "moe.expert.y, moe.scatter, moe.combine, logits)", it->string);
             if (!cJSON_IsString(it) || !is_dtype_name(it->valuestring))
@@ -561,7 +674,7 @@ static int parse_decision(pctx *c, lab_experiment *e, const cJSON *d) {
 static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     static const char *const keys[] = {"id", "description", "hypothesis", "notes", "model", "dataset",
                                        "score", "top_k", "store_full_logits", "probe", "reference",
-                                       "arms", "metrics", "decision", "divergence", "repeats", NULL};
+                                       "arms", "metrics", "decision", "divergence", "repeats", "engine", NULL};
     int rc;
     if (!cJSON_IsObject(root)) return BAD(c, "(top level)", "expected a JSON object, got %s", json_type(root));
     if ((rc = check_keys(c, root, "", keys)) || (rc = check_dupes(c, root, ""))) return rc;
@@ -592,6 +705,7 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     snprintf(e->probe, sizeof e->probe, "%s", probe ? probe : "on");
     free(probe);
 
+    if ((rc = parse_engine(c, &e->engine, cJSON_GetObjectItemCaseSensitive(root, "engine"), "engine"))) return rc;
     const cJSON *arms = cJSON_GetObjectItemCaseSensitive(root, "arms");
     if (!cJSON_IsArray(arms) || cJSON_GetArraySize(arms) < 1)
         return BAD(c, "arms", "expected a non-empty array of arms, got %s", json_type(arms));
@@ -601,7 +715,7 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     int64_t i = 0;
     const cJSON *a;
     cJSON_ArrayForEach(a, arms) {
-        if ((rc = parse_arm(c, &e->arms[i], a, i))) return rc;
+        if ((rc = parse_arm(c, &e->arms[i], a, i, &e->engine))) return rc;
         for (int64_t k = 0; k < i; k++)
             if (!strcmp(e->arms[k].name, e->arms[i].name)) {
                 char field[64];
@@ -709,7 +823,10 @@ void lab_experiment_free(lab_experiment *e) {
         free_strv(a->knob_values, a->n_knobs + 1);
         free_strv(a->expect_sites, a->n_expect + 1);
         free_strv(a->expect_dtypes, a->n_expect + 1);
+        engine_spec_free(a->engine);
+        free(a->engine);
     }
+    engine_spec_free(&e->engine);
     free(e->arms);
     free(e->path);
     free(e->id);

@@ -20,6 +20,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The engine an experiment (or one arm) runs through: the builtin model, or
+ * a command speaking the engine protocol (docs/engine-protocol.md). */
+typedef struct lab_engine_spec {
+    int      command;          /* 0: builtin; 1: argv below */
+    int64_t  argc;
+    char   **argv;             /* [argc + 1], NULL-terminated */
+    char    *cwd;              /* NULL: vtlab's working directory */
+    int64_t  n_env;
+    char   **env;              /* [n_env] "NAME=VALUE" */
+    double   timeout_s;        /* per response, hello included */
+    double   grace_s;          /* after stdin closes, before SIGTERM/SIGKILL */
+} lab_engine_spec;
+
 /* One arm: a named set of knob values plus what its probes must show. */
 typedef struct lab_arm {
     char    *name;
@@ -31,6 +44,7 @@ typedef struct lab_arm {
     char   **expect_sites;     /* [n_expect] probe site, e.g. "residual.stream" */
     char   **expect_dtypes;    /* [n_expect] dtype every record at that site must show */
     int      expect_fail;      /* 1: the arm replays a defect and must FAIL its assertions */
+    lab_engine_spec *engine;   /* NULL: the experiment's */
 } lab_arm;
 
 enum { LAB_DS_INLINE = 1, LAB_DS_FILE, LAB_DS_GENERATE };
@@ -80,6 +94,7 @@ typedef struct lab_experiment {
     int64_t     div_sequences; /* sequences captured for per-layer divergence */
     double      div_tolerance; /* first layer/site whose rel. L2 exceeds this */
     int64_t     repeats;       /* runs per arm (>= 1) */
+    lab_engine_spec engine;    /* the arms' engine unless an arm names its own */
     char       *spec_json;     /* the file re-printed canonically (stored with runs) */
 } lab_experiment;
 
@@ -126,6 +141,9 @@ int  lab_dataset_prepare(lab_experiment *e, int64_t vocab, char *err, size_t err
  * ',', each line ending in '\n'), whose sha256 is the dataset hash. Caller
  * frees. NULL when out of memory. */
 char *lab_dataset_canonical(const lab_dataset *ds, size_t *len);
+
+/* The engine arm i runs through. */
+const lab_engine_spec *lab_arm_engine(const lab_experiment *e, int64_t i);
 
 /* Index of the arm named name, or -1. */
 int64_t lab_experiment_arm(const lab_experiment *e, const char *name);

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "harness/cli.h"
+#include "harness/engine_serve.h"
 #include "harness/experiment.h"   /* LAB_DS_MAX_SEQ_LEN: the longest sequence, as in a dataset */
 #include "harness/lab.h"
 #include "model/vt.h"
@@ -30,6 +31,8 @@ static void usage(FILE *out) {
             "  validate --model DIR                 check config and checkpoint, print a summary\n"
             "  logits   --model DIR --tokens 5,17,3 --out FILE [--probes FILE.json]\n"
             "  generate --model DIR --tokens 5,17,3 -n N   greedy decoding\n"
+            "  engine   [--model DIR]               serve the model over the engine protocol on stdin/stdout\n"
+            "                                       (docs/engine-protocol.md; model default $VTP_MODEL)\n"
             "  knobs    [--markdown]                the knob registry (VT_* variables)\n"
             "  faults                               the replayable defects (VT_FAULT)\n"
             "  version                              the build's code version\n");
@@ -304,6 +307,19 @@ static int cmd_knobs(int argc, char **argv) {
     return 0;
 }
 
+/* `vtlab engine`: this model as a protocol engine (engine_serve.c). */
+static int cmd_engine(int argc, char **argv) {
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
+        else return lab_cli_usage_error("engine", argv[i]);
+    }
+    char err[1024] = "";
+    int rc = lab_engine_serve(dir, stdin, stdout, err, sizeof err);
+    if (rc) fprintf(stderr, "vtlab engine: %s\n", err);
+    return rc ? vt_exit_code(rc) : 0;
+}
+
 static int cmd_faults(void) {
     for (int i = 0; i < vt_fault_count(); i++) {
         const vt_fault_info *f = vt_fault_at(i);
@@ -327,7 +343,8 @@ static void wait_passively(char **argv) {
     /* only the commands that run forward passes have threads to wait: the
      * others (runs, show, report, --help, ...) would pay the second start
      * (about 28 ms of a 33 ms start measured) for nothing */
-    static const char *const computing[] = {"run", "sweep", "nightly", "reopen", "logits", "generate", "synth", NULL};
+    static const char *const computing[] = {"run", "sweep", "nightly", "reopen", "logits", "generate", "synth",
+                                               "engine", NULL};
     int computes = 0;
     for (int i = 0; argv[1] && computing[i]; i++) computes |= !strcmp(argv[1], computing[i]);
     if (!computes || getenv("OMP_WAIT_POLICY") || getenv("VTLAB_NO_REEXEC")) return;
@@ -355,6 +372,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "validate")) return cmd_validate(argc, argv);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv, 0);
     if (!strcmp(cmd, "generate")) return cmd_logits(argc, argv, 1);
+    if (!strcmp(cmd, "engine")) return cmd_engine(argc, argv);
     if (!strcmp(cmd, "knobs")) return cmd_knobs(argc, argv);
     if (!strcmp(cmd, "faults")) return cmd_faults();
     if (!strcmp(cmd, "version")) { printf("%s\n", vt_build_info()); return 0; }

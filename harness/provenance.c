@@ -163,9 +163,13 @@ int lab_exp_ident_init(lab_exp_ident *x, const lab_experiment *e, vt_knobset *co
                        const char *device, char *err, size_t errlen) {
     memset(x, 0, sizeof *x);
     x->knob_hash = calloc((size_t)e->n_arms, sizeof *x->knob_hash);
-    if (!x->knob_hash) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
-    for (int64_t i = 0; i < e->n_arms; i++) vt_knobset_hash(ks[i], x->knob_hash[i]);
+    x->arm_model = calloc((size_t)e->n_arms, sizeof *x->arm_model);
+    if (!x->knob_hash || !x->arm_model) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     snprintf(x->model_sha, sizeof x->model_sha, "%s", model_sha256);
+    for (int64_t i = 0; i < e->n_arms; i++) {
+        if (ks[i]) vt_knobset_hash(ks[i], x->knob_hash[i]);
+        memcpy(x->arm_model[i], x->model_sha, sizeof x->model_sha);
+    }
     size_t clen = 0;
     char *canon = lab_dataset_canonical(&e->ds, &clen);
     if (!canon) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
@@ -182,6 +186,7 @@ int lab_exp_ident_init(lab_exp_ident *x, const lab_experiment *e, vt_knobset *co
 
 void lab_exp_ident_free(lab_exp_ident *x) {
     free(x->knob_hash);
+    free(x->arm_model);
     memset(x, 0, sizeof *x);
 }
 
@@ -190,7 +195,7 @@ void lab_exp_identity(const lab_exp_ident *x, const lab_experiment *e, int64_t a
     id->arm = e->arms[arm].name;
     id->repeat = rep;
     id->knob_hash = x->knob_hash[arm];
-    id->model_sha256 = x->model_sha;
+    id->model_sha256 = x->arm_model[arm];
     id->dataset_sha256 = x->dataset_sha;
     id->code_version = x->code_version;
 }

@@ -33,7 +33,9 @@ int lab_resolve_knobs(const lab_experiment *e, int64_t i, char *const *envp, vt_
  * strings are owned here; lab_identity / lab_provenance filled from it
  * point into it and live as long as it does. */
 typedef struct lab_exp_ident {
-    char      (*knob_hash)[65];     /* [n_arms] vt_knobset_hash of each arm */
+    char      (*knob_hash)[65];     /* [n_arms] vt_knobset_hash of each arm (a command engine's arm:
+                                       lab_engine_knob_hash of its hello, set by the runner) */
+    char      (*arm_model)[65];     /* [n_arms] the model each arm's engine reports (default model_sha) */
     char        model_sha[65], dataset_sha[65], spec_sha[65];
     const char *code_version;       /* vt_build_info(), static */
     char        host[256], device[128], commit[64];

@@ -348,22 +348,30 @@ static void pass_init(pass *p, const lab_experiment *e, const lab_engine *eng, i
     p->n_div = want_div ? (e->div_sequences < e->ds.n_seq ? e->div_sequences : e->ds.n_seq) : 0;
 }
 
-int lab_forward_pass(const lab_experiment *e, const lab_engine *eng, const vt_knobset *ks, int flags,
+int lab_forward_pass(const lab_experiment *e, lab_engine *eng, const lab_engine_req *req, int flags,
                      lab_ref_cache *ref, lab_pass_acc *acc, lab_progress *pg, int *killed, char *err, size_t errlen) {
     pass p;
     pass_init(&p, e, eng, flags, ref, acc);
     lab_engine_hello hello;
     char verr[1024] = "";
     int rc = LAB_OK;
+    double fwd0 = 0;
     *killed = 0;
     if (pass_alloc(&p) || ((flags & LAB_PASS_FILL_REF) && ref_alloc(&p))) {
         rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory (dataset %lld tokens x vocab %lld)",
                       (long long)p.n_tok, (long long)p.V);
         goto done;
     }
-    if ((rc = eng->ops->open(eng->model, ks, &p.inst, &hello, verr, sizeof verr))) {
+    /* An instance kept open (a command engine, started once per arm) is
+     * used as is; else one is opened for this pass. */
+    if (eng->inst) {
+        p.inst = eng->inst;
+        fwd0 = eng->ops->forward_seconds(p.inst);
+    } else if ((rc = eng->ops->open(eng->model, req, &p.inst, &hello, verr, sizeof verr))) {
         rc = lab_errf(err, errlen, rc, "session: %s", verr);
         goto done;
+    } else {
+        lab_engine_hello_free(&hello);
     }
     if ((rc = run_sequences(&p, pg, killed, err, errlen))) goto done;
     vt_sha256_final_hex(&acc->hash, acc->hash_hex);
@@ -374,8 +382,12 @@ int lab_forward_pass(const lab_experiment *e, const lab_engine *eng, const vt_kn
     rc = eng->ops->probes(p.inst, &acc->probes, &acc->n_probes, &acc->probes_lost, err, errlen);
 done:
     if (p.inst) {
-        acc->forward_s += eng->ops->forward_seconds(p.inst);
-        eng->ops->close(p.inst);
+        acc->forward_s += eng->ops->forward_seconds(p.inst) - fwd0;
+        /* A kept instance stays open unless this pass failed (it may be dead). */
+        if (p.inst != eng->inst || rc) {
+            eng->ops->close(p.inst);
+            if (p.inst == eng->inst) eng->inst = NULL;
+        }
     }
     free(p.logits);
     free(p.scratch);

@@ -95,11 +95,13 @@ enum { LAB_PROGRESS_OFF = 0, LAB_PROGRESS_TTY = 1, LAB_PROGRESS_LINES = 2 };
 void lab_progress_start(lab_progress *p, const char *label);
 void lab_progress_end(lab_progress *p);
 
-/* Runs e's dataset through a new instance of eng under ks. flags choose
+/* Runs e's dataset through eng->inst when it is open (left open unless the
+ * pass fails: then it is closed and NULLed), else through a new instance
+ * for req. flags choose
  * what is accumulated into acc; ref is filled (FILL_REF; freed on failure)
  * or read (COMPARE). pg may be NULL. Returns LAB_OK, or a status with err
  * filled: *killed = 1 when a signal (lab_interrupted) stopped it. */
-int lab_forward_pass(const lab_experiment *e, const lab_engine *eng, const vt_knobset *ks, int flags,
+int lab_forward_pass(const lab_experiment *e, lab_engine *eng, const lab_engine_req *req, int flags,
                      lab_ref_cache *ref, lab_pass_acc *acc, lab_progress *pg, int *killed, char *err, size_t errlen);
 
 #endif

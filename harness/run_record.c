@@ -90,7 +90,7 @@ static void record_assertions(const lab_arm *a, const lab_pass_acc *acc, lab_run
         r->ok = 0;
     }
     check_expect(a, acc, r->ex);
-    for (int64_t i = 0; i < a->n_expect; i++)
+    for (int64_t i = 0; i < r->n_ex; i++)
         if (!r->ex[i].ok) {
             lab_buf_printf(&r->reason, "%s%s", r->reason.len ? "; " : "", r->ex[i].reason);
             r->ok = 0;
@@ -239,22 +239,57 @@ static void record_verdict(const lab_experiment *e, const lab_comparison *c, lab
              lab_verdict_name(lab_decide(v->lo, v->hi, v->threshold, v->direction_ge)));
 }
 
-int lab_run_record_build(const lab_experiment *e, int64_t arm, const vt_knobset *ks, const lab_pass_acc *acc,
-                         const lab_ref_cache *ref, int64_t n_layers, lab_run_record *r, char *err, size_t errlen) {
+/* Knobs the arm set that a command engine did not apply: failed
+ * expectations at "knob:NAME" (rule R3, a knob that never took effect). */
+static int64_t unapplied_knobs(const lab_arm *a, const lab_engine_hello *h, lab_expect_result *out) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < a->n_knobs; i++)
+        for (int64_t k = 0; k < h->n_knobs; k++) {
+            const lab_engine_knob *kn = &h->knobs[k];
+            if (strcmp(kn->name, a->knob_names[i])) continue;
+            if (kn->read && !strcmp(kn->value, a->knob_values[i])) break;
+            lab_expect_result *x = &out[n++];
+            memset(x, 0, sizeof *x);
+            snprintf(x->site, sizeof x->site, "knob:%s", kn->name);
+            snprintf(x->expected, sizeof x->expected, "applied");
+            snprintf(x->seen, sizeof x->seen, "%s", kn->read ? "another value" : "not read");
+            if (kn->read)
+                snprintf(x->reason, sizeof x->reason, "knob did not take effect: the arm sets %s=%s, the engine "
+                         "reports %s", kn->name, a->knob_values[i], kn->value);
+            else
+                snprintf(x->reason, sizeof x->reason, "knob did not take effect: the arm sets %s=%s, the engine "
+                         "says it did not read it", kn->name, a->knob_values[i]);
+            break;
+        }
+    return n;
+}
+
+int lab_run_record_build(const lab_experiment *e, int64_t arm, const lab_engine_req *req,
+                         const lab_engine_hello *hello, const lab_pass_acc *acc, const lab_ref_cache *ref,
+                         int64_t n_layers, lab_run_record *r, char *err, size_t errlen) {
     const lab_arm *a = &e->arms[arm];
-    int64_t nk = vt_knob_count();
+    int command = hello && hello->json;
+    int64_t nk = command ? hello->n_knobs : vt_knob_count();
     r->probe_ok = calloc((size_t)(acc->n_probes > 0 ? acc->n_probes : 1), sizeof *r->probe_ok);
-    r->ex = calloc((size_t)(a->n_expect > 0 ? a->n_expect : 1), sizeof *r->ex);
+    r->ex = calloc((size_t)(a->n_expect + a->n_knobs + 1), sizeof *r->ex);
     r->kn = calloc((size_t)nk + 1, sizeof *r->kn);
     r->kv = calloc((size_t)nk + 1, sizeof *r->kv);
     r->knum = calloc((size_t)nk + 1, sizeof *r->knum);
     if (!r->probe_ok || !r->ex || !r->kn || !r->kv || !r->knum) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    r->n_ex = a->n_expect + (command ? unapplied_knobs(a, hello, r->ex + a->n_expect) : 0);
     record_assertions(a, acc, r);
     if (r->reason.oom) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    r->n_kn = nk;
     for (int64_t i = 0; i < nk; i++) {
+        if (command) {
+            r->kn[i] = hello->knobs[i].name;
+            r->kv[i] = hello->knobs[i].value;
+            r->knum[i] = hello->knobs[i].numeric;
+            continue;
+        }
         const vt_knob_info *ki = vt_knob_at((int)i);
         r->kn[i] = ki->name;
-        r->kv[i] = vt_knobset_get(ks, ki->name);
+        r->kv[i] = vt_knobset_get(req->ks, ki->name);
         r->knum[i] = ki->numeric;
     }
     record_metrics(e, acc, r);
@@ -276,14 +311,14 @@ void lab_run_result_fill(lab_run_result *res, const lab_experiment *e, int64_t a
     memcpy(res->logits_sha256, acc->hash_hex, 65);
     res->assertions_ok = r->ok;
     res->assertion_reason = r->ok ? NULL : r->reason.data;
-    res->n_knobs = vt_knob_count();
+    res->n_knobs = r->n_kn;
     res->knob_names = r->kn;
     res->knob_values = r->kv;
     res->knob_numeric = r->knum;
     res->n_probes = acc->n_probes;
     res->probes = acc->probes;
     res->probe_ok = r->probe_ok;
-    res->n_expect = e->arms[arm].n_expect;
+    res->n_expect = r->n_ex;
     res->expect = r->ex;
     res->n_metrics = r->nm;
     res->metric_names = r->mn;

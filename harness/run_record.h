@@ -21,9 +21,12 @@
  * with lab_run_record_free. */
 typedef struct lab_run_record {
     int               *probe_ok;     /* [n_probes] invariant held */
-    lab_expect_result *ex;           /* [n_expect] */
-    const char       **kn, **kv;     /* [n_knobs] names and values (borrowed from the knob set) */
-    int               *knum;         /* [n_knobs] */
+    lab_expect_result *ex;           /* [n_ex]: the arm's expectations, then one per knob the
+                                        engine did not apply (rule R3) */
+    int64_t            n_ex;
+    const char       **kn, **kv;     /* [n_kn] names and values (borrowed from the knob set or hello) */
+    int               *knum;         /* [n_kn] */
+    int64_t            n_kn;
     lab_comparison     cmp;          /* filled when compared */
     lab_verdict_row    vr;           /* filled when the experiment has a decision */
     lab_buf            reason;       /* why the assertions failed */
@@ -35,11 +38,15 @@ typedef struct lab_run_record {
 
 void lab_run_record_free(lab_run_record *r);
 
-/* Builds r for arm `arm` of e from pass acc, run under knob set ks. With
- * ref (non-NULL: the run was compared) also the comparison and verdict;
+/* Builds r for arm `arm` of e from pass acc, run for req (builtin: under
+ * req->ks) through an engine that said hello (a command: its knob registry
+ * is what is stored, and a knob the arm sets that the engine did not read,
+ * or reports with another value, is a failed expectation). With ref
+ * (non-NULL: the run was compared) also the comparison and verdict;
  * n_layers sizes the per-layer divergence. LAB_ENOMEM on failure. */
-int lab_run_record_build(const lab_experiment *e, int64_t arm, const vt_knobset *ks, const lab_pass_acc *acc,
-                         const lab_ref_cache *ref, int64_t n_layers, lab_run_record *r, char *err, size_t errlen);
+int lab_run_record_build(const lab_experiment *e, int64_t arm, const lab_engine_req *req,
+                         const lab_engine_hello *hello, const lab_pass_acc *acc, const lab_ref_cache *ref,
+                         int64_t n_layers, lab_run_record *r, char *err, size_t errlen);
 
 /* Fills res (every pointer borrowed from e, acc and r) for lab_store_finish.
  * with_verdict: the run gets r's verdict row. */

@@ -58,8 +58,11 @@ typedef struct exp_ctx {
     const lab_run_opts   *o;
     lab_run_summary      *sum;
     lab_store            *st;
-    lab_engine            eng;
-    vt_knobset          **ks;          /* [n_arms] */
+    lab_engine           *engs;        /* [n_arms] each arm's engine; builtin arms share one model */
+    void                 *builtin;     /* the builtin engine's model, when an arm uses it */
+    vt_knobset          **ks;          /* [n_arms] a builtin arm's resolved knobs; NULL for a command */
+    lab_engine_req       *req;         /* [n_arms] what each arm asks of its engine */
+    lab_engine_hello     *hello;       /* [n_arms] what each arm's engine said */
     lab_exp_ident         id;
     lab_ref_cache         ref;
     int                   ref_failed;  /* this process's reference run failed */
@@ -85,7 +88,7 @@ static int ensure_reference(exp_ctx *x, lab_progress *pg, char *err, size_t errl
     char label[160];
     snprintf(label, sizeof label, "%s/%s (reference, recomputed)", e->id, e->arms[e->ref_index].name);
     lab_progress_start(pg, label);
-    rc = lab_forward_pass(e, &x->eng, x->ks[e->ref_index], LAB_PASS_FILL_REF, &x->ref, &acc, pg, &killed, err,
+    rc = lab_forward_pass(e, &x->engs[e->ref_index], &x->req[e->ref_index], LAB_PASS_FILL_REF, &x->ref, &acc, pg, &killed, err,
                           errlen);
     lab_progress_end(pg);
     x->sum->forward_s += acc.forward_s;
@@ -124,7 +127,7 @@ static int record_run(exp_ctx *x, int64_t arm, int64_t run_id, const char *label
     lab_run_result res;
     /* a reference repeat is compared with repeat 0 (repeatability) but gets no verdict */
     int with_verdict = compare && arm != e->ref_index && e->has_decision;
-    lab_run_result_fill(&res, e, arm, x->eng.info.vocab, acc, rec, compare, with_verdict);
+    lab_run_result_fill(&res, e, arm, x->engs[arm].info.vocab, acc, rec, compare, with_verdict);
     res.wall_s = lab_mono() - t0;
     int rc = lab_store_finish(x->st, run_id, &res, err, errlen);
     if (rc) {
@@ -172,7 +175,7 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
     }
     lab_progress_start(pg, label);
     int flags = LAB_PASS_RECORD | (fill ? LAB_PASS_FILL_REF : 0) | (compare ? LAB_PASS_COMPARE : 0);
-    rc = lab_forward_pass(e, &x->eng, x->ks[arm], flags, &x->ref, &acc, pg, &killed, rerr, sizeof rerr);
+    rc = lab_forward_pass(e, &x->engs[arm], &x->req[arm], flags, &x->ref, &acc, pg, &killed, rerr, sizeof rerr);
     lab_progress_end(&pgs);
     x->sum->forward_s += acc.forward_s;
     if (rc) {
@@ -184,8 +187,8 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
         x->ref.recomputed = 0;
         x->ref.hash_match = -1;
     }
-    if (lab_run_record_build(e, arm, x->ks[arm], &acc, compare ? &x->ref : NULL, x->eng.info.n_layers, &rec, rerr,
-                             sizeof rerr))
+    if (lab_run_record_build(e, arm, &x->req[arm], &x->hello[arm], &acc, compare ? &x->ref : NULL,
+                             x->engs[arm].info.n_layers, &rec, rerr, sizeof rerr))
         goto failed;
     rc = record_run(x, arm, run_id, label, &acc, &rec, compare, t0, assert_ok, err, errlen);
     *finished = rc == LAB_OK;
@@ -270,9 +273,11 @@ static int lease_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, i
     lab_identity id;
     lab_exp_identity(&x->id, e, arm, rep, &id);
     pv->is_reference = arm == e->ref_index;
-    pv->backend = vt_knobset_value(x->ks[arm], VT_K_BACKEND);
+    pv->backend = x->ks[arm] ? vt_knobset_value(x->ks[arm], VT_K_BACKEND) : x->hello[arm].backend;
+    pv->device = x->ks[arm] ? x->id.device : x->hello[arm].device;
+    pv->engine_hello = x->hello[arm].json;
     pv->expected_assertions = a->expect_fail ? "fail" : "pass";
-    pv->layer_kinds = x->eng.info.layer_kinds;
+    pv->layer_kinds = x->engs[arm].info.layer_kinds;
     int64_t stale = 0, redone = 0;
     int rc = lab_store_lease_ex(x->st, &id, pv, x->o->force, kind, run_id, &stale, &redone, err, errlen);
     if (rc) return rc;
@@ -365,42 +370,95 @@ static int run_pass(exp_ctx *x, int *busy, char *err, size_t errlen) {
     return rc;
 }
 
-/* Opens (and closes) an engine instance under every arm's knob set, so that
- * a backend this machine does not have is bad input found before the
- * database is touched. *device: the reference arm's device. */
+/* Opens an engine instance for every arm, so that a backend this machine
+ * does not have, an engine that does not start or says a bad hello, or a
+ * knob the engine does not declare is bad input found before the database
+ * is touched. A builtin instance is closed again (each pass opens its own);
+ * a command's is kept for the arm's runs (it loads its model once). The
+ * arms' engines must agree on the vocabulary. *device: the reference's. */
 static int check_arms(exp_ctx *x, char *device, size_t devlen, char *err, size_t errlen) {
     const lab_experiment *e = x->e;
     for (int64_t i = 0; i < e->n_arms; i++) {
+        lab_engine *en = &x->engs[i];
         void *inst = NULL;
-        lab_engine_hello hello;
         char verr[1024] = "";
-        int rc = x->eng.ops->open(x->eng.model, x->ks[i], &inst, &hello, verr, sizeof verr);
-        x->eng.ops->close(inst);
+        int rc = en->ops->open(en->model, &x->req[i], &inst, &x->hello[i], verr, sizeof verr);
+        if (!rc && x->hello[i].json) rc = lab_engine_check_arm(&x->hello[i], e, i, verr, sizeof verr);
+        if (rc || !x->hello[i].json) en->ops->close(inst);
+        else en->inst = inst;
         if (rc) return lab_errf(err, errlen, rc, "%s: arm %s: %s", e->path, e->arms[i].name, verr);
-        if (i == e->ref_index) snprintf(device, devlen, "%s", hello.device);
+        en->info = x->hello[i].info;
+        if (i == e->ref_index) snprintf(device, devlen, "%s", x->hello[i].device);
+    }
+    int64_t V = x->engs[e->ref_index].info.vocab;
+    for (int64_t i = 0; i < e->n_arms; i++)
+        if (x->engs[i].info.vocab != V)
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: arm %s: its engine's vocabulary is %lld, the reference "
+                            "arm's %lld: logits cannot be compared", e->path, e->arms[i].name,
+                            (long long)x->engs[i].info.vocab, (long long)V);
+    return LAB_OK;
+}
+
+/* Each arm's engine: the builtin model (loaded once, shared) or a command;
+ * each arm's request: its knobs (a builtin arm's resolved against the
+ * registry), the probe mode, the model. */
+static int load_engines(exp_ctx *x, const char *dir, char *err, size_t errlen) {
+    const lab_experiment *e = x->e;
+    size_t n = (size_t)e->n_arms;
+    x->engs = calloc(n, sizeof *x->engs);
+    x->ks = calloc(n, sizeof *x->ks);
+    x->req = calloc(n, sizeof *x->req);
+    x->hello = calloc(n, sizeof *x->hello);
+    if (!x->engs || !x->ks || !x->req || !x->hello) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    lab_engine_info binfo;
+    for (int64_t i = 0; i < e->n_arms; i++) {
+        const lab_engine_spec *sp = lab_arm_engine(e, i);
+        lab_engine *en = &x->engs[i];
+        lab_engine_req *r = &x->req[i];
+        const lab_arm *a = &e->arms[i];
+        int rc = LAB_OK;
+        en->ops = sp->command ? &lab_engine_command : &lab_engine_builtin;
+        if (sp->command) rc = en->ops->load(sp, dir, &en->model, &en->info, err, errlen);
+        else if (!x->builtin) rc = en->ops->load(sp, dir, &x->builtin, &binfo, err, errlen);
+        if (rc) return lab_err_prefix(err, errlen, rc, "%s", e->path);
+        if (!sp->command) {
+            en->model = x->builtin;
+            en->info = binfo;
+            if ((rc = lab_resolve_knobs(e, i, environ, &x->ks[i], err, errlen))) return rc;
+        }
+        r->ks = x->ks[i];
+        r->n_knobs = a->n_knobs;
+        r->knob_names = a->knob_names;
+        r->knob_values = a->knob_values;
+        r->probe = e->probe;
+        for (int64_t k = 0; k < a->n_knobs; k++)
+            if (!strcmp(a->knob_names[k], "VT_PROBE")) r->probe = a->knob_values[k];
+        r->model_dir = dir;
     }
     return LAB_OK;
 }
 
 /* Everything that can be bad input, before the database: the arm name,
- * the model, the dataset against its vocabulary, every arm's knobs and
- * backend, and the identity shared by the runs. */
+ * the model, every arm's engine, knobs and backend, the dataset against the
+ * vocabulary, and the identity shared by the runs. */
 static int prepare(exp_ctx *x, lab_experiment *e, const char *path, char *err, size_t errlen) {
     char *dir = NULL, device[128] = "";
     if (x->o->only_arm && lab_experiment_arm(e, x->o->only_arm) < 0)
         return lab_errf(err, errlen, LAB_EINPUT, "%s: --arm %s: no arm of that name", path, x->o->only_arm);
     int rc = lab_model_dir(e, &dir, err, errlen);
     if (rc) return rc;
-    x->eng.ops = &lab_engine_builtin;
-    rc = x->eng.ops->load(dir, &x->eng.model, &x->eng.info, err, errlen);
+    rc = load_engines(x, dir, err, errlen);
     free(dir);
-    if (rc) return lab_err_prefix(err, errlen, rc, "%s", path);
-    if ((rc = lab_dataset_prepare(e, x->eng.info.vocab, err, errlen))) return rc;
-    if (!(x->ks = calloc((size_t)e->n_arms, sizeof *x->ks))) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
-    for (int64_t i = 0; i < e->n_arms; i++)
-        if ((rc = lab_resolve_knobs(e, i, environ, &x->ks[i], err, errlen))) return rc;
-    if ((rc = check_arms(x, device, sizeof device, err, errlen))) return rc;
-    return lab_exp_ident_init(&x->id, e, x->ks, x->eng.info.model_sha256, device, err, errlen);
+    if (rc || (rc = check_arms(x, device, sizeof device, err, errlen))) return rc;
+    const lab_engine_info *ri = &x->engs[e->ref_index].info;
+    if ((rc = lab_dataset_prepare(e, ri->vocab, err, errlen))) return rc;
+    if ((rc = lab_exp_ident_init(&x->id, e, x->ks, ri->model_sha256, device, err, errlen))) return rc;
+    for (int64_t i = 0; i < e->n_arms; i++) {
+        if (!x->hello[i].json) continue;
+        memcpy(x->id.arm_model[i], x->hello[i].info.model_sha256, 65);
+        if (lab_engine_knob_hash(&x->hello[i], x->id.knob_hash[i])) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    }
+    return LAB_OK;
 }
 
 /* Opens results.db, records the spec, marks runs of dead processes KILLED. */
@@ -458,11 +516,20 @@ done:
     free(x.tried);
     free(x.arm_run);
     lab_ref_cache_free(&x.ref);
-    for (int64_t i = 0; x.ks && i < e->n_arms; i++) vt_knobset_free(x.ks[i]);
+    for (int64_t i = 0; x.engs && i < e->n_arms; i++) {
+        lab_engine *en = &x.engs[i];
+        if (en->inst) en->ops->close(en->inst);
+        if (en->model && en->model != x.builtin) en->ops->unload(en->model);
+        if (x.ks) vt_knobset_free(x.ks[i]);
+        if (x.hello) lab_engine_hello_free(&x.hello[i]);
+    }
+    if (x.builtin) lab_engine_builtin.unload(x.builtin);
+    free(x.engs);
     free(x.ks);
+    free(x.req);
+    free(x.hello);
     lab_exp_ident_free(&x.id);
     lab_store_close(x.st);
-    if (x.eng.ops) x.eng.ops->unload(x.eng.model);
     lab_experiment_free(e);
     sum->wall_s += lab_mono() - t0;
     return rc;

@@ -19,6 +19,8 @@
  *       v5 creates them IF NOT EXISTS) and nightlies.pid_start (pid reuse).
  *   v6  views: run_summary, latest_verdicts, open_confounds (docs/schema.md);
  *       meta (key, value): the database's feed_id; runs.layer_kinds.
+ *   v7  runs.engine_hello: the hello of the command engine a run went
+ *       through (docs/engine-protocol.md); NULL for the builtin model.
  * A schema change appends a migration to migrations[]; old ones never change.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction survives
@@ -373,8 +375,13 @@ static const char *const migration_v6 =
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
     "INSERT INTO meta (key, value) VALUES ('feed_id', lower(hex(randomblob(16))));";
 
-static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3,
-                                                           migration_v4, migration_v5, migration_v6};
+/* v7: what an engine that is not vtlab's model said about itself (its
+ * name, version, model, knob registry with the values it read, probe sites,
+ * faults): a run through it is understood from this row alone. */
+static const char *const migration_v7 = "ALTER TABLE runs ADD COLUMN engine_hello TEXT;";
+
+static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3, migration_v4,
+                                                           migration_v5, migration_v6, migration_v7};
 
 /* ------------------------------------------------------------ helpers */
 
@@ -1118,9 +1125,9 @@ int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenan
                    "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version,"
                    " repeat_idx, status, started_at, experiment_sha256, git_commit, git_dirty, build_flags,"
                    " compiler, backend, device, host, pid, pid_start, is_reference, score, top_k,"
-                   " expected_assertions, layer_kinds)"
+                   " expected_assertions, layer_kinds, engine_hello)"
                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)", &s, err, errlen))) goto fail;
+                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)", &s, err, errlen))) goto fail;
     bind_identity(s, id);
     lab_sq_bind_text(s, 8, now);
     lab_sq_bind_text(s, 9, pv->experiment_sha256);
@@ -1138,6 +1145,7 @@ int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenan
     sqlite3_bind_int64(s, 21, pv->top_k);
     lab_sq_bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
     lab_sq_bind_text(s, 23, pv->layer_kinds && *pv->layer_kinds ? pv->layer_kinds : NULL);
+    lab_sq_bind_text(s, 24, pv->engine_hello);
     if ((rc = lab_sq_step(st, s, err, errlen, "lease run"))) goto fail;
     sqlite3_finalize(s);
     s = NULL;

@@ -34,7 +34,7 @@
 #include "model/vt.h"
 
 /* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store.c has the history). */
-#define LAB_SCHEMA_VERSION 6
+#define LAB_SCHEMA_VERSION 7
 
 typedef struct lab_store lab_store;
 
@@ -110,6 +110,7 @@ typedef struct lab_provenance {
     int64_t     top_k;
     const char *expected_assertions; /* "pass" | "fail" */
     const char *layer_kinds;         /* "KKKM/DEEE" (lab_engine_info), NULL when unknown */
+    const char *engine_hello;        /* a command engine's hello (JSON), NULL for the builtin */
 } lab_provenance;
 
 /* A run's lease: the RUNNING row a process holds (pid, pid start time, host)

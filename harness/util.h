@@ -33,6 +33,11 @@
 #define LAB_DEFAULT_EXPERIMENTS "experiments"
 #define LAB_DEFAULT_REPORT      "report"
 #define LAB_DEFAULT_REOPEN_DIR  "build/reopen"
+/* An engine command (docs/engine-protocol.md): seconds to wait for each
+ * response (the hello included), and after closing its stdin before
+ * SIGTERM, then SIGKILL. */
+#define LAB_ENGINE_TIMEOUT_S    600.0
+#define LAB_ENGINE_GRACE_S      5.0
 
 /* Formats into err (may be NULL) and returns code. */
 int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...)

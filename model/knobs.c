@@ -93,7 +93,7 @@ int vt_knobset_copy(vt_knobset **out, const vt_knobset *src) {
 }
 
 /* Levenshtein distance, for the did-you-mean. Names are short (< 64). */
-static int edit_distance(const char *a, const char *b) {
+int vt_edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > 63 || lb > 63) return 99;
     int d[64][64];
@@ -112,7 +112,7 @@ static int edit_distance(const char *a, const char *b) {
 static int unknown_knob(const char *name, char *err, size_t errlen) {
     int best = -1, bestd = 1 << 30;
     for (int i = 0; i < N_KNOBS; i++) {
-        int dd = edit_distance(name, KNOBS[i].name);
+        int dd = vt_edit_distance(name, KNOBS[i].name);
         if (dd < bestd) { bestd = dd; best = i; }
     }
     if (best >= 0 && bestd <= 4)

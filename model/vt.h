@@ -83,6 +83,9 @@ typedef struct vt_knob_info {
                                         knob added later leaves every recorded identity unchanged */
 } vt_knob_info;
 
+/* Levenshtein distance of two names (99 when either is over 63 bytes), for
+ * "did you mean" suggestions. */
+int                 vt_edit_distance(const char *a, const char *b);
 int                 vt_knob_count(void);
 const vt_knob_info *vt_knob_at(int i);
 const vt_knob_info *vt_knob_find(const char *name);

@@ -1,0 +1,781 @@
+/*
+ * engine_command.c — an engine that is a command: a child process speaking
+ * docs/engine-protocol.md over its stdin and stdout (see engine.h).
+ *
+ * One process per instance (per arm): started by open with the arm's knobs
+ * in its environment, its hello read and checked, then one forward request
+ * after another. Every read and write waits at most the spec's timeout_s;
+ * the child's stderr is drained all along (a chatty engine never blocks on
+ * a full pipe) and its last bytes go with every failure. After a failure
+ * the instance is dead: the process has been killed and only close remains.
+ */
+#include "engine.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runner.h"
+#include "util.h"
+
+#define TAIL_BYTES 4096
+
+typedef struct cmd_model {
+    const lab_engine_spec *spec;   /* the experiment's: outlives the model */
+    char                  *model_dir;
+} cmd_model;
+
+typedef struct cmd_inst {
+    const lab_engine_spec *spec;
+    pid_t    pid;
+    int      to_fd, from_fd, err_fd;   /* engine stdin, stdout, stderr; -1 closed */
+    char     label[160];               /* "engine ARGV0" for messages */
+    char     tail[TAIL_BYTES];         /* last bytes of stderr (ring) */
+    size_t   tail_len, tail_pos;
+    char    *rbuf;                     /* bytes read from stdout, not consumed */
+    size_t   rlen, rcap;
+    int64_t  vocab, hidden, n_layers, next_id;
+    int      capture, dead;
+    float   *resid;                    /* [L][2][T][H] of the last capture */
+    int64_t  resid_T;
+    vtp_probes agg;                    /* since open or the last probes() */
+    double   forward_s;
+} cmd_inst;
+
+/* ------------------------------------------------------------ plumbing */
+
+static void tail_add(cmd_inst *c, const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        c->tail[c->tail_pos] = p[i];
+        c->tail_pos = (c->tail_pos + 1) % TAIL_BYTES;
+        if (c->tail_len < TAIL_BYTES) c->tail_len++;
+    }
+}
+
+/* The last (at most max) bytes of stderr, oldest first, newlines as " | ". */
+static void tail_text(const cmd_inst *c, char *out, size_t cap, size_t max) {
+    size_t n = c->tail_len < max ? c->tail_len : max, o = 0;
+    size_t start = (c->tail_pos + TAIL_BYTES - n) % TAIL_BYTES;
+    for (size_t i = 0; i < n && o + 4 < cap; i++) {
+        char ch = c->tail[(start + i) % TAIL_BYTES];
+        if (ch == '\n') {
+            if (i + 1 < n) { memcpy(out + o, " | ", 3); o += 3; }
+        } else out[o++] = (ch >= 0 && ch < 0x20) ? ' ' : ch;
+    }
+    out[o] = 0;
+}
+
+static void drain_stderr(cmd_inst *c) {
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(c->err_fd, buf, sizeof buf);
+        if (n > 0) { tail_add(c, buf, (size_t)n); continue; }
+        if (n == 0) { close(c->err_fd); c->err_fd = -1; }
+        return;   /* EAGAIN: nothing more now */
+    }
+}
+
+static void kill_child(cmd_inst *c) {
+    if (c->pid > 0) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, NULL, 0);
+        c->pid = 0;
+    }
+    c->dead = 1;
+}
+
+/* A failure: kills the engine, reports what happened with its stderr tail. */
+static int fail(cmd_inst *c, char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail(cmd_inst *c, char *err, size_t errlen, int code, const char *fmt, ...) {
+    char msg[512], tail[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->err_fd >= 0) drain_stderr(c);
+    int status = 0;
+    pid_t pid = c->pid;
+    if (pid > 0 && waitpid(pid, &status, WNOHANG) == pid) {
+        c->pid = 0;
+        size_t l = strlen(msg);
+        if (WIFEXITED(status)) snprintf(msg + l, sizeof msg - l, " (it exited with status %d)", WEXITSTATUS(status));
+        else if (WIFSIGNALED(status)) snprintf(msg + l, sizeof msg - l, " (it was killed by signal %d)", WTERMSIG(status));
+    }
+    kill_child(c);
+    if (c->err_fd >= 0) drain_stderr(c);
+    tail_text(c, tail, sizeof tail, 480);
+    return lab_errf(err, errlen, code, "%s: %s%s%s", c->label, msg, tail[0] ? "; its stderr ends: " : "", tail);
+}
+
+/* Waits until fd is ready for events (POLLIN/POLLOUT), draining stderr.
+ * 0 ready; -1 timed out; -2 interrupted by a signal; -3 poll failed. */
+static int wait_fd(cmd_inst *c, int fd, short events, double deadline) {
+    for (;;) {
+        if (lab_interrupted) return -2;
+        double left = deadline - lab_mono();
+        if (left <= 0) return -1;
+        struct pollfd p[2] = {{fd, events, 0}, {c->err_fd, POLLIN, 0}};
+        int ms = left > 1.0 ? 1000 : (int)(left * 1000) + 1;
+        int n = poll(p, c->err_fd >= 0 ? 2 : 1, ms);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -3;
+        if (c->err_fd >= 0 && p[1].revents) drain_stderr(c);
+        if (p[0].revents) return 0;
+    }
+}
+
+static const char *wait_what(int w) {
+    return w == -1 ? "timed out" : w == -2 ? "interrupted by a signal" : "poll failed";
+}
+
+static int write_all(cmd_inst *c, const void *p, size_t n, double deadline, char *err, size_t errlen) {
+    const char *b = p;
+    while (n > 0) {
+        int w = wait_fd(c, c->to_fd, POLLOUT, deadline);
+        if (w) return fail(c, err, errlen, LAB_EINTERNAL, "writing a request: %s", wait_what(w));
+        ssize_t k = write(c->to_fd, b, n);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k <= 0) return fail(c, err, errlen, LAB_EINTERNAL, "writing a request: %s (the engine is gone?)",
+                                strerror(errno));
+        b += k;
+        n -= (size_t)k;
+    }
+    return LAB_OK;
+}
+
+/* Reads more bytes from stdout into rbuf (at least one). */
+static int fill(cmd_inst *c, double deadline, const char *what, char *err, size_t errlen) {
+    if (c->rcap - c->rlen < 65536) {
+        size_t nc = c->rcap ? c->rcap * 2 : 1 << 17;
+        char *nb = realloc(c->rbuf, nc);
+        if (!nb) return fail(c, err, errlen, LAB_ENOMEM, "out of memory");
+        c->rbuf = nb;
+        c->rcap = nc;
+    }
+    for (;;) {
+        int w = wait_fd(c, c->from_fd, POLLIN, deadline);
+        if (w) return fail(c, err, errlen, w == -2 ? LAB_EINTERNAL : LAB_EINTERNAL, "reading %s: %s", what,
+                           wait_what(w));
+        ssize_t k = read(c->from_fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k == 0) return fail(c, err, errlen, LAB_EINTERNAL, "reading %s: the engine closed its stdout", what);
+        if (k < 0) return fail(c, err, errlen, LAB_EIO, "reading %s: %s", what, strerror(errno));
+        c->rlen += (size_t)k;
+        return LAB_OK;
+    }
+}
+
+static void consume(cmd_inst *c, size_t n) {
+    memmove(c->rbuf, c->rbuf + n, c->rlen - n);
+    c->rlen -= n;
+}
+
+/* One header line (without its newline) into *line (malloc'd). */
+static int read_line(cmd_inst *c, char **line, double deadline, const char *what, char *err, size_t errlen) {
+    size_t scanned = 0;
+    *line = NULL;
+    for (;;) {
+        char *nl = c->rlen > scanned ? memchr(c->rbuf + scanned, '\n', c->rlen - scanned) : NULL;
+        if (nl) {
+            size_t n = (size_t)(nl - c->rbuf);
+            if (n > VTP_MAX_HEADER)
+                return fail(c, err, errlen, LAB_EINTERNAL, "%s: header longer than %d bytes", what, VTP_MAX_HEADER);
+            if (!(*line = malloc(n + 1))) return fail(c, err, errlen, LAB_ENOMEM, "out of memory");
+            memcpy(*line, c->rbuf, n);
+            (*line)[n] = 0;
+            consume(c, n + 1);
+            return LAB_OK;
+        }
+        scanned = c->rlen;
+        if (scanned > VTP_MAX_HEADER)
+            return fail(c, err, errlen, LAB_EINTERNAL, "%s: header longer than %d bytes", what, VTP_MAX_HEADER);
+        int rc = fill(c, deadline, what, err, errlen);
+        if (rc) return rc;
+    }
+}
+
+/* Exactly n payload bytes into dst (NULL: discard). */
+static int read_exact(cmd_inst *c, void *dst, size_t n, double deadline, const char *what, char *err, size_t errlen) {
+    char *d = dst;
+    while (n > 0) {
+        if (c->rlen == 0) {
+            int rc = fill(c, deadline, what, err, errlen);
+            if (rc) return rc;
+        }
+        size_t k = c->rlen < n ? c->rlen : n;
+        if (d) { memcpy(d, c->rbuf, k); d += k; }
+        consume(c, k);
+        n -= k;
+    }
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ start */
+
+static int set_env(const lab_engine_spec *sp, const lab_engine_req *req) {
+    for (int64_t i = 0; i < sp->n_env; i++)
+        if (putenv(sp->env[i])) return -1;
+    for (int64_t i = 0; i < req->n_knobs; i++)
+        if (setenv(req->knob_names[i], req->knob_values[i], 1)) return -1;
+    if (setenv("VTP_PROTOCOL", "1", 1) || setenv("VTP_PROBE", req->probe ? req->probe : "on", 1)) return -1;
+    if (req->model_dir && setenv("VTP_MODEL", req->model_dir, 1)) return -1;
+    return 0;
+}
+
+/* Forks and execs the engine; its stdin/stdout/stderr are pipes to c. */
+static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errlen) {
+    const lab_engine_spec *sp = c->spec;
+    int in[2], out[2], er[2], st[2];
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC) || pipe2(st, O_CLOEXEC))
+        return lab_errf(err, errlen, LAB_EIO, "%s: pipe: %s", c->label, strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return lab_errf(err, errlen, LAB_EIO, "%s: fork: %s", c->label, strerror(errno));
+    if (pid == 0) {
+        int e = 0;
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(er[1], 2) < 0) e = errno;
+        else if (sp->cwd && chdir(sp->cwd)) e = errno;
+        else if (set_env(sp, req)) e = ENOMEM;
+        else {
+            execvp(sp->argv[0], sp->argv);
+            e = errno;
+        }
+        if (write(st[1], &e, sizeof e) < 0) _exit(126);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(er[1]);
+    close(st[1]);
+    c->pid = pid;
+    c->to_fd = in[1];
+    c->from_fd = out[0];
+    c->err_fd = er[0];
+    fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
+    fcntl(c->from_fd, F_SETFL, O_NONBLOCK);
+    fcntl(c->to_fd, F_SETFL, O_NONBLOCK);
+    int e = 0;
+    ssize_t k;
+    while ((k = read(st[0], &e, sizeof e)) < 0 && errno == EINTR) {}
+    close(st[0]);
+    if (k == (ssize_t)sizeof e) {
+        waitpid(pid, NULL, 0);
+        c->pid = 0;
+        c->dead = 1;
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot start it%s%s: %s", c->label, sp->cwd ? " in " : "",
+                        sp->cwd ? sp->cwd : "", strerror(e));
+    }
+    return LAB_OK;
+}
+
+/* ------------------------------------------------------------ hello */
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+/* An integer member in lo..hi, or -1 in *ok. */
+static int64_t jint(const cJSON *o, const char *k, int64_t lo, int64_t hi, int *ok) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || j->valuedouble < (double)lo ||
+        j->valuedouble > (double)hi) {
+        *ok = 0;
+        return 0;
+    }
+    return (int64_t)j->valuedouble;
+}
+
+static char *dup_or(const char *s, int *oom) {
+    char *d = lab_strdup(s ? s : "");
+    if (!d) *oom = 1;
+    return d;
+}
+
+/* The knob registry of a hello; a message naming the bad member, or NULL. */
+static const char *hello_knobs(const cJSON *ks, lab_engine_hello *h, char *where, size_t wl, int *oom) {
+    static const char *const types[] = {"bool", "enum", "int", "string", NULL};
+    int64_t n = cJSON_GetArraySize(ks);
+    if (!(h->knobs = calloc((size_t)n + 1, sizeof *h->knobs))) { *oom = 1; return "out of memory"; }
+    const cJSON *k;
+    cJSON_ArrayForEach(k, ks) {
+        snprintf(where, wl, "knobs[%lld]", (long long)h->n_knobs);
+        lab_engine_knob *o = &h->knobs[h->n_knobs++];
+        const char *name = jstr(k, "name"), *type = jstr(k, "type"), *def = jstr(k, "default"), *val = jstr(k, "value");
+        const cJSON *vals = cJSON_GetObjectItemCaseSensitive(k, "values");
+        const cJSON *num = cJSON_GetObjectItemCaseSensitive(k, "numeric"), *rd = cJSON_GetObjectItemCaseSensitive(k, "read");
+        if (!cJSON_IsObject(k)) return "expected an object";
+        if (!name || !*name) return "name: expected a non-empty string";
+        int t = -1;
+        for (int i = 0; type && types[i]; i++)
+            if (!strcmp(type, types[i])) t = i;
+        if (t < 0) return "type: expected \"bool\", \"enum\", \"int\" or \"string\"";
+        if (!cJSON_IsArray(vals)) return "values: expected an array of strings";
+        if (!def) return "default: expected a string";
+        if (!val) return "value: expected a string";
+        if (!cJSON_IsBool(num)) return "numeric: expected true or false";
+        if (!cJSON_IsBool(rd)) return "read: expected true or false";
+        lab_buf vb = {0};
+        const cJSON *v;
+        cJSON_ArrayForEach(v, vals) {
+            if (!cJSON_IsString(v)) { lab_buf_free(&vb); return "values: expected an array of strings"; }
+            lab_buf_printf(&vb, "%s%s", vb.len ? "|" : "", v->valuestring);
+        }
+        if (vb.oom) { *oom = 1; return "out of memory"; }
+        o->name = dup_or(name, oom);
+        o->type = dup_or(type, oom);
+        o->values = vb.data ? vb.data : dup_or("", oom);
+        o->def = dup_or(def, oom);
+        o->value = dup_or(val, oom);
+        o->numeric = cJSON_IsTrue(num);
+        o->read = cJSON_IsTrue(rd);
+    }
+    return NULL;
+}
+
+static const char *hello_lists(const cJSON *root, lab_engine_hello *h, char *where, size_t wl, int *oom) {
+    const cJSON *sites = cJSON_GetObjectItemCaseSensitive(root, "probe_sites");
+    const cJSON *faults = cJSON_GetObjectItemCaseSensitive(root, "faults");
+    snprintf(where, wl, "probe_sites");
+    if (!cJSON_IsArray(sites)) return "expected an array of strings";
+    int64_t n = cJSON_GetArraySize(sites);
+    if (!(h->sites = calloc((size_t)n + 1, sizeof *h->sites))) { *oom = 1; return "out of memory"; }
+    const cJSON *s;
+    cJSON_ArrayForEach(s, sites) {
+        if (!cJSON_IsString(s) || !s->valuestring[0]) return "expected an array of non-empty strings";
+        h->sites[h->n_sites++] = dup_or(s->valuestring, oom);
+    }
+    snprintf(where, wl, "faults");
+    if (!cJSON_IsArray(faults)) return "expected an array of {name, knob, site, description}";
+    n = cJSON_GetArraySize(faults);
+    h->fault_name = calloc((size_t)n + 1, sizeof(char *));
+    h->fault_knob = calloc((size_t)n + 1, sizeof(char *));
+    h->fault_site = calloc((size_t)n + 1, sizeof(char *));
+    if (!h->fault_name || !h->fault_knob || !h->fault_site) { *oom = 1; return "out of memory"; }
+    cJSON_ArrayForEach(s, faults) {
+        snprintf(where, wl, "faults[%lld]", (long long)h->n_faults);
+        const char *fn = jstr(s, "name"), *fk = jstr(s, "knob"), *fs = jstr(s, "site");
+        if (!fn || !*fn || !fk || !*fk || !fs || !jstr(s, "description"))
+            return "expected {name, knob, site, description}, all strings";
+        h->fault_name[h->n_faults] = dup_or(fn, oom);
+        h->fault_knob[h->n_faults] = dup_or(fk, oom);
+        h->fault_site[h->n_faults++] = dup_or(fs, oom);
+    }
+    return NULL;
+}
+
+/* Checks a hello and fills h; a message naming the member, or NULL. */
+static const char *hello_parse(const cJSON *root, lab_engine_hello *h, char *where, size_t wl, int *oom) {
+    int ok = 1;
+    snprintf(where, wl, "(header)");
+    if (!cJSON_IsObject(root)) return "expected a JSON object";
+    const char *type = jstr(root, "type");
+    snprintf(where, wl, "type");
+    if (!type || strcmp(type, "hello")) return "expected \"hello\" as the first message";
+    snprintf(where, wl, "protocol");
+    int64_t proto = jint(root, "protocol", 0, INT_MAX, &ok);
+    if (!ok || proto != VTP_PROTOCOL) return "expected 1 (this vtlab speaks protocol version 1)";
+    const cJSON *eng = cJSON_GetObjectItemCaseSensitive(root, "engine");
+    const cJSON *mod = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const char *name = jstr(eng, "name"), *ver = jstr(eng, "version"), *commit = jstr(eng, "commit");
+    snprintf(where, wl, "engine");
+    if (!name || !*name || !ver || !commit) return "expected {name, version, commit}, all strings (name non-empty)";
+    snprintf(where, wl, "model.sha256");
+    const char *sha = jstr(mod, "sha256");
+    if (!sha || !vt_sha256_hex_ok(sha)) return "expected 64 lowercase hex digits";
+    snprintf(where, wl, "model");
+    h->info.vocab = jint(mod, "vocab", 1, INT32_MAX, &ok);
+    h->info.hidden = jint(mod, "hidden", 1, 1 << 20, &ok);
+    h->info.n_layers = jint(mod, "n_layers", 1, VT_MODEL_MAX_LAYERS, &ok);
+    if (!ok) return "expected integers vocab (>= 1), hidden (>= 1), n_layers (1..255)";
+    const char *kinds = jstr(mod, "layer_kinds");
+    snprintf(where, wl, "model.layer_kinds");
+    if (!kinds) return "expected a string (\"\" when the engine does not say)";
+    if (*kinds && (strlen(kinds) != (size_t)(2 * h->info.n_layers + 1) || kinds[h->info.n_layers] != '/'))
+        return "expected n_layers attention kinds, '/', n_layers FFN kinds";
+    const cJSON *det = cJSON_GetObjectItemCaseSensitive(root, "deterministic");
+    const cJSON *cap = cJSON_GetObjectItemCaseSensitive(root, "capture");
+    snprintf(where, wl, "deterministic");
+    if (!cJSON_IsBool(det)) return "expected true or false";
+    snprintf(where, wl, "capture");
+    if (!cJSON_IsBool(cap)) return "expected true or false";
+    h->deterministic = cJSON_IsTrue(det);
+    h->capture = cJSON_IsTrue(cap);
+    snprintf(h->info.engine, sizeof h->info.engine, "%s", name);
+    snprintf(h->info.version, sizeof h->info.version, "%s%s%s", ver, *commit ? " " : "", commit);
+    snprintf(h->info.model_sha256, sizeof h->info.model_sha256, "%s", sha);
+    snprintf(h->info.layer_kinds, sizeof h->info.layer_kinds, "%s", kinds);
+    snprintf(h->engine_id, sizeof h->engine_id, "%s %s %s", name, ver, commit);
+    snprintf(h->backend, sizeof h->backend, "engine");
+    snprintf(h->device, sizeof h->device, "engine: %s %s", name, ver);
+    const cJSON *ks = cJSON_GetObjectItemCaseSensitive(root, "knobs");
+    snprintf(where, wl, "knobs");
+    if (!cJSON_IsArray(ks)) return "expected an array (the engine's knob registry)";
+    const char *bad = hello_knobs(ks, h, where, wl, oom);
+    return bad ? bad : hello_lists(root, h, where, wl, oom);
+}
+
+static int read_hello(cmd_inst *c, lab_engine_hello *h, char *err, size_t errlen) {
+    char *line = NULL, where[64];
+    int rc = read_line(c, &line, lab_mono() + c->spec->timeout_s, "its hello", err, errlen);
+    if (rc) return rc == LAB_ENOMEM ? rc : LAB_EINPUT;   /* no hello: bad input, nothing written */
+    cJSON *root = cJSON_Parse(line);
+    int oom = 0;
+    const char *bad = root ? hello_parse(root, h, where, sizeof where, &oom) : "not JSON";
+    cJSON_Delete(root);
+    if (bad) {
+        free(line);
+        return fail(c, err, errlen, oom ? LAB_ENOMEM : LAB_EINPUT, "hello: %s: %s", root ? where : "(header)", bad);
+    }
+    h->json = line;
+    c->vocab = h->info.vocab;
+    c->hidden = h->info.hidden;
+    c->n_layers = h->info.n_layers;
+    c->capture = h->capture;
+    return oom ? fail(c, err, errlen, LAB_ENOMEM, "out of memory") : LAB_OK;
+}
+
+/* ------------------------------------------------------------ ops */
+
+static int cmd_load(const lab_engine_spec *spec, const char *model_dir, void **model, lab_engine_info *info,
+                    char *err, size_t errlen) {
+    *model = NULL;
+    memset(info, 0, sizeof *info);
+    cmd_model *m = calloc(1, sizeof *m);
+    if (!m) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    m->spec = spec;
+    char abs[PATH_MAX];
+    m->model_dir = lab_strdup(model_dir && realpath(model_dir, abs) ? abs : model_dir ? model_dir : "");
+    if (!m->model_dir) {
+        free(m);
+        return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    }
+    snprintf(info->engine, sizeof info->engine, "%s", spec->argv[0]);
+    *model = m;
+    return LAB_OK;
+}
+
+static void cmd_unload(void *model) {
+    cmd_model *m = model;
+    if (!m) return;
+    free(m->model_dir);
+    free(m);
+}
+
+static int cmd_open(void *model, const lab_engine_req *req, void **inst, lab_engine_hello *hello, char *err,
+                    size_t errlen) {
+    cmd_model *m = model;
+    *inst = NULL;
+    memset(hello, 0, sizeof *hello);
+    signal(SIGPIPE, SIG_IGN);   /* a dead engine is a failed write, not the end of vtlab */
+    cmd_inst *c = calloc(1, sizeof *c);
+    if (!c) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    c->spec = m->spec;
+    c->to_fd = c->from_fd = c->err_fd = -1;
+    snprintf(c->label, sizeof c->label, "engine %s", m->spec->argv[0]);
+    c->agg.mode = VTP_ON;
+    lab_engine_req r = *req;
+    r.model_dir = m->model_dir;
+    int rc = spawn(c, &r, err, errlen);
+    if (!rc) rc = read_hello(c, hello, err, errlen);
+    if (rc) {
+        lab_engine_command.close(c);
+        lab_engine_hello_free(hello);
+        return rc;
+    }
+    *inst = c;
+    return LAB_OK;
+}
+
+static int check_logits(cmd_inst *c, const float *logits, int64_t T, char *err, size_t errlen) {
+    for (int64_t i = 0; i < T * c->vocab; i++)
+        if (!isfinite(logits[i]))
+            return fail(c, err, errlen, LAB_EINTERNAL, "logits[%lld][%lld] is %s", (long long)(i / c->vocab),
+                        (long long)(i % c->vocab), isnan(logits[i]) ? "NaN" : "infinite");
+    return LAB_OK;
+}
+
+/* The probe records of a response, merged into c->agg. */
+static const char *merge_probes(cmd_inst *c, const cJSON *probes) {
+    if (!cJSON_IsArray(probes)) return "probes: expected an array of records";
+    const cJSON *p;
+    cJSON_ArrayForEach(p, probes) {
+        vtp_record r;
+        int ok = 1;
+        memset(&r, 0, sizeof r);
+        const char *site = jstr(p, "site"), *dt = jstr(p, "dtype"), *src = jstr(p, "src_dtype"), *det = jstr(p, "detail");
+        if (!site || !*site || strlen(site) >= sizeof r.site) return "probes: site: expected a name of 1..31 bytes";
+        if (!dt || strlen(dt) >= sizeof r.dtype || !src || strlen(src) >= sizeof r.src_dtype)
+            return "probes: dtype, src_dtype: expected strings of at most 7 bytes";
+        if (!det) return "probes: detail: expected a string";
+        r.layer = (int)jint(p, "layer", -1, VT_MODEL_MAX_LAYERS, &ok);
+        r.calls = jint(p, "calls", 0, INT64_MAX / 4, &ok);
+        r.rows = jint(p, "rows", 0, INT64_MAX / 4, &ok);
+        r.bytes_per_row = jint(p, "bytes_per_row", 0, INT64_MAX / 4, &ok);
+        r.src_row_bytes = jint(p, "src_row_bytes", 0, INT64_MAX / 4, &ok);
+        r.dst_row_bytes = jint(p, "dst_row_bytes", 0, INT64_MAX / 4, &ok);
+        r.converting = (int)jint(p, "converting", 0, 1, &ok);
+        r.violations = jint(p, "violations", 0, INT64_MAX / 4, &ok);
+        r.rows_unwritten = jint(p, "rows_unwritten", -1, INT64_MAX / 4, &ok);
+        if (!ok) return "probes: expected integers layer (>= -1), calls, rows, bytes_per_row, src_row_bytes, "
+                        "dst_row_bytes, violations (>= 0), converting (0/1), rows_unwritten (>= -1)";
+        snprintf(r.site, sizeof r.site, "%s", site);
+        snprintf(r.dtype, sizeof r.dtype, "%s", dt);
+        snprintf(r.src_dtype, sizeof r.src_dtype, "%s", src);
+        snprintf(r.detail, sizeof r.detail, "%s", det);
+        vtp_probes_merge(&c->agg, &r);
+    }
+    return NULL;
+}
+
+/* Checks a response header against the request; its payload size in *payload. */
+static int check_response(cmd_inst *c, const cJSON *h, int64_t id, int64_t T, int capture, int64_t *payload,
+                          int *resid, char *err, size_t errlen) {
+    int ok = 1;
+    const char *type = jstr(h, "type");
+    if (!type) return fail(c, err, errlen, LAB_EINTERNAL, "response: type: expected a string");
+    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(h, "id");
+    if (!strcmp(type, "error")) {
+        const char *msg = jstr(h, "message");
+        return fail(c, err, errlen, LAB_EINTERNAL, "it answered request %lld with an error: %s", (long long)id,
+                    msg ? msg : "(no message)");
+    }
+    if (strcmp(type, "logits")) return fail(c, err, errlen, LAB_EINTERNAL, "response: type \"%s\", expected \"logits\"", type);
+    if (!cJSON_IsNumber(jid) || jid->valuedouble != (double)id)
+        return fail(c, err, errlen, LAB_EINTERNAL, "response out of order: id %s, expected %lld",
+                    cJSON_IsNumber(jid) ? "another" : "missing", (long long)id);
+    int64_t rt = jint(h, "tokens", 0, INT64_MAX / 8, &ok), rv = jint(h, "vocab", 0, INT64_MAX / 8, &ok);
+    *payload = jint(h, "payload_bytes", 0, INT64_MAX / 8, &ok);
+    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(h, "residuals");
+    *resid = cJSON_IsTrue(jr);
+    if (!ok) return fail(c, err, errlen, LAB_EINTERNAL, "response: tokens, vocab, payload_bytes: expected integers");
+    if (rt != T || rv != c->vocab)
+        return fail(c, err, errlen, LAB_EINTERNAL, "logits of the wrong shape: [%lld, %lld], expected [%lld, %lld]",
+                    (long long)rt, (long long)rv, (long long)T, (long long)c->vocab);
+    if (*resid && !capture)
+        return fail(c, err, errlen, LAB_EINTERNAL, "response: residuals sent but not asked for");
+    int64_t want = T * c->vocab * 4 + (*resid ? c->n_layers * 2 * T * c->hidden * 4 : 0);
+    if (*payload != want)
+        return fail(c, err, errlen, LAB_EINTERNAL, "response: payload_bytes %lld, expected %lld", (long long)*payload,
+                    (long long)want);
+    return LAB_OK;
+}
+
+static int cmd_forward(void *inst, const int32_t *tokens, int64_t T, int capture, float *logits, char *err,
+                       size_t errlen) {
+    cmd_inst *c = inst;
+    if (c->dead) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: the engine is no longer running", c->label);
+    double t0 = lab_mono(), deadline = t0 + c->spec->timeout_s;
+    int64_t id = c->next_id++;
+    capture = capture && c->capture;
+    char head[160];
+    int hl = snprintf(head, sizeof head, "{\"type\":\"forward\",\"id\":%lld,\"tokens\":%lld,\"capture\":%s,"
+                      "\"payload_bytes\":%lld}\n", (long long)id, (long long)T, capture ? "true" : "false",
+                      (long long)(4 * T));
+    int rc = write_all(c, head, (size_t)hl, deadline, err, errlen);
+    if (!rc) rc = write_all(c, tokens, (size_t)T * 4, deadline, err, errlen);
+    char *line = NULL;
+    if (!rc) rc = read_line(c, &line, deadline, "a response", err, errlen);
+    if (rc) return rc;
+    cJSON *h = cJSON_Parse(line);
+    free(line);
+    int64_t payload = 0;
+    int resid = 0;
+    if (!h) return fail(c, err, errlen, LAB_EINTERNAL, "response: the header is not JSON");
+    rc = check_response(c, h, id, T, capture, &payload, &resid, err, errlen);
+    const char *bad = rc ? NULL : merge_probes(c, cJSON_GetObjectItemCaseSensitive(h, "probes"));
+    cJSON_Delete(h);
+    if (rc) return rc;
+    if (bad) return fail(c, err, errlen, LAB_EINTERNAL, "response: %s", bad);
+    if ((rc = read_exact(c, logits, (size_t)(T * c->vocab) * 4, deadline, "logits", err, errlen))) return rc;
+    if (resid) {
+        size_t n = (size_t)(c->n_layers * 2 * T * c->hidden);
+        float *r = realloc(c->resid, n * sizeof *r);
+        if (!r) return fail(c, err, errlen, LAB_ENOMEM, "out of memory");
+        c->resid = r;
+        if ((rc = read_exact(c, r, n * 4, deadline, "residuals", err, errlen))) return rc;
+        c->resid_T = T;
+    } else c->resid_T = 0;
+    c->forward_s += lab_mono() - t0;
+    return check_logits(c, logits, T, err, errlen);
+}
+
+static const float *cmd_residual(void *inst, int64_t layer, int site, int64_t *T) {
+    cmd_inst *c = inst;
+    *T = c->resid_T;
+    if (!c->resid_T || layer < 0 || layer >= c->n_layers || site < 0 || site > 1) return NULL;
+    return c->resid + (size_t)((layer * 2 + site) * c->resid_T * c->hidden);
+}
+
+static int cmd_probes(void *inst, vt_probe **recs, int64_t *n, int64_t *lost, char *err, size_t errlen) {
+    cmd_inst *c = inst;
+    *recs = NULL;
+    *n = c->agg.n;
+    *lost = c->agg.lost;
+    if (*n > 0) {
+        if (!(*recs = malloc((size_t)*n * sizeof **recs))) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+        memcpy(*recs, c->agg.recs, (size_t)*n * sizeof **recs);
+    }
+    vtp_probes_clear(&c->agg);
+    return LAB_OK;
+}
+
+static double cmd_forward_seconds(void *inst) { return ((cmd_inst *)inst)->forward_s; }
+
+/* Closes stdin, gives the engine grace_s to exit, then SIGTERM, then SIGKILL. */
+static void cmd_close(void *inst) {
+    cmd_inst *c = inst;
+    if (!c) return;
+    if (c->to_fd >= 0) close(c->to_fd);
+    if (c->pid > 0) {
+        double end = lab_mono() + c->spec->grace_s;
+        int sent_term = 0;
+        for (;;) {
+            pid_t w = waitpid(c->pid, NULL, WNOHANG);
+            if (w == c->pid || w < 0) break;
+            if (lab_mono() > end) {
+                if (sent_term) { kill(c->pid, SIGKILL); waitpid(c->pid, NULL, 0); break; }
+                kill(c->pid, SIGTERM);
+                sent_term = 1;
+                end = lab_mono() + 1.0;
+            }
+            if (c->err_fd >= 0) drain_stderr(c);
+            usleep(2000);
+        }
+    }
+    if (c->from_fd >= 0) close(c->from_fd);
+    if (c->err_fd >= 0) close(c->err_fd);
+    vtp_probes_free(&c->agg);
+    free(c->rbuf);
+    free(c->resid);
+    free(c);
+}
+
+/* ------------------------------------------------------------ arms */
+
+static const lab_engine_knob *find_knob(const lab_engine_hello *h, const char *name) {
+    for (int64_t k = 0; k < h->n_knobs; k++)
+        if (!strcmp(h->knobs[k].name, name)) return &h->knobs[k];
+    return NULL;
+}
+
+/* Whether value is one the knob allows. */
+static int value_allowed(const lab_engine_knob *k, const char *value) {
+    if (!strcmp(k->type, "string")) return 1;
+    if (!strcmp(k->type, "int")) {
+        char *end = NULL;
+        long long lo = 0, hi = 0, v = strtoll(value, &end, 10);
+        if (!*value || *end) return 0;
+        if (sscanf(k->values, "%lld..%lld", &lo, &hi) == 2) return v >= lo && v <= hi;
+        return 1;
+    }
+    size_t n = strlen(value);
+    for (const char *p = k->values; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == n && !memcmp(p, value, n)) return 1;
+        p += l + (bar ? 1 : 0);
+    }
+    return 0;
+}
+
+int lab_engine_check_arm(const lab_engine_hello *h, const lab_experiment *e, int64_t arm, char *err, size_t errlen) {
+    const lab_arm *a = &e->arms[arm];
+    for (int64_t i = 0; i < a->n_knobs; i++) {
+        const char *name = a->knob_names[i];
+        const lab_engine_knob *k = find_knob(h, name);
+        if (!k) {
+            int best = -1, bestd = 5;
+            for (int64_t j = 0; j < h->n_knobs; j++) {
+                int d = vt_edit_distance(name, h->knobs[j].name);
+                if (d < bestd) { bestd = d; best = (int)j; }
+            }
+            if (best >= 0)
+                return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: engine %s declares no such knob "
+                                "(did you mean %s?)", e->path, (long long)arm, name, h->info.engine, h->knobs[best].name);
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: engine %s declares no such knob "
+                            "(its hello lists %lld)", e->path, (long long)arm, name, h->info.engine, (long long)h->n_knobs);
+        }
+        if (!value_allowed(k, a->knob_values[i]))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: \"%s\" is not one of the engine's "
+                            "values (%s)", e->path, (long long)arm, name, a->knob_values[i], k->values);
+    }
+    for (int64_t i = 0; i < a->n_expect; i++) {
+        int64_t s = 0;
+        while (s < h->n_sites && strcmp(h->sites[s], a->expect_sites[i])) s++;
+        if (s == h->n_sites)
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].expect.%s: engine %s has no such probe site",
+                            e->path, (long long)arm, a->expect_sites[i], h->info.engine);
+    }
+    return LAB_OK;
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int lab_engine_knob_hash(const lab_engine_hello *h, char out[65]) {
+    lab_buf b = {0};
+    char **lines = calloc((size_t)h->n_knobs + 1, sizeof *lines);
+    int64_t n = 0;
+    if (!lines) return LAB_ENOMEM;
+    for (int64_t k = 0; k < h->n_knobs; k++)
+        if (h->knobs[k].numeric) {
+            lab_buf l = {0};
+            lab_buf_printf(&l, "%s=%s\n", h->knobs[k].name, h->knobs[k].value);
+            lines[n++] = l.data;
+        }
+    qsort(lines, (size_t)n, sizeof *lines, cmp_cstr);
+    lab_buf_printf(&b, "engine %s\n", h->engine_id);
+    for (int64_t i = 0; i < n; i++) {
+        if (!lines[i]) b.oom = 1;
+        else lab_buf_printf(&b, "%s", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    if (b.oom) { lab_buf_free(&b); return LAB_ENOMEM; }
+    vt_sha256_hex(b.data, b.len, out);
+    lab_buf_free(&b);
+    return LAB_OK;
+}
+
+void lab_engine_hello_free(lab_engine_hello *h) {
+    for (int64_t i = 0; h->knobs && i < h->n_knobs; i++) {
+        lab_engine_knob *k = &h->knobs[i];
+        free(k->name);
+        free(k->type);
+        free(k->values);
+        free(k->def);
+        free(k->value);
+    }
+    for (int64_t i = 0; h->sites && i < h->n_sites; i++) free(h->sites[i]);
+    for (int64_t i = 0; h->fault_name && i < h->n_faults; i++) {
+        free(h->fault_name[i]);
+        free(h->fault_knob[i]);
+        free(h->fault_site[i]);
+    }
+    free(h->knobs);
+    free(h->sites);
+    free(h->fault_name);
+    free(h->fault_knob);
+    free(h->fault_site);
+    free(h->json);
+    memset(h, 0, sizeof *h);
+}
+
+const lab_engine_ops lab_engine_command = {
+    "command",    cmd_load,   cmd_unload,          cmd_open,  cmd_forward,
+    cmd_residual, cmd_probes, cmd_forward_seconds, cmd_close,
+};
