@@ -118,7 +118,7 @@ static void r1_claim_side(lab_confound *cx, const lab_claim *c, const lab_defect
     if (pl == LAB_PLACE_OUTSIDE) return;
     char trig[256], reason[2048], replay[160], key[160];
     trigger_text(&x->trigger, trig, sizeof trig);
-    if (x->replay_fault) snprintf(replay, sizeof replay, "replay with VT_FAULT=%s", x->replay_fault);
+    if (x->replay_fault) snprintf(replay, sizeof replay, "replay with %s=%s", x->replay_knob, x->replay_fault);
     else snprintf(replay, sizeof replay, "no replay recorded for it");
     snprintf(reason, sizeof reason,
              "measured through defect %s (%s) on the %s side: the %s's knobs include its trigger %s and the "

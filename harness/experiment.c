@@ -397,14 +397,6 @@ static int is_dtype_name(const char *s) {
 
 /* ------------------------------------------------------------ engine */
 
-/* An environment variable name: [A-Za-z_][A-Za-z0-9_]*. */
-static int is_env_name(const char *s) {
-    if (!*s || (!isalpha((unsigned char)*s) && *s != '_')) return 0;
-    for (; *s; s++)
-        if (!isalnum((unsigned char)*s) && *s != '_') return 0;
-    return 1;
-}
-
 static int engine_argv(pctx *c, lab_engine_spec *sp, const cJSON *arr, const char *field) {
     char f[448];
     int64_t n = cJSON_GetArraySize(arr);
@@ -433,7 +425,7 @@ static int engine_env(pctx *c, lab_engine_spec *sp, const cJSON *o, const char *
     cJSON_ArrayForEach(it, o) {
         char val[1024];
         snprintf(f, sizeof f, "%s.%s", field, it->string);
-        if (!is_env_name(it->string)) return BAD(c, f, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+        if (!lab_env_name_ok(it->string)) return BAD(c, f, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
         if (knob_text(it, val, sizeof val)) return BAD(c, f, "expected a string, integer or boolean, got %s", json_type(it));
         lab_buf b = {0};
         lab_buf_printf(&b, "%s=%s", it->string, val);
@@ -534,7 +526,7 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx, const lab
             snprintf(field, sizeof field, "%s.knobs.%s", where, it->string);
             if (!foreign && strncmp(it->string, "VT_", 3))
                 return BAD(c, field, "knob names start with VT_ (see `vtlab knobs`)");
-            if (foreign && !is_env_name(it->string))
+            if (foreign && !lab_env_name_ok(it->string))
                 return BAD(c, field, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
             if (cJSON_IsString(it) && strlen(it->valuestring) >= sizeof val)
                 return BAD(c, field, "knob value is %zu characters, more than the limit of %zu",

@@ -254,8 +254,9 @@ static int cmd_specs(int argc, char **argv) {
                c->superseded_by ? "  superseded by " : "", c->superseded_by ? c->superseded_by : "");
     }
     for (int64_t i = 0; i < l.n_defects; i++)
-        printf("  defect %-40s site %s, %s%s\n", l.defects[i].id, l.defects[i].site,
-               l.defects[i].replay_fault ? "replay VT_FAULT=" : "no replay", l.defects[i].replay_fault ? l.defects[i].replay_fault : "");
+        printf("  defect %-40s site %s, %s%s%s%s\n", l.defects[i].id, l.defects[i].site,
+               l.defects[i].replay_fault ? "replay " : "no replay", l.defects[i].replay_fault ? l.defects[i].replay_knob : "",
+               l.defects[i].replay_fault ? "=" : "", l.defects[i].replay_fault ? l.defects[i].replay_fault : "");
     lab_ledger_free(&l);
     return 0;
 }

@@ -118,9 +118,17 @@ static int get_knobs(pctx *c, const cJSON *o, const char *key, const char *field
         else if (cJSON_IsNumber(it) && it->valuedouble == (double)(long long)it->valuedouble)
             snprintf(val, sizeof val, "%lld", (long long)it->valuedouble);
         else { rc = bad(c, f, "expected a string, boolean or integer knob value%s", ""); break; }
-        if (vt_knobset_set(ks, it->string, val, kerr, sizeof kerr)) { rc = bad(c, f, "%s", kerr); break; }
+        /* VT_* knobs are vtlab's (checked against its registry here); any
+         * other name is an engine's own, checked against that engine's hello
+         * by `vtlab specs check` (ledger_engines.c). */
+        int foreign = strncmp(it->string, "VT_", 3) != 0;
+        if (foreign && !lab_env_name_ok(it->string)) {
+            rc = bad(c, f, "expected a knob name: VT_* for vtlab's model, or an engine's environment variable%s", "");
+            break;
+        }
+        if (!foreign && vt_knobset_set(ks, it->string, val, kerr, sizeof kerr)) { rc = bad(c, f, "%s", kerr); break; }
         kv->names[kv->n] = lab_strdup(it->string);
-        kv->values[kv->n] = lab_strdup(vt_knobset_get(ks, it->string));
+        kv->values[kv->n] = lab_strdup(foreign ? val : vt_knobset_get(ks, it->string));
         if (!kv->names[kv->n] || !kv->values[kv->n]) rc = lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
         kv->n++;
     }
@@ -155,7 +163,7 @@ static void claim_free(lab_claim *x) {
 
 static void defect_free(lab_defect *x) {
     char *s[] = {x->file, x->id, x->title, x->site, x->effect, x->codebase, x->introduced.commit,
-                 x->introduced.date, x->fixed.commit, x->fixed.date, x->replay_fault, x->guard_test, x->source};
+                 x->introduced.date, x->fixed.commit, x->fixed.date, x->replay_fault, x->replay_knob, x->guard_test, x->source};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) free(s[i]);
     kv_free(&x->trigger);
 }
@@ -251,7 +259,7 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
 
 static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     static const char *const top[] = {"id", "title", "site", "trigger", "effect", "code_range", "replay_fault",
-                                      "guard_test", "source", NULL};
+                                      "replay_knob", "guard_test", "source", NULL};
     static const char *const range_keys[] = {"codebase", "introduced", "fixed", NULL};
     if (!cJSON_IsObject(j)) return bad(c, "(top level)", "expected a JSON object%s", "");
     int rc = check_keys(c, j, "", top);
@@ -275,7 +283,17 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     /* Optional: a defect found elsewhere (another engine, no replay yet) is
      * recorded without one. One that is given must act where the defect is. */
     if (!rc) rc = get_str(c, j, "replay_fault", "replay_fault", 0, &x->replay_fault);
-    if (!rc && x->replay_fault) {
+    /* replay_knob: the knob that selects replay_fault. VT_FAULT (the default)
+     * is vtlab's registry, checked here; an engine's own knob names one of
+     * the faults its hello declares, checked by `vtlab specs check`. */
+    if (!rc) rc = get_str(c, j, "replay_knob", "replay_knob", 0, &x->replay_knob);
+    if (!rc && x->replay_knob && !lab_env_name_ok(x->replay_knob))
+        rc = bad(c, "replay_knob", "\"%s\": expected an environment variable name", x->replay_knob);
+    if (!rc && x->replay_knob && !x->replay_fault)
+        rc = bad(c, "replay_knob", "given without a replay_fault%s", "");
+    if (!rc && !x->replay_knob && !(x->replay_knob = lab_strdup("VT_FAULT")))
+        rc = lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    if (!rc && x->replay_fault && !strcmp(x->replay_knob, "VT_FAULT")) {
         const vt_fault_info *f = NULL;
         for (int i = 0; i < vt_fault_count(); i++)
             if (!strcmp(vt_fault_at(i)->name, x->replay_fault)) f = vt_fault_at(i);
@@ -429,7 +447,8 @@ const char *lab_knobs_get(const lab_knobs_kv *kv, const char *name) {
 int lab_knobs_trigger(const lab_knobs_kv *trigger, const lab_knobs_kv *knobs) {
     for (int64_t i = 0; i < trigger->n; i++) {
         const char *v = lab_knobs_get(knobs, trigger->names[i]);
-        if (!v) v = vt_knob_find(trigger->names[i])->def;
+        const vt_knob_info *ki = v ? NULL : vt_knob_find(trigger->names[i]);
+        if (!v) v = ki ? ki->def : "";   /* an engine's knob left unset: its default is the engine's */
         if (strcmp(v, trigger->values[i])) return 0;
     }
     return 1;

@@ -60,7 +60,8 @@ typedef struct lab_defect {
     lab_knobs_kv   trigger;
     char          *codebase;
     lab_code_point introduced, fixed;    /* fixed.commit and fixed.date NULL: still open */
-    char          *replay_fault;         /* a VT_FAULT value */
+    char          *replay_fault;         /* a fault name: a VT_FAULT value, or one an engine declares */
+    char          *replay_knob;          /* the knob that selects it: "VT_FAULT" (default) or the engine's */
     char          *guard_test;
     char          *source;               /* may be NULL */
 } lab_defect;

@@ -72,10 +72,10 @@ static const lab_defect *pick_defect(const lab_ledger *l, const lab_claim *c, co
     return NULL;
 }
 
-static cJSON *knobs_obj(const lab_knobs_kv *kv, const char *fault) {
+static cJSON *knobs_obj(const lab_knobs_kv *kv, const lab_defect *fault) {
     cJSON *o = cJSON_CreateObject();
     for (int64_t i = 0; i < kv->n; i++) cJSON_AddStringToObject(o, kv->names[i], kv->values[i]);
-    if (fault) cJSON_AddStringToObject(o, "VT_FAULT", fault);
+    if (fault) cJSON_AddStringToObject(o, fault->replay_knob, fault->replay_fault);
     return o;
 }
 
@@ -127,7 +127,7 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
         cJSON *replay = cJSON_CreateObject();
         cJSON_AddStringToObject(replay, "name", replay_arm);
         cJSON_AddStringToObject(replay, "description", "reopen: the claim's arm through the defect's replay fault");
-        cJSON_AddItemToObject(replay, "knobs", knobs_obj(&c->arm_knobs, d->replay_fault));
+        cJSON_AddItemToObject(replay, "knobs", knobs_obj(&c->arm_knobs, d));
         cJSON_AddStringToObject(replay, "expect_assertions", "fail");
         cJSON_AddItemToArray(new_arms, replay);
     }
@@ -228,9 +228,9 @@ static void explain(const lab_claim *c, const lab_defect *d, reopen_measure *m) 
     int number_inside = rec >= replay->lo && rec <= replay->hi;
     m->explained = same_verdict && significant;
     snprintf(m->explanation, sizeof m->explanation,
-             "%s: through VT_FAULT=%s the arm scores %lld/%lld [%.3f, %.3f], %s (recorded: %s %lld/%lld); without it "
+             "%s: through %s=%s the arm scores %lld/%lld [%.3f, %.3f], %s (recorded: %s %lld/%lld); without it "
              "%lld/%lld [%.3f, %.3f]; McNemar replay vs rerun p = %.2g. The recorded %lld/%lld %s the replay's interval%s.",
-             m->explained ? "explained" : "not explained", d->replay_fault, (long long)replay->k, (long long)replay->n,
+             m->explained ? "explained" : "not explained", d->replay_knob, d->replay_fault, (long long)replay->k, (long long)replay->n,
              replay->lo, replay->hi, replay->verdict, c->verdict, (long long)c->k, (long long)c->n, (long long)rerun->k,
              (long long)rerun->n, rerun->lo, rerun->hi, m->p, (long long)c->k, (long long)c->n,
              number_inside ? "is inside" : "is outside",
@@ -638,8 +638,8 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
     if ((rc = write_derived(c, d, o->work_dir, path, sizeof path, replay_arm, sizeof replay_arm, err, errlen))) goto done;
     if ((rc = lab_experiment_load(&dx, path, err, errlen))) goto done;
     if (out && d->replay_fault)
-        fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: replay (VT_FAULT=%s) and rerun, experiment %s\n",
-                c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, d->replay_fault, path);
+        fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: replay (%s=%s) and rerun, experiment %s\n",
+                c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, d->replay_knob, d->replay_fault, path);
     else if (out)
         fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: no replay (the defect records no replay_fault), "
                 "rerun only, experiment %s\n", c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, path);

@@ -417,3 +417,10 @@ void lab_esc_md(lab_buf *b, const char *s) {
         p++;
     }
 }
+
+int lab_env_name_ok(const char *s) {
+    if (!*s || (!isalpha((unsigned char)*s) && *s != '_')) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_') return 0;
+    return 1;
+}
