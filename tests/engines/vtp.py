@@ -30,7 +30,12 @@ MAX_HEADER = 1 << 20
 
 
 class FrameError(Exception):
-    """A frame that is not valid: not JSON, no type, a header over 1 MiB, a short payload."""
+    """A frame that is not valid: not JSON, no type, a header over 1 MiB, a bad payload_bytes.
+    header: the parsed header when there was one."""
+
+    def __init__(self, message, header=None):
+        Exception.__init__(self, message)
+        self.header = header
 
 
 # ----------------------------------------------------------------------------- frames
@@ -67,7 +72,7 @@ def parse_header(line):
 def payload_size(h):
     n = h.get("payload_bytes", 0)
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise FrameError("payload_bytes is not a non-negative integer")
+        raise FrameError("payload_bytes is not a non-negative integer", h)
     return n
 
 
@@ -84,10 +89,14 @@ def read_frame(f):
         raise EOFError("stream ended inside a header")
     h = parse_header(line[:-1])
     n = payload_size(h)
-    payload = f.read(n) if n else b""
-    if len(payload) != n:
-        raise EOFError("payload shorter than announced (%d of %d bytes)" % (len(payload), n))
-    return h, payload
+    parts, got = [], 0
+    while got < n:                       # in chunks: a huge payload_bytes allocates nothing up front
+        chunk = f.read(min(n - got, 1 << 24))
+        if not chunk:
+            raise EOFError("payload shorter than announced (%d of %d bytes)" % (got, n))
+        parts.append(chunk)
+        got += len(chunk)
+    return h, b"".join(parts)
 
 
 # ----------------------------------------------------------------------------- model identity
@@ -259,7 +268,8 @@ def serve(hello, forward_fn, stdin=None, stdout=None, on_bad=None):
         try:
             fr = read_frame(fin)
         except FrameError as e:          # the header line is consumed; nothing else can be
-            error(None, "malformed header: %s" % e)
+            rid = e.header.get("id") if e.header is not None else None
+            error(rid if _is_int(rid) and rid >= 0 else None, "malformed header: %s" % e)
             continue
         except EOFError as e:
             sys.stderr.write("vtp: %s; exiting\n" % e)
@@ -338,9 +348,13 @@ class Client:
         self._err_thread = threading.Thread(target=self._drain_stderr, daemon=True)
         self._err_thread.start()
         self.hello = None
-        h, _ = self.read_frame()
-        if h.get("type") != "hello":
-            raise EngineError("first frame is %r, not hello" % h.get("type"))
+        try:
+            h, _ = self.read_frame()
+            if h.get("type") != "hello":
+                raise EngineError("first frame is %r, not hello" % h.get("type"))
+        except BaseException:
+            self.kill()
+            raise
         self.hello = h
 
     def __enter__(self):
