@@ -22,7 +22,7 @@ CFLAGS    := $(CSTD) $(WARN) $(OPT) -fopenmp -I. $(EXTRA_CFLAGS)
 LDLIBS    := -lsqlite3 -lcjson -lopenblas -lm -fopenmp
 LDFLAGS   ?=
 
-DEB_PACKAGES := libsqlite3-dev libcjson-dev libopenblas-dev gnuplot-nox python3-numpy python3-jsonschema libcmocka-dev clang libomp-dev
+DEB_PACKAGES := libsqlite3-dev libcjson-dev libopenblas-dev gnuplot-nox python3-numpy python3-jsonschema libcmocka-dev clang libomp-dev g++ make
 
 MODEL_SRC   := $(wildcard model/*.c)
 HARNESS_SRC := $(wildcard harness/*.c)

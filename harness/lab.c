@@ -23,6 +23,7 @@
 #include "bench_record.h"
 #include "cmd_query.h"
 #include "ledger.h"
+#include "ledger_engines.h"
 #include "nightly.h"
 #include "report.h"
 #include "reopen.h"
@@ -257,8 +258,15 @@ static int cmd_specs(int argc, char **argv) {
         printf("  defect %-40s site %s, %s%s%s%s\n", l.defects[i].id, l.defects[i].site,
                l.defects[i].replay_fault ? "replay " : "no replay", l.defects[i].replay_fault ? l.defects[i].replay_knob : "",
                l.defects[i].replay_fault ? "=" : "", l.defects[i].replay_fault ? l.defects[i].replay_fault : "");
+    int problems = 0;
+    rc = lab_ledger_check_engines(&l, stdout, &problems, err, sizeof err);
     lab_ledger_free(&l);
-    return 0;
+    if (rc) {
+        fprintf(stderr, "vtlab specs: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    if (problems) fprintf(stderr, "vtlab specs: %d problem(s) found against the records' engines\n", problems);
+    return problems ? 2 : 0;
 }
 
 static int cmd_audit(int argc, char **argv) {

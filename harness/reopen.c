@@ -54,6 +54,7 @@ typedef struct arm_result {
     int64_t run, k, n;
     double  lo, hi;
     char    verdict[16];     /* under the claim's rule */
+    char    engine[64], commit[64];   /* the command engine it ran on ("" builtin) */
 } arm_result;
 
 /* The defect to replay: the one named, or the first whose trigger the claim's
@@ -143,17 +144,11 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
 }
 
 /* The knob hash arm `arm` of the derived experiment resolves to, as the
- * runner computes it (environment, then the arm's knobs). */
+ * runner computes it (lab_arm_knob_hash: a command engine is asked). */
 static int arm_knob_hash(const lab_experiment *e, const char *arm, char out[65], char *err, size_t errlen) {
-    extern char **environ;
     int64_t i = lab_experiment_arm(e, arm);
     if (i < 0) return lab_errf(err, errlen, LAB_EINTERNAL, "reopen: derived experiment has no arm %s", arm);
-    vt_knobset *ks = NULL;
-    int rc = lab_resolve_knobs(e, i, environ, &ks, err, errlen);
-    if (rc) return rc;
-    vt_knobset_hash(ks, out);
-    vt_knobset_free(ks);
-    return LAB_OK;
+    return lab_arm_knob_hash(e, i, out, err, errlen);
 }
 
 /* The latest finished run of this arm's identity — same experiment, arm, knob
@@ -174,6 +169,8 @@ static int arm_outcome(lab_store *st, const lab_experiment *e, const char *arm, 
     r->run = run.run;
     r->k = run.k;
     r->n = run.n;
+    memcpy(r->engine, run.engine, sizeof r->engine);
+    memcpy(r->commit, run.commit, sizeof r->commit);
     lab_wilson(r->k, r->n, 1.959963984540054, &r->lo, &r->hi);
     snprintf(r->verdict, sizeof r->verdict, "%s",
              lab_verdict_name(lab_decide(r->lo, r->hi, c->threshold, !strcmp(c->direction, ">="))));
@@ -498,21 +495,29 @@ static int commit_claims(const char *specs, const char *claim_id, const reopen_r
     char today[32];
     lab_now_iso(today);
     today[10] = '\0';
+    /* CLAIM-reopened-YYYYMMDD[-N], the claim's id shortened so that the
+     * whole stays a valid id (at most LAB_NAME_MAX): a longer one would make
+     * the ledger it is written to fail to load. */
     for (int i = 1;; i++) {
-        int len = snprintf(id, 128, "%s-reopened-%.4s%.2s%.2s", c->id, today, today + 5, today + 8);
-        if (i > 1 && len > 0 && len < 128) snprintf(id + len, 128 - (size_t)len, "-%d", i);
+        char suffix[48];
+        int sl = snprintf(suffix, sizeof suffix, "-reopened-%.4s%.2s%.2s", today, today + 5, today + 8);
+        if (i > 1) sl += snprintf(suffix + sl, sizeof suffix - (size_t)sl, "-%d", i);
+        snprintf(id, 128, "%.*s%s", LAB_NAME_MAX - sl, c->id, suffix);
         if (!lab_ledger_claim(&l, id)) break;
     }
     lab_claim nw = *c;   /* shallow: only the fields set below differ, the rest are borrowed */
     char notes[1400], commit[64];
-    snprintf(commit, sizeof commit, "%s", vt_build_commit());
+    /* measured on an engine of the claim's codebase (its commit from its
+     * hello), or on vtlab's own model */
+    int foreign = r->rerun->engine[0] != 0;
+    snprintf(commit, sizeof commit, "%s", foreign ? r->rerun->commit : vt_build_commit());
     snprintf(notes, sizeof notes, "Reopened from %s (measured through defect %s). %s", c->id, r->defect_id, r->explanation);
     nw.id = id;
     nw.verdict = r->rerun->verdict;
     nw.k = r->rerun->k;
     nw.n = r->rerun->n;
-    nw.codebase = "vtlab";
-    nw.code.commit = commit;
+    nw.codebase = foreign ? c->codebase : "vtlab";
+    nw.code.commit = commit[0] ? commit : NULL;
     nw.code.date = today;
     nw.measured_at = today;
     nw.supersedes = c->id;
@@ -600,7 +605,7 @@ static void print_result(FILE *out, const lab_claim *c, const lab_defect *d, con
     lab_wilson(c->k, c->n, 1.959963984540054, &rlo, &rhi);
     fprintf(out, "\n%-14s %-34s %-34s\n", "", "BEFORE (recorded)", "AFTER (reopened)");
     fprintf(out, "%-14s %-34s %-34s\n", "claim", c->id, id);
-    char a[96], b[96];
+    char a[96], b[192];
     snprintf(a, sizeof a, "%s", c->verdict);
     snprintf(b, sizeof b, "%s", rerun->verdict);
     fprintf(out, "%-14s %-34s %-34s\n", "verdict", a, b);
@@ -608,7 +613,8 @@ static void print_result(FILE *out, const lab_claim *c, const lab_defect *d, con
     snprintf(b, sizeof b, "%lld/%lld [%.3f, %.3f]", (long long)rerun->k, (long long)rerun->n, rerun->lo, rerun->hi);
     fprintf(out, "%-14s %-34s %-34s\n", "top-1", a, b);
     snprintf(a, sizeof a, "%s", c->codebase);
-    snprintf(b, sizeof b, "vtlab %s", vt_build_commit());
+    if (rerun->engine[0]) snprintf(b, sizeof b, "%s %s (engine %s)", c->codebase, rerun->commit, rerun->engine);
+    else snprintf(b, sizeof b, "vtlab %s", vt_build_commit());
     fprintf(out, "%-14s %-34.34s %-34.34s\n", "code", a, b);
     snprintf(a, sizeof a, "through %s", d->id);
     snprintf(b, sizeof b, "run %lld (ref run %lld)", (long long)rerun->run, (long long)m->ref);

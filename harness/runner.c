@@ -461,6 +461,34 @@ static int prepare(exp_ctx *x, lab_experiment *e, const char *path, char *err, s
     return LAB_OK;
 }
 
+int lab_arm_knob_hash(const lab_experiment *e, int64_t i, char out[65], char *err, size_t errlen) {
+    const lab_engine_spec *sp = lab_arm_engine(e, i);
+    vt_knobset *ks = NULL;
+    if (!sp->command) {
+        int rc = lab_resolve_knobs(e, i, environ, &ks, err, errlen);
+        if (rc) return rc;
+        vt_knobset_hash(ks, out);
+        vt_knobset_free(ks);
+        return LAB_OK;
+    }
+    char *dir = NULL;
+    void *model = NULL, *inst = NULL;
+    lab_engine_info info;
+    lab_engine_hello h;
+    memset(&h, 0, sizeof h);
+    const lab_arm *a = &e->arms[i];
+    lab_engine_req r = {NULL, a->n_knobs, a->knob_names, a->knob_values, e->probe, NULL};
+    int rc = lab_model_dir(e, &dir, err, errlen);
+    if (!rc) rc = lab_engine_command.load(sp, dir, &model, &info, err, errlen);
+    if (!rc) rc = lab_engine_command.open(model, &r, &inst, &h, err, errlen);
+    if (!rc && lab_engine_knob_hash(&h, out)) rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    lab_engine_command.close(inst);
+    lab_engine_hello_free(&h);
+    lab_engine_command.unload(model);
+    free(dir);
+    return rc;
+}
+
 /* Opens results.db, records the spec, marks runs of dead processes KILLED. */
 static int open_store(exp_ctx *x, const char *path, char *err, size_t errlen) {
     int rc = lab_store_open(&x->st, x->o->db_path, err, errlen);

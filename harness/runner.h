@@ -50,6 +50,11 @@ extern volatile sig_atomic_t lab_interrupted;
 /* Installs the SIGINT/SIGTERM handler that sets lab_interrupted. */
 void lab_install_signals(void);
 
+/* The knob hash of arm i's runs, as lab_run_experiment computes it: the
+ * builtin's resolved knobs (environment, then the arm's), or, for an arm
+ * on a command engine, the hello of an engine started for it. */
+int lab_arm_knob_hash(const lab_experiment *e, int64_t i, char out[65], char *err, size_t errlen);
+
 /* Runs one experiment file. Returns LAB_OK, LAB_EINPUT (bad input, nothing
  * written) or another status with err filled. The summary is accumulated
  * into *sum (not cleared), so a sweep can sum over files. */

@@ -16,7 +16,8 @@ int lab_reopen_read_arm(lab_store *st, const lab_reopen_arm_key *key, lab_reopen
     char what[300];
     snprintf(what, sizeof what, "reading the finished runs of %s/%s", key->experiment, key->arm);
     sqlite3_stmt *s = NULL;
-    if (lab_sq_prep(st, "SELECT r.id, c.top1_k, c.top1_n FROM runs r JOIN comparisons c ON c.run_id = r.id"
+    if (lab_sq_prep(st, "SELECT r.id, c.top1_k, c.top1_n, json_extract(r.engine_hello, '$.engine.name'),"
+                        " json_extract(r.engine_hello, '$.engine.commit') FROM runs r JOIN comparisons c ON c.run_id = r.id"
                         " WHERE r.experiment = ?1 AND r.arm = ?2 AND r.knob_hash = ?3 AND r.code_version = ?4"
                         " AND r.status = 'FINISHED' ORDER BY r.id DESC LIMIT 1", &s, err, errlen))
         return lab_sq_error(st, err, errlen, what);
@@ -30,6 +31,8 @@ int lab_reopen_read_arm(lab_store *st, const lab_reopen_arm_key *key, lab_reopen
         out->run = sqlite3_column_int64(s, 0);
         out->k = sqlite3_column_int64(s, 1);
         out->n = sqlite3_column_int64(s, 2);
+        lab_sq_col_copy(s, 3, out->engine, sizeof out->engine);
+        lab_sq_col_copy(s, 4, out->commit, sizeof out->commit);
     } else if (step != SQLITE_DONE) {
         rc = lab_sq_error(st, err, errlen, what);
     }

@@ -27,6 +27,7 @@ typedef struct lab_reopen_arm_key {
 typedef struct lab_reopen_arm_run {
     int     found;               /* 0: no such run; the rest is 0 */
     int64_t run, k, n;
+    char    engine[64], commit[64];   /* a command engine's name and commit (its hello); "" builtin */
 } lab_reopen_arm_run;
 
 int lab_reopen_read_arm(lab_store *st, const lab_reopen_arm_key *key, lab_reopen_arm_run *out, char *err,
