@@ -561,9 +561,11 @@ static int check_response(cmd_inst *c, const cJSON *h, int64_t id, int64_t T, in
                     msg ? msg : "(no message)");
     }
     if (strcmp(type, "logits")) return fail(c, err, errlen, LAB_EINTERNAL, "response: type \"%s\", expected \"logits\"", type);
-    if (!cJSON_IsNumber(jid) || jid->valuedouble != (double)id)
-        return fail(c, err, errlen, LAB_EINTERNAL, "response out of order: id %s, expected %lld",
-                    cJSON_IsNumber(jid) ? "another" : "missing", (long long)id);
+    if (!cJSON_IsNumber(jid))
+        return fail(c, err, errlen, LAB_EINTERNAL, "response without an id, expected id %lld", (long long)id);
+    if (jid->valuedouble != (double)id)
+        return fail(c, err, errlen, LAB_EINTERNAL, "response out of order: id %.0f, expected %lld", jid->valuedouble,
+                    (long long)id);
     int64_t rt = jint(h, "tokens", 0, INT64_MAX / 8, &ok), rv = jint(h, "vocab", 0, INT64_MAX / 8, &ok);
     *payload = jint(h, "payload_bytes", 0, INT64_MAX / 8, &ok);
     const cJSON *jr = cJSON_GetObjectItemCaseSensitive(h, "residuals");
