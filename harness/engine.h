@@ -128,7 +128,19 @@ typedef struct lab_engine_ops {
     /* Seconds spent inside forward since open (for overhead accounting). */
     double (*forward_seconds)(void *inst);
     void (*close)(void *inst);
+    /* Optional (NULL for the builtin): forward split in two, so that the
+     * caller can score one sequence while the engine computes the next.
+     * submit writes a request; collect reads the oldest one's logits (and
+     * residuals) as forward would. At most 2 requests in flight; the caller
+     * submits ahead only while a request fits a pipe (LAB_ENGINE_AHEAD_MAX
+     * tokens), so neither side can block the other. */
+    int  (*submit)(void *inst, const int32_t *tokens, int64_t T, int capture, char *err, size_t errlen);
+    int  (*collect)(void *inst, float *logits, char *err, size_t errlen);
 } lab_engine_ops;
+
+/* The longest sequence submitted ahead of a pending response: its request
+ * (4 bytes a token) must fit the 64 KiB pipe while the engine writes. */
+#define LAB_ENGINE_AHEAD_MAX 8192
 
 /* A loaded engine: its ops, its model handle and its hello. inst: an
  * instance kept open between passes (a command engine loads its model once

@@ -112,4 +112,5 @@ static void builtin_close(void *inst) { vt_session_free(inst); }
 const lab_engine_ops lab_engine_builtin = {
     "builtin",        builtin_load,   builtin_unload,          builtin_open, builtin_forward,
     builtin_residual, builtin_probes, builtin_forward_seconds, builtin_close,
+    NULL,             NULL,   /* no submit/collect: in process, forward is the whole call */
 };

@@ -35,6 +35,11 @@ typedef struct cmd_model {
     char                  *model_dir;
 } cmd_model;
 
+typedef struct pending {
+    int64_t id, T;
+    int     capture;
+} pending;
+
 typedef struct cmd_inst {
     const lab_engine_spec *spec;
     pid_t    pid;
@@ -49,6 +54,8 @@ typedef struct cmd_inst {
     float   *resid;                    /* [L][2][T][H] of the last capture */
     int64_t  resid_T;
     vtp_probes agg;                    /* since open or the last probes() */
+    pending  pend[2];                  /* requests written, not yet answered (a ring) */
+    int      pend_head, n_pending;
     double   forward_s;
 } cmd_inst;
 
@@ -583,28 +590,49 @@ static int check_response(cmd_inst *c, const cJSON *h, int64_t id, int64_t T, in
     return LAB_OK;
 }
 
-static int cmd_forward(void *inst, const int32_t *tokens, int64_t T, int capture, float *logits, char *err,
-                       size_t errlen) {
+/* Requests written and not yet answered, oldest first (see cmd_submit). */
+#define MAX_PENDING 2
+
+/* Writes a forward request; its response is read by cmd_collect. */
+static int cmd_submit(void *inst, const int32_t *tokens, int64_t T, int capture, char *err, size_t errlen) {
     cmd_inst *c = inst;
     if (c->dead) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: the engine is no longer running", c->label);
+    if (c->n_pending == MAX_PENDING) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: too many requests in flight", c->label);
     double t0 = lab_mono(), deadline = t0 + c->spec->timeout_s;
-    int64_t id = c->next_id++;
-    capture = capture && c->capture;
+    pending *p = &c->pend[(c->pend_head + c->n_pending) % MAX_PENDING];
+    p->id = c->next_id++;
+    p->T = T;
+    p->capture = capture && c->capture;
     char head[160];
     int hl = snprintf(head, sizeof head, "{\"type\":\"forward\",\"id\":%lld,\"tokens\":%lld,\"capture\":%s,"
-                      "\"payload_bytes\":%lld}\n", (long long)id, (long long)T, capture ? "true" : "false",
+                      "\"payload_bytes\":%lld}\n", (long long)p->id, (long long)T, p->capture ? "true" : "false",
                       (long long)(4 * T));
     int rc = write_all(c, head, (size_t)hl, deadline, err, errlen);
     if (!rc) rc = write_all(c, tokens, (size_t)T * 4, deadline, err, errlen);
+    if (!rc) c->n_pending++;
+    c->forward_s += lab_mono() - t0;
+    return rc;
+}
+
+/* Reads the response to the oldest request written: logits [T, vocab]. */
+static int cmd_collect(void *inst, float *logits, char *err, size_t errlen) {
+    cmd_inst *c = inst;
+    if (c->dead) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: the engine is no longer running", c->label);
+    if (!c->n_pending) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: no request to collect", c->label);
+    pending p = c->pend[c->pend_head];
+    c->pend_head = (c->pend_head + 1) % MAX_PENDING;
+    c->n_pending--;
+    double t0 = lab_mono(), deadline = t0 + c->spec->timeout_s;
+    int64_t T = p.T;
     char *line = NULL;
-    if (!rc) rc = read_line(c, &line, deadline, "a response", err, errlen);
+    int rc = read_line(c, &line, deadline, "a response", err, errlen);
     if (rc) return rc;
     cJSON *h = cJSON_Parse(line);
     free(line);
     int64_t payload = 0;
     int resid = 0;
     if (!h) return fail(c, err, errlen, LAB_EINTERNAL, "response: the header is not JSON");
-    rc = check_response(c, h, id, T, capture, &payload, &resid, err, errlen);
+    rc = check_response(c, h, p.id, T, p.capture, &payload, &resid, err, errlen);
     const char *bad = rc ? NULL : merge_probes(c, cJSON_GetObjectItemCaseSensitive(h, "probes"));
     cJSON_Delete(h);
     if (rc) return rc;
@@ -620,6 +648,12 @@ static int cmd_forward(void *inst, const int32_t *tokens, int64_t T, int capture
     } else c->resid_T = 0;
     c->forward_s += lab_mono() - t0;
     return check_logits(c, logits, T, err, errlen);
+}
+
+static int cmd_forward(void *inst, const int32_t *tokens, int64_t T, int capture, float *logits, char *err,
+                       size_t errlen) {
+    int rc = cmd_submit(inst, tokens, T, capture, err, errlen);
+    return rc ? rc : cmd_collect(inst, logits, err, errlen);
 }
 
 static const float *cmd_residual(void *inst, int64_t layer, int site, int64_t *T) {
@@ -801,6 +835,6 @@ void lab_engine_hello_free(lab_engine_hello *h) {
 }
 
 const lab_engine_ops lab_engine_command = {
-    "command",    cmd_load,   cmd_unload,          cmd_open,  cmd_forward,
-    cmd_residual, cmd_probes, cmd_forward_seconds, cmd_close,
+    "command",    cmd_load,   cmd_unload,          cmd_open,  cmd_forward, cmd_residual,
+    cmd_probes,   cmd_forward_seconds, cmd_close,  cmd_submit, cmd_collect,
 };

@@ -303,11 +303,31 @@ static int capture_residuals(pass *p, int64_t q, int64_t T, char *err, size_t er
     return LAB_OK;
 }
 
+/* Sequence q's logits into p->logits. An engine that can (submit/collect)
+ * gets sequence q+1 before q's logits are read, so that it computes while
+ * q is scored; *ahead says whether q+1 was submitted. */
+static int next_logits(pass *p, int64_t q, int *ahead, char *verr, size_t vlen) {
+    const lab_dataset *ds = &p->e->ds;
+    const lab_engine_ops *ops = p->eng->ops;
+    int64_t T = ds->offsets[q + 1] - ds->offsets[q];
+    if (!ops->submit)
+        return ops->forward(p->inst, ds->tokens + ds->offsets[q], T, q < p->n_div, p->logits, verr, vlen);
+    int rc = LAB_OK;
+    if (!*ahead) rc = ops->submit(p->inst, ds->tokens + ds->offsets[q], T, q < p->n_div, verr, vlen);
+    *ahead = 0;
+    int64_t q1 = q + 1, T1 = q1 < ds->n_seq ? ds->offsets[q1 + 1] - ds->offsets[q1] : 0;
+    if (!rc && q1 < ds->n_seq && T1 <= LAB_ENGINE_AHEAD_MAX && !lab_env_off("VTLAB_ENGINE_AHEAD")) {
+        rc = ops->submit(p->inst, ds->tokens + ds->offsets[q1], T1, q1 < p->n_div, verr, vlen);
+        *ahead = rc == LAB_OK;
+    }
+    return rc ? rc : ops->collect(p->inst, p->logits, verr, vlen);
+}
+
 /* Every sequence of the dataset through the open instance. */
 static int run_sequences(pass *p, lab_progress *pg, int *killed, char *err, size_t errlen) {
     const lab_dataset *ds = &p->e->ds;
-    const lab_engine_ops *ops = p->eng->ops;
     int64_t sc = 0;
+    int ahead = 0;
     for (int64_t q = 0; q < ds->n_seq; q++) {
         if (lab_interrupted) {
             *killed = 1;
@@ -315,7 +335,7 @@ static int run_sequences(pass *p, lab_progress *pg, int *killed, char *err, size
         }
         int64_t T = ds->offsets[q + 1] - ds->offsets[q];
         char verr[1024] = "";
-        if (ops->forward(p->inst, ds->tokens + ds->offsets[q], T, q < p->n_div, p->logits, verr, sizeof verr))
+        if (next_logits(p, q, &ahead, verr, sizeof verr))
             return lab_errf(err, errlen, LAB_EINTERNAL, "sequence %lld: %s", (long long)q, verr);
         score_sequence(p, q, T, sc);
         sc += p->e->score_last ? 1 : T;

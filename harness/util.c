@@ -424,3 +424,8 @@ int lab_env_name_ok(const char *s) {
         if (!isalnum((unsigned char)*s) && *s != '_') return 0;
     return 1;
 }
+
+int lab_env_off(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "0");
+}

@@ -117,6 +117,8 @@ int lab_check_name(const char *path, const char *field, const char *what, const 
 
 /* Current UTC time as "YYYY-MM-DDTHH:MM:SSZ" into out[32]. */
 void lab_now_iso(char out[32]);
+/* Whether environment variable name is set to "0" (a switch turned off). */
+int  lab_env_off(const char *name);
 /* Whether s is an environment variable name: [A-Za-z_][A-Za-z0-9_]*. */
 int  lab_env_name_ok(const char *s);
 /* Monotonic seconds. */

@@ -800,6 +800,9 @@ int vtp_serve(FILE *in, FILE *out, const vtp_hello *h, vtp_forward_fn fn, void *
     vtp_probes pr;
     memset(&pr, 0, sizeof pr);
     pr.mode = vtp_probe_mode_env();
+    /* One write per frame instead of one per stdio block (a pipe's is 4 KiB):
+     * the hello is the first byte on out, so the buffer can still be set. */
+    setvbuf(out, NULL, _IOFBF, 1 << 20);
     vtp__write_hello(out, h);
     if (fflush(out)) return 1;
     for (;;) {
