@@ -112,7 +112,7 @@ if grep -q "R3" "$OUT_FILE" && grep -q "did not read" "$OUT_FILE"; then ok "... 
 else not_ok "audit R3" "$(head -c 600 "$OUT_FILE")"; fi
 
 # vtprobe.h is one dependency-free header for C99 and C++11 engines.
-printf '#define VTPROBE_IMPLEMENTATION\n#include "vtprobe.h"\nint main(void) { vtp_probes p = {0}; vtp_probes_free(&p); return 0; }\n' > "$W/h.c"
+printf '#define VTPROBE_IMPLEMENTATION\n#include "vtprobe.h"\nint main(void) { vtp_probes p; memset(&p, 0, sizeof p); p.mode = VTP_ON; vtp_probe_buffer(&p, \"logits\", -1, \"f32\", 1, 4); vtp_probes_free(&p); return 0; }\n' > "$W/h.c"
 cp "$W/h.c" "$W/h.cpp"
 expect_exit "vtprobe.h compiles as C99 (-pedantic -Werror)" 0 gcc -std=c99 -pedantic -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -Imodel "$W/h.c" -o "$W/h99"
 expect_exit "vtprobe.h compiles as C++11 (-pedantic -Werror)" 0 g++ -std=c++11 -pedantic -Wall -Wextra -Werror -Imodel "$W/h.cpp" -o "$W/h11"
