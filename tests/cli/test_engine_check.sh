@@ -31,6 +31,7 @@ fails() {
 fails bad_hello.py "hello: .*model.sha256: expected 64 lowercase hex digits"
 fails bad_knob_noop.py "knob FAKE_SCALE=2: declared numeric but the logits are bit-identical"
 fails bad_nondeterministic.py "determinism: the hello says deterministic"
+fails bad_knob_hidden_numeric.py "knob FAKE_UNUSED=1: declared non-numeric but the logits change"
 fails bad_prefix.py "prefix: the first 5 positions differ"
 fails bad_probes.py "forward: .*probes: site"
 fails bad_crash_on_bad_request.py "bad request \(header not JSON\): .*closed its stdout"

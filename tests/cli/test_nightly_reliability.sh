@@ -147,6 +147,8 @@ c.execute("ALTER TABLE nightlies DROP COLUMN pid_start")
 for v in ("run_summary", "latest_verdicts", "open_confounds"): c.execute("DROP VIEW IF EXISTS " + v)
 c.execute("DROP TABLE IF EXISTS meta")
 c.execute("ALTER TABLE runs DROP COLUMN layer_kinds")
+# and nothing of v7 (runs.engine_hello); a later migration adds its undo here
+c.execute("ALTER TABLE runs DROP COLUMN engine_hello")
 c.execute("PRAGMA user_version = 4")
 c.commit()
 PYEOF
