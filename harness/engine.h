@@ -157,6 +157,11 @@ extern const lab_engine_ops lab_engine_builtin;
 /* A command speaking docs/engine-protocol.md, in a child process. */
 extern const lab_engine_ops lab_engine_command;
 
+/* Parses and checks a hello header line into h (zeroed first; h->json a
+ * copy of line). LAB_EINPUT with "hello: MEMBER: what was expected", or
+ * LAB_ENOMEM; h is then freed. Fuzz target (tests/fuzz/fuzz_engine_hello.c). */
+int lab_engine_hello_parse(const char *line, lab_engine_hello *h, char *err, size_t errlen);
+
 /* For conformance checks (engine_check.c): writes header (a whole line,
  * '\n' included) and n payload bytes to a command instance, reads one
  * response header into *reply (malloc'd) and discards its payload. A dead

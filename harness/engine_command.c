@@ -442,24 +442,35 @@ static const char *hello_parse(const cJSON *root, lab_engine_hello *h, char *whe
     return bad ? bad : hello_lists(root, h, where, wl, oom);
 }
 
-static int read_hello(cmd_inst *c, lab_engine_hello *h, char *err, size_t errlen) {
-    char *line = NULL, where[64];
-    int rc = read_line(c, &line, lab_mono() + c->spec->timeout_s, "its hello", err, errlen);
-    if (rc) return rc == LAB_ENOMEM ? rc : LAB_EINPUT;   /* no hello: bad input, nothing written */
-    cJSON *root = cJSON_Parse(line);
+int lab_engine_hello_parse(const char *line, lab_engine_hello *h, char *err, size_t errlen) {
+    char where[64];
     int oom = 0;
+    memset(h, 0, sizeof *h);
+    cJSON *root = cJSON_Parse(line);
     const char *bad = root ? hello_parse(root, h, where, sizeof where, &oom) : "not JSON";
     cJSON_Delete(root);
-    if (bad) {
-        free(line);
-        return fail(c, err, errlen, oom ? LAB_ENOMEM : LAB_EINPUT, "hello: %s: %s", root ? where : "(header)", bad);
+    if (!bad && !oom && !(h->json = lab_strdup(line))) oom = 1;
+    if (bad || oom) {
+        int rc = oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory")
+                     : lab_errf(err, errlen, LAB_EINPUT, "hello: %s: %s", root ? where : "(header)", bad);
+        lab_engine_hello_free(h);
+        return rc;
     }
-    h->json = line;
+    return LAB_OK;
+}
+
+static int read_hello(cmd_inst *c, lab_engine_hello *h, char *err, size_t errlen) {
+    char *line = NULL, msg[1024];
+    int rc = read_line(c, &line, lab_mono() + c->spec->timeout_s, "its hello", err, errlen);
+    if (rc) return rc == LAB_ENOMEM ? rc : LAB_EINPUT;   /* no hello: bad input, nothing written */
+    rc = lab_engine_hello_parse(line, h, msg, sizeof msg);
+    free(line);
+    if (rc) return fail(c, err, errlen, rc, "%s", msg);
     c->vocab = h->info.vocab;
     c->hidden = h->info.hidden;
     c->n_layers = h->info.n_layers;
     c->capture = h->capture;
-    return oom ? fail(c, err, errlen, LAB_ENOMEM, "out of memory") : LAB_OK;
+    return LAB_OK;
 }
 
 /* ------------------------------------------------------------ ops */
