@@ -760,6 +760,10 @@ static int vtp__read_line(FILE *in, char **buf, size_t *cap, size_t *len) {
     }
     if (c == EOF) return n || too_long ? -2 : 0;
     if (too_long) return -1;
+    if (!*buf) {   /* an empty line: nothing was stored yet */
+        if (!(*buf = (char *)malloc(64))) return -3;
+        *cap = 64;
+    }
     (*buf)[n] = 0;
     *len = n;
     return 1;

@@ -150,6 +150,12 @@ static void test_serve(void **state) {
     float want[8] = {3, 4, 5, 6, 1, 2, 3, 4};
     assert_memory_equal(f, want, sizeof want);
     free(out);
+    /* an empty line first (found by fuzz_vtp_serve: the line buffer was
+     * still NULL when its terminator was written) is a malformed request */
+    out = serve("\n", 1, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(find(out, "{\"type\":\"error\",\"id\":null,\"message\":\"header is not a JSON object\"}"));
+    free(out);
     /* EOF inside a frame's payload is an error, not a clean end */
     n = (size_t)sprintf(in, "{\"type\":\"forward\",\"id\":0,\"tokens\":2,\"payload_bytes\":8}\nabc");
     out = serve(in, n, &rc);
