@@ -490,6 +490,72 @@ const lab_engine_spec *lab_arm_engine(const lab_experiment *e, int64_t i) {
     return e->arms[i].engine ? e->arms[i].engine : &e->engine;
 }
 
+/* arms[i].knobs: VT_* knob values (an engine's own names for a command
+ * engine), as canonical text. */
+static int parse_arm_knobs(pctx *c, lab_arm *a, const cJSON *k, const char *where, int foreign) {
+    char field[320];
+    int rc;
+    snprintf(field, sizeof field, "%s.knobs", where);
+    if (!cJSON_IsObject(k)) return BAD(c, field, "expected an object of VT_* knob values, got %s", json_type(k));
+    if ((rc = check_dupes(c, k, field))) return rc;
+    int64_t n = cJSON_GetArraySize(k);
+    a->knob_names = calloc((size_t)n + 1, sizeof(char *));
+    a->knob_values = calloc((size_t)n + 1, sizeof(char *));
+    if (!a->knob_names || !a->knob_values) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, k) {
+        char val[256];
+        snprintf(field, sizeof field, "%s.knobs.%s", where, it->string);
+        if (!foreign && strncmp(it->string, "VT_", 3))
+            return BAD(c, field, "knob names start with VT_ (see `vtlab knobs`)");
+        if (foreign && !lab_env_name_ok(it->string))
+            return BAD(c, field, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+        if (cJSON_IsString(it) && strlen(it->valuestring) >= sizeof val)
+            return BAD(c, field, "knob value is %zu characters, more than the limit of %zu",
+                       strlen(it->valuestring), sizeof val - 1);
+        if (knob_text(it, val, sizeof val))
+            return BAD(c, field, "expected a string, integer or boolean knob value, got %s", json_type(it));
+        a->knob_names[a->n_knobs] = lab_strdup(it->string);
+        a->knob_values[a->n_knobs] = lab_strdup(val);
+        if (!a->knob_names[a->n_knobs] || !a->knob_values[a->n_knobs])
+            return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+        a->n_knobs++;
+    }
+    return LAB_OK;
+}
+
+/* arms[i].expect: probe site -> dtype (an engine's own sites for a command
+ * engine, checked against its hello by the runner). */
+static int parse_arm_expect(pctx *c, lab_arm *a, const cJSON *x, const char *where, int foreign) {
+    char field[320];
+    int rc;
+    snprintf(field, sizeof field, "%s.expect", where);
+    if (!cJSON_IsObject(x))
+        return BAD(c, field, "expected an object {\"probe.site\": \"dtype\"}, got %s", json_type(x));
+    if ((rc = check_dupes(c, x, field))) return rc;
+    int64_t n = cJSON_GetArraySize(x);
+    a->expect_sites = calloc((size_t)n + 1, sizeof(char *));
+    a->expect_dtypes = calloc((size_t)n + 1, sizeof(char *));
+    if (!a->expect_sites || !a->expect_dtypes) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, x) {
+        snprintf(field, sizeof field, "%s.expect.%s", where, it->string);
+        if (!foreign && !vt_probe_site_known(it->string))
+            return BAD(c, field, "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
+                                 "moe.expert.y, moe.scatter, moe.combine, logits)", it->string);
+        if (!cJSON_IsString(it) || !is_dtype_name(it->valuestring))
+            return BAD(c, field, "expected a dtype name (f32, bf16, f16, i32, i64, u8), got %s%s%s",
+                       cJSON_IsString(it) ? "\"" : "", cJSON_IsString(it) ? it->valuestring : json_type(it),
+                       cJSON_IsString(it) ? "\"" : "");
+        a->expect_sites[a->n_expect] = lab_strdup(it->string);
+        a->expect_dtypes[a->n_expect] = lab_strdup(it->valuestring);
+        if (!a->expect_sites[a->n_expect] || !a->expect_dtypes[a->n_expect])
+            return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+        a->n_expect++;
+    }
+    return LAB_OK;
+}
+
 static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx, const lab_engine_spec *inherited) {
     static const char *const keys[] = {"name", "description", "knobs", "expect", "expect_assertions", "engine", NULL};
     char where[64], field[320];
@@ -512,61 +578,9 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx, const lab
     int foreign = (a->engine ? a->engine : inherited)->command;
 
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "knobs");
-    if (k) {
-        snprintf(field, sizeof field, "%s.knobs", where);
-        if (!cJSON_IsObject(k)) return BAD(c, field, "expected an object of VT_* knob values, got %s", json_type(k));
-        if ((rc = check_dupes(c, k, field))) return rc;
-        int64_t n = cJSON_GetArraySize(k);
-        a->knob_names = calloc((size_t)n + 1, sizeof(char *));
-        a->knob_values = calloc((size_t)n + 1, sizeof(char *));
-        if (!a->knob_names || !a->knob_values) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
-        const cJSON *it;
-        cJSON_ArrayForEach(it, k) {
-            char val[256];
-            snprintf(field, sizeof field, "%s.knobs.%s", where, it->string);
-            if (!foreign && strncmp(it->string, "VT_", 3))
-                return BAD(c, field, "knob names start with VT_ (see `vtlab knobs`)");
-            if (foreign && !lab_env_name_ok(it->string))
-                return BAD(c, field, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
-            if (cJSON_IsString(it) && strlen(it->valuestring) >= sizeof val)
-                return BAD(c, field, "knob value is %zu characters, more than the limit of %zu",
-                           strlen(it->valuestring), sizeof val - 1);
-            if (knob_text(it, val, sizeof val))
-                return BAD(c, field, "expected a string, integer or boolean knob value, got %s", json_type(it));
-            a->knob_names[a->n_knobs] = lab_strdup(it->string);
-            a->knob_values[a->n_knobs] = lab_strdup(val);
-            if (!a->knob_names[a->n_knobs] || !a->knob_values[a->n_knobs])
-                return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
-            a->n_knobs++;
-        }
-    }
+    if (k && (rc = parse_arm_knobs(c, a, k, where, foreign))) return rc;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "expect");
-    if (x) {
-        snprintf(field, sizeof field, "%s.expect", where);
-        if (!cJSON_IsObject(x))
-            return BAD(c, field, "expected an object {\"probe.site\": \"dtype\"}, got %s", json_type(x));
-        if ((rc = check_dupes(c, x, field))) return rc;
-        int64_t n = cJSON_GetArraySize(x);
-        a->expect_sites = calloc((size_t)n + 1, sizeof(char *));
-        a->expect_dtypes = calloc((size_t)n + 1, sizeof(char *));
-        if (!a->expect_sites || !a->expect_dtypes) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
-        const cJSON *it;
-        cJSON_ArrayForEach(it, x) {
-            snprintf(field, sizeof field, "%s.expect.%s", where, it->string);
-            if (!foreign && !vt_probe_site_known(it->string))
-                return BAD(c, field, "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
-                                     "moe.expert.y, moe.scatter, moe.combine, logits)", it->string);
-            if (!cJSON_IsString(it) || !is_dtype_name(it->valuestring))
-                return BAD(c, field, "expected a dtype name (f32, bf16, f16, i32, i64, u8), got %s%s%s",
-                           cJSON_IsString(it) ? "\"" : "", cJSON_IsString(it) ? it->valuestring : json_type(it),
-                           cJSON_IsString(it) ? "\"" : "");
-            a->expect_sites[a->n_expect] = lab_strdup(it->string);
-            a->expect_dtypes[a->n_expect] = lab_strdup(it->valuestring);
-            if (!a->expect_sites[a->n_expect] || !a->expect_dtypes[a->n_expect])
-                return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
-            a->n_expect++;
-        }
-    }
+    if (x && (rc = parse_arm_expect(c, a, x, where, foreign))) return rc;
     char *ea = NULL;
     snprintf(field, sizeof field, "%s.expect_assertions", where);
     if ((rc = get_string(c, j, "expect_assertions", field, 0, &ea))) return rc;

@@ -11,6 +11,7 @@
 #include "metrics.h"
 #include "model/vt.h"
 #include "store_internal.h"
+#include "store_query.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ statement helpers */
@@ -63,43 +64,44 @@ static void topk_free(topk_rows *t) {
     memset(t, 0, sizeof *t);
 }
 
-static int load_topk(lab_store *st, int64_t run, topk_rows *t, char *err, size_t errlen) {
-    memset(t, 0, sizeof *t);
+/* Whether run scores only each sequence's last position (runs.score). */
+static int run_scores_last(lab_store *st, int64_t run, int *last, char *err, size_t errlen) {
     sqlite3_stmt *s;
-    int rc = rp_prep(st, "SELECT t.n_pos, t.k, t.ids, t.logprobs, r.score FROM logits_topk t JOIN runs r ON r.id = t.run_id"
-                      " WHERE t.run_id = ?1 ORDER BY t.seq", &s, err, errlen);
+    int rc = rp_prep(st, "SELECT score FROM runs WHERE id = ?1", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run);
-    int64_t cap = 0;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        int64_t np = sqlite3_column_int64(s, 0), k = sqlite3_column_int64(s, 1);
-        const void *ib = sqlite3_column_blob(s, 2);
-        int64_t ibytes = sqlite3_column_bytes(s, 2);
-        const void *lb = sqlite3_column_blob(s, 3);
-        int64_t lbytes = sqlite3_column_bytes(s, 3);
-        int last = !strcmp(lab_col_text(s, 4), "last");
-        if (k <= 0 || np <= 0 || (t->k && k != t->k) || ibytes != np * k * 4 || lbytes != np * k * 4) {
-            rc = lab_errf(err, errlen, LAB_EINPUT, "run %lld: malformed logits_topk row", (long long)run);
-            goto out;
-        }
-        t->k = k;
-        for (int64_t p = last ? np - 1 : 0; p < np; p++) {
-            if (t->n == cap) {
-                cap = cap ? cap * 2 : 256;
-                int32_t *ni = realloc(t->ids, (size_t)(cap * k) * sizeof *ni);
-                if (ni) t->ids = ni;
-                float *nl = realloc(t->lp, (size_t)(cap * k) * sizeof *nl);
-                if (nl) t->lp = nl;
-                if (!ni || !nl) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); goto out; }
-            }
-            memcpy(t->ids + t->n * k, (const char *)ib + (size_t)(p * k) * 4, (size_t)k * 4);
-            memcpy(t->lp + t->n * k, (const char *)lb + (size_t)(p * k) * 4, (size_t)k * 4);
-            t->n++;
-        }
+    int step = sqlite3_step(s);
+    *last = step == SQLITE_ROW && !strcmp(lab_col_text(s, 0), "last");
+    return lab_sq_done(st, s, step == SQLITE_ROW ? SQLITE_DONE : step, "read runs.score", err, errlen);
+}
+
+/* The scored positions' top-k of run, flattened in position order: the
+ * stored rows as lab_query_topk_read reads (and checks) them, each
+ * sequence's last row only when the run scores the last position. */
+static int load_topk(lab_store *st, int64_t run, topk_rows *t, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    lab_query_topk *v = NULL;
+    int64_t n = 0, total = 0;
+    int last = 0;
+    int rc = lab_query_topk_read(st, run, &v, &n, err, errlen);
+    if (!rc) rc = run_scores_last(st, run, &last, err, errlen);
+    for (int64_t i = 0; !rc && i < n; i++) {
+        if (v[i].k != v[0].k) rc = lab_errf(err, errlen, LAB_EINPUT, "run %lld: logits_topk rows of different k", (long long)run);
+        total += last ? 1 : v[i].n_pos;
     }
-    rc = rc == SQLITE_DONE ? LAB_OK : lab_errf(err, errlen, LAB_EIO, "read logits_topk: %s", sqlite3_errmsg(lab_store_db(st)));
-out:
-    sqlite3_finalize(s);
+    if (!rc && n) {
+        t->k = v[0].k;
+        t->ids = malloc((size_t)(total * t->k) * sizeof *t->ids + 1);
+        t->lp = malloc((size_t)(total * t->k) * sizeof *t->lp + 1);
+        if (!t->ids || !t->lp) rc = lab_oom(err, errlen);
+    }
+    for (int64_t i = 0; !rc && i < n; i++) {
+        int64_t from = last ? v[i].n_pos - 1 : 0, np = v[i].n_pos - from, k = t->k;
+        memcpy(t->ids + t->n * k, v[i].ids + from * k, (size_t)(np * k) * sizeof *t->ids);
+        memcpy(t->lp + t->n * k, v[i].logprobs + from * k, (size_t)(np * k) * sizeof *t->lp);
+        t->n += np;
+    }
+    lab_query_topk_free(v, n);
     if (rc) topk_free(t);
     return rc;
 }
