@@ -468,6 +468,72 @@ typedef struct reopen_record {
     const char       *explanation;
 } reopen_record;
 
+/* CLAIM-reopened-YYYYMMDD[-N] into id[128], the claim's id shortened so
+ * that the whole stays a valid id (at most LAB_NAME_MAX): a longer one would
+ * make the ledger it is written to fail to load. */
+static void new_claim_id(const lab_ledger *l, const char *claim, const char *today, char id[128]) {
+    for (int i = 1;; i++) {
+        char suffix[48];
+        int sl = snprintf(suffix, sizeof suffix, "-reopened-%.4s%.2s%.2s", today, today + 5, today + 8);
+        if (i > 1) sl += snprintf(suffix + sl, sizeof suffix - (size_t)sl, "-%d", i);
+        snprintf(id, 128, "%.*s%s", LAB_NAME_MAX - sl, claim, suffix);
+        if (!lab_ledger_claim(l, id)) return;
+    }
+}
+
+/* The claim that supersedes c with the rerun's numbers, into *nw (shallow:
+ * every field not set here is c's; commit[64] and notes[1400] are the
+ * caller's buffers it points at). Measured on an engine of the claim's
+ * codebase (its commit from its hello), or on vtlab's own model. */
+static void superseding_claim(const lab_claim *c, const reopen_record *r, const char *id, const char *today,
+                              char *commit, char *notes, lab_claim *nw) {
+    int foreign = r->rerun->engine[0] != 0;
+    snprintf(commit, 64, "%s", foreign ? r->rerun->commit : vt_build_commit());
+    snprintf(notes, 1400, "Reopened from %s (measured through defect %s). %s", c->id, r->defect_id, r->explanation);
+    *nw = *c;
+    nw->id = (char *)id;
+    nw->verdict = r->rerun->verdict;
+    nw->k = r->rerun->k;
+    nw->n = r->rerun->n;
+    nw->codebase = foreign ? c->codebase : "vtlab";
+    nw->code.commit = commit[0] ? commit : NULL;
+    nw->code.date = (char *)today;
+    nw->measured_at = (char *)today;
+    nw->supersedes = c->id;
+    nw->superseded_by = NULL;
+    nw->run_arm = r->rerun->run;
+    nw->run_ref = r->ref;
+    nw->notes = notes;
+}
+
+/* Where the directory swap is not available: mark the staging dir as a
+ * commit in progress (lab_reopen_recover completes it), then rename the
+ * two files (the new claim NEW, the superseded OLD) from stage into real. */
+static int commit_by_renames(const char *parent, const char *base, char *stage, const char *real, const char *nid,
+                             const char *oid, char *err, size_t errlen) {
+    char mark[PATH_MAX + NAME_MAX + 40], list[300], path[PATH_MAX + 2 * NAME_MAX + 16], to[PATH_MAX + 2 * NAME_MAX + 16];
+    snprintf(mark, sizeof mark, "%s/" COMMIT_MARK, stage);
+    int n = snprintf(list, sizeof list, "%s.json\n%s.json\n", nid, oid);
+    int rc = lab_cli_write_file_atomic(mark, list, (size_t)n, err, errlen);
+    if (rc) return rc;
+    if (fsync_path(mark, 0) || fsync_path(stage, 1))
+        return lab_errf(err, errlen, LAB_EIO, "reopen: %s: fsync: %s", mark, strerror(errno));
+    snprintf(path, sizeof path, "%s/%s.json", stage, nid);
+    snprintf(to, sizeof to, "%s/%s.json", real, nid);
+    if (rename(path, to) != 0) return lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno));
+    test_kill_at("reopen-between-renames");
+    snprintf(path, sizeof path, "%s/%s.json", stage, oid);
+    snprintf(to, sizeof to, "%s/%s.json", real, oid);
+    if (rename(path, to) != 0) {
+        /* The new claim is in: complete rather than undo, as recovery would. */
+        rc = recover_locked(parent, base, err, errlen);
+        stage[0] = '\0';
+        return rc ? rc : lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno));
+    }
+    fsync_path(real, 1);
+    return LAB_OK;
+}
+
 /* Under the commit lock: reloads the ledger, picks the new claim's id
  * (<old>-reopened-YYYYMMDD, then -2, -3 ...), stages the next claims
  * directory and swaps it in (see above). id, file (the new claim's path) and
@@ -492,39 +558,12 @@ static int commit_claims(const char *specs, const char *claim_id, const reopen_r
                       "nothing recorded", c->id, c->superseded_by);
         goto out;
     }
-    char today[32];
+    char today[32], notes[1400], commit[64];
     lab_now_iso(today);
     today[10] = '\0';
-    /* CLAIM-reopened-YYYYMMDD[-N], the claim's id shortened so that the
-     * whole stays a valid id (at most LAB_NAME_MAX): a longer one would make
-     * the ledger it is written to fail to load. */
-    for (int i = 1;; i++) {
-        char suffix[48];
-        int sl = snprintf(suffix, sizeof suffix, "-reopened-%.4s%.2s%.2s", today, today + 5, today + 8);
-        if (i > 1) sl += snprintf(suffix + sl, sizeof suffix - (size_t)sl, "-%d", i);
-        snprintf(id, 128, "%.*s%s", LAB_NAME_MAX - sl, c->id, suffix);
-        if (!lab_ledger_claim(&l, id)) break;
-    }
-    lab_claim nw = *c;   /* shallow: only the fields set below differ, the rest are borrowed */
-    char notes[1400], commit[64];
-    /* measured on an engine of the claim's codebase (its commit from its
-     * hello), or on vtlab's own model */
-    int foreign = r->rerun->engine[0] != 0;
-    snprintf(commit, sizeof commit, "%s", foreign ? r->rerun->commit : vt_build_commit());
-    snprintf(notes, sizeof notes, "Reopened from %s (measured through defect %s). %s", c->id, r->defect_id, r->explanation);
-    nw.id = id;
-    nw.verdict = r->rerun->verdict;
-    nw.k = r->rerun->k;
-    nw.n = r->rerun->n;
-    nw.codebase = foreign ? c->codebase : "vtlab";
-    nw.code.commit = commit[0] ? commit : NULL;
-    nw.code.date = today;
-    nw.measured_at = today;
-    nw.supersedes = c->id;
-    nw.superseded_by = NULL;
-    nw.run_arm = r->rerun->run;
-    nw.run_ref = r->ref;
-    nw.notes = notes;
+    new_claim_id(&l, c->id, today, id);
+    lab_claim nw;
+    superseding_claim(c, r, id, today, commit, notes, &nw);
 
     char real[PATH_MAX + NAME_MAX + 2], path[sizeof stage + NAME_MAX + 8], path2[sizeof path];
     snprintf(real, sizeof real, "%s/%s", parent, base);
@@ -557,29 +596,7 @@ static int commit_claims(const char *specs, const char *claim_id, const reopen_r
         fsync_path(parent, 1);   /* the swap is done; durability of the directory entry is best effort */
         test_kill_at("reopen-after-commit");
     } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP || errno == ENOTSUP) {
-        /* No atomic swap here: mark the staging dir as a commit in progress
-         * (lab_reopen_recover completes it), then rename the two files in. */
-        char mark[sizeof stage + 32], list[300];
-        snprintf(mark, sizeof mark, "%s/" COMMIT_MARK, stage);
-        int n = snprintf(list, sizeof list, "%s.json\n%s.json\n", id, c->id);
-        if ((rc = lab_cli_write_file_atomic(mark, list, (size_t)n, err, errlen))) goto out;
-        if (fsync_path(mark, 0) || fsync_path(stage, 1)) {
-            rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: fsync: %s", mark, strerror(errno));
-            goto out;
-        }
-        char to[sizeof real + NAME_MAX + 8];
-        snprintf(to, sizeof to, "%s/%s.json", real, id);
-        if (rename(path, to) != 0) { rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno)); goto out; }
-        test_kill_at("reopen-between-renames");
-        snprintf(to, sizeof to, "%s/%s.json", real, c->id);
-        if (rename(path2, to) != 0) {
-            /* The new claim is in: complete rather than undo, as recovery would. */
-            rc = recover_locked(parent, base, err, errlen);
-            stage[0] = '\0';
-            if (!rc) rc = lab_errf(err, errlen, LAB_EIO, "reopen: %s: %s", to, strerror(errno));
-            goto out;
-        }
-        fsync_path(real, 1);
+        if ((rc = commit_by_renames(parent, base, stage, real, id, c->id, err, errlen))) goto out;
     } else {
         rc = lab_errf(err, errlen, LAB_EIO, "reopen: swapping %s into %s: %s", stage, real, strerror(errno));
         goto out;
