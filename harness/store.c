@@ -1041,6 +1041,44 @@ int lab_store_lease(lab_store *st, const lab_identity *id, const lab_provenance 
     return lab_store_lease_ex(st, id, pv, force, kind, run_id, stale_id, NULL, err, errlen);
 }
 
+/* Inserts the RUNNING row of a new lease (inside the caller's transaction). */
+static int insert_running(lab_store *st, const lab_identity *id, const lab_provenance *pv, int64_t *run_id,
+                          char *err, size_t errlen) {
+    char now[32];
+    lab_now_iso(now);
+    sqlite3_stmt *s = NULL;
+    int rc = lab_sq_prep(st,
+                   "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version,"
+                   " repeat_idx, status, started_at, experiment_sha256, git_commit, git_dirty, build_flags,"
+                   " compiler, backend, device, host, pid, pid_start, is_reference, score, top_k,"
+                   " expected_assertions, layer_kinds, engine_hello)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
+                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)", &s, err, errlen);
+    if (rc) return rc;
+    bind_identity(s, id);
+    lab_sq_bind_text(s, 8, now);
+    lab_sq_bind_text(s, 9, pv->experiment_sha256);
+    lab_sq_bind_text(s, 10, pv->git_commit);
+    sqlite3_bind_int(s, 11, pv->git_dirty);
+    lab_sq_bind_text(s, 12, pv->build_flags);
+    lab_sq_bind_text(s, 13, pv->compiler);
+    lab_sq_bind_text(s, 14, pv->backend);
+    lab_sq_bind_text(s, 15, pv->device);
+    lab_sq_bind_text(s, 16, pv->host);
+    sqlite3_bind_int64(s, 17, pv->pid);
+    sqlite3_bind_int64(s, 18, pv->pid_start);
+    sqlite3_bind_int(s, 19, pv->is_reference);
+    lab_sq_bind_text(s, 20, pv->score);
+    sqlite3_bind_int64(s, 21, pv->top_k);
+    lab_sq_bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
+    lab_sq_bind_text(s, 23, pv->layer_kinds && *pv->layer_kinds ? pv->layer_kinds : NULL);
+    lab_sq_bind_text(s, 24, pv->engine_hello);
+    rc = lab_sq_step(st, s, err, errlen, "lease run");
+    sqlite3_finalize(s);
+    if (!rc) *run_id = sqlite3_last_insert_rowid(st->db);
+    return rc;
+}
+
 int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenance *pv, int force,
                        int *kind, int64_t *run_id, int64_t *stale_id, int64_t *redone_id, char *err, size_t errlen) {
     *kind = 0;
@@ -1119,37 +1157,7 @@ int lab_store_lease_ex(lab_store *st, const lab_identity *id, const lab_provenan
         sqlite3_finalize(s);
         s = NULL;
     }
-    char now[32];
-    lab_now_iso(now);
-    if ((rc = lab_sq_prep(st,
-                   "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version,"
-                   " repeat_idx, status, started_at, experiment_sha256, git_commit, git_dirty, build_flags,"
-                   " compiler, backend, device, host, pid, pid_start, is_reference, score, top_k,"
-                   " expected_assertions, layer_kinds, engine_hello)"
-                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)", &s, err, errlen))) goto fail;
-    bind_identity(s, id);
-    lab_sq_bind_text(s, 8, now);
-    lab_sq_bind_text(s, 9, pv->experiment_sha256);
-    lab_sq_bind_text(s, 10, pv->git_commit);
-    sqlite3_bind_int(s, 11, pv->git_dirty);
-    lab_sq_bind_text(s, 12, pv->build_flags);
-    lab_sq_bind_text(s, 13, pv->compiler);
-    lab_sq_bind_text(s, 14, pv->backend);
-    lab_sq_bind_text(s, 15, pv->device);
-    lab_sq_bind_text(s, 16, pv->host);
-    sqlite3_bind_int64(s, 17, pv->pid);
-    sqlite3_bind_int64(s, 18, pv->pid_start);
-    sqlite3_bind_int(s, 19, pv->is_reference);
-    lab_sq_bind_text(s, 20, pv->score);
-    sqlite3_bind_int64(s, 21, pv->top_k);
-    lab_sq_bind_text(s, 22, pv->expected_assertions ? pv->expected_assertions : "pass");
-    lab_sq_bind_text(s, 23, pv->layer_kinds && *pv->layer_kinds ? pv->layer_kinds : NULL);
-    lab_sq_bind_text(s, 24, pv->engine_hello);
-    if ((rc = lab_sq_step(st, s, err, errlen, "lease run"))) goto fail;
-    sqlite3_finalize(s);
-    s = NULL;
-    *run_id = sqlite3_last_insert_rowid(st->db);
+    if ((rc = insert_running(st, id, pv, run_id, err, errlen))) goto fail;
     if ((rc = lab_sq_commit(st, err, errlen))) goto fail;
     *kind = LAB_LEASED;
     if (redone_id) *redone_id = redone;
