@@ -83,6 +83,7 @@ static void arm_from_spec(arm_view *a, const cJSON *it) {
 static int exp_from_spec(exp_view *e, const cJSON *j, char *err, size_t errlen) {
     e->description = json_str(j, "description");
     e->hypothesis = json_str(j, "hypothesis");
+    e->synthetic = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(j, "model"));
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(j, "reference");
     if (cJSON_IsString(ref)) snprintf(e->reference, sizeof e->reference, "%s", ref->valuestring);
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "decision");

@@ -54,6 +54,18 @@ static unsigned verdict_rgb(const arm_view *a) {
     return !strcmp(a->verdict, "SUPPORTED") ? 0x2e7d32 : !strcmp(a->verdict, "REFUTED") ? 0xc62828 : 0xe6a100;
 }
 
+/* An arm's colour, the same in every line chart of the page: by its place
+ * in the experiment's spec (the reference dark grey). Green, amber and red
+ * are left to verdicts. */
+static const char *arm_rgb(const exp_view *e, const arm_view *a) {
+    static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#9467bd", "#8c564b",
+                                          "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+    if (a->is_reference) return "#333333";
+    int k = 0;
+    for (const arm_view *b = e->arms; b < a; b++) k += !b->is_reference;
+    return palette[k % (int)(sizeof palette / sizeof palette[0])];
+}
+
 void lab_rp_chart_top1(page *pg, const exp_view *e, const char *stem) {
     lab_buf d = {0}, b = {0};
     int n = 0;
@@ -122,8 +134,8 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
         /* a replay of a defect is drawn dashed with hollow points and says so */
         char nm[200];
         snprintf(nm, sizeof nm, "%s%s", a->name, a->expect_fail ? " (replay)" : "");
-        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with linespoints lw 2 %s ps 0.8 title \"%s\"",
-                       blocks ? ", " : "", stem, blocks, a->expect_fail ? "dt 2 pt 6" : "pt 7",
+        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with linespoints lw 2 %s ps 0.8 lc rgb '%s' title \"%s\"",
+                       blocks ? ", " : "", stem, blocks, a->expect_fail ? "dt 2 pt 6" : "pt 7", arm_rgb(e, a),
                        lab_gp_label(nm, lab, sizeof lab));
         blocks++;
     }
@@ -196,8 +208,9 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
         if (!a->kl_exact) all_exact = 0;
         lab_buf_printf(&notes, "%s%s: mean %.3g (stored exact mean %.3g)", notes.len ? "; " : "", a->name, sum / (double)n,
                        a->kl_mean);
-        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with steps lw 2 title \"%s\"", blocks ? ", " : "", stem,
-                       blocks, lab_gp_label(a->name, lab, sizeof lab));
+        lab_buf_printf(&plots, "%s'src/%s.dat' index %d using 1:2 with steps lw 2 %slc rgb '%s' title \"%s\"",
+                       blocks ? ", " : "", stem, blocks, a->expect_fail ? "dt 2 " : "", arm_rgb(e, a),
+                       lab_gp_label(a->name, lab, sizeof lab));
         blocks++;
     }
     if (!blocks) { lab_buf_free(&d); lab_buf_free(&plots); lab_buf_free(&notes); return; }
@@ -275,13 +288,13 @@ static int history_data(const exp_view *e, const int *xs, const char *stem, lab_
         lab_buf_printf(d, "\n\n");
         lab_gp_label(a->name, lab, sizeof lab);
         if (!a->is_reference) {
-            lab_buf_printf(p1, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
-                           p1->len ? ", " : "", stem, blk, lab);
-            lab_buf_printf(p2, "%s'src/%s.dat' index %d using 1:5 with linespoints lw 2 pt 7 title \"%s\"",
-                           p2->len ? ", " : "", stem, blk, lab);
+            lab_buf_printf(p1, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 lc rgb '%s' title \"%s\"",
+                           p1->len ? ", " : "", stem, blk, arm_rgb(e, a), lab);
+            lab_buf_printf(p2, "%s'src/%s.dat' index %d using 1:5 with linespoints lw 2 pt 7 lc rgb '%s' title \"%s\"",
+                           p2->len ? ", " : "", stem, blk, arm_rgb(e, a), lab);
         }
-        lab_buf_printf(p3, "%s'src/%s.dat' index %d using 1:6 with linespoints lw 2 pt 7 title \"%s\"", p3->len ? ", " : "",
-                       stem, blk, lab);
+        lab_buf_printf(p3, "%s'src/%s.dat' index %d using 1:6 with linespoints lw 2 pt 7 lc rgb '%s' title \"%s\"",
+                       p3->len ? ", " : "", stem, blk, arm_rgb(e, a), lab);
         blk++;
     }
     return blk;
@@ -297,10 +310,10 @@ static void chart_metrics_history(page *pg, const exp_view *e, const int *xs, in
         int mblk = blk;
         lab_buf_printf(&d, "%s\n\n", mk.len ? mk.data : "-1 NaN none");
         const char *mark = "with points pt 6 ps 3 lw 3 lc rgb '#d62728' title 'regression flagged'";
-        lab_buf_printf(&b, "set multiplot layout 3,1 title \"%s: nightly history (repeat 0 of each arm)\"\n"
+        lab_buf_printf(&b, "set multiplot layout %d,1 title \"%s: nightly history (repeat 0 of each arm)\"\n"
                            "set xrange [0.5:%d.5]\nset xtics (%s)\nset grid\nset key outside right top\n"
                            "set lmargin 12\nset rmargin 28\n",
-                       lab_gp_label(e->id, title, sizeof title), nx, xt);
+                       e->synthetic ? 2 : 3, lab_gp_label(e->id, title, sizeof title), nx, xt);
         if (p1.len)
             lab_buf_printf(&b, "set ylabel 'top-1 agreement k/n'\nplot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'top1' ? $2 : NaN) %s\n",
                            p1.data, stem, mblk, mark);
@@ -310,11 +323,19 @@ static void chart_metrics_history(page *pg, const exp_view *e, const int *xs, in
                                "plot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'kl' ? $2 : NaN) %s\n"
                                "unset logscale y\nset format y '%%g'\n", p2.data, stem, mblk, mark);
         else lab_buf_printf(&b, "set ylabel 'KL mean'\nplot NaN notitle\n");
-        lab_buf_printf(&b, "set ylabel 'perplexity'\nplot %s\nunset multiplot\n",
-                       p3.data);
-        chart(pg, stem, d.data, b.data, 1000, 820,
-              "Nightly history (x: nightly id, UTC date, commit): top-1 agreement with its interval, mean KL from the reference, and "
-              "perplexity; red rings mark nightlies that flagged a regression on that arm.");
+        /* A synthetic model's weights are random: its perplexity is about the
+         * vocabulary size whatever the arm, so it is not drawn (the caption
+         * says so) rather than drawn as if it meant something. */
+        if (!e->synthetic) lab_buf_printf(&b, "set ylabel 'perplexity'\nplot %s\n", p3.data);
+        lab_buf_printf(&b, "unset multiplot\n");
+        chart(pg, stem, d.data, b.data, 1000, e->synthetic ? 600 : 820,
+              e->synthetic
+                  ? "Nightly history (x: nightly id, UTC date, commit): top-1 agreement with its interval and mean KL from "
+                    "the reference; red rings mark nightlies that flagged a regression on that arm. Perplexity is not "
+                    "shown: the model is synthetic (random weights), so its perplexity is about the vocabulary size for "
+                    "every arm and says nothing about quality."
+                  : "Nightly history (x: nightly id, UTC date, commit): top-1 agreement with its interval, mean KL from the "
+                    "reference, and perplexity; red rings mark nightlies that flagged a regression on that arm.");
     }
     lab_buf_free(&d);
     lab_buf_free(&b);
@@ -351,8 +372,8 @@ static int throughput_data(const exp_view *e, const int *xs, int nx, const char 
         }
         if (!rows) continue;
         lab_buf_printf(td, "\n\n");
-        lab_buf_printf(tp, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 title \"%s\"",
-                       tp->len ? ", " : "", stem, blk, lab_gp_label(a->name, lab, sizeof lab));
+        lab_buf_printf(tp, "%s'src/%s.dat' index %d using 1:2:3:4 with yerrorlines lw 2 pt 7 lc rgb '%s' title \"%s\"",
+                       tp->len ? ", " : "", stem, blk, arm_rgb(e, a), lab_gp_label(a->name, lab, sizeof lab));
         blk++;
     }
     return blk;

@@ -131,6 +131,7 @@ typedef struct exp_view {
     int      n_arms;
     char     spec_sha[65];
     char    *spec_json;
+    int      synthetic;        /* the spec's model is {"synth": ...}: random weights, no perplexity to speak of */
     /* confound flags (lab_rp_read_flags; has_flags: the audit's table exists) */
     int          has_flags;
     lab_rp_flag *flags;

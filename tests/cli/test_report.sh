@@ -135,6 +135,19 @@ if gnuplot -e "set terminal svg" >/dev/null 2>&1; then
   check "report: the divergence chart marks MoE and MLA layers" \
     "grep -q 'MoE FFN (shaded)' $T/rep/plots/src/e0-tiny-divergence.gp && grep -q 'MLA' $T/rep/plots/src/e0-tiny-divergence.gp"
   check "report: the history chart marks the regressed nightly" "grep -q ' top1' $T/rep/plots/src/e0-tiny-history.dat"
+  # one colour per arm across charts: the colour each chart gives an arm's title is the same everywhere
+  check "report: each arm has one colour in every line chart (divergence, KL CDF, history, throughput)" \
+    "$PY -c \"
+import re, glob, sys
+seen = {}
+for f in glob.glob('$T/rep/plots/src/e0-tiny-*.gp'):
+    for col, arm in re.findall(r\\\"lc rgb '(#[0-9a-f]{6})' title \\\\\\\"([^\\\\\\\"]+)\\\\\\\"\\\", open(f).read()):
+        arm = arm.replace(' (replay)', '')
+        seen.setdefault(arm, set()).add(col)
+sys.exit(0 if seen and all(len(c) == 1 for c in seen.values()) and len(seen) >= 2 else 1)
+\""
+  check "report: a synthetic model's perplexity is not drawn, and the caption says why" \
+    "! grep -q \"ylabel 'perplexity'\" $T/rep/plots/src/e0-tiny-history.gp && grep -q 'Perplexity is not shown: the model is synthetic' $H"
   check "report: the HTML is well-formed enough for an XML parser" "$PY -c \"import html.parser,sys; p=html.parser.HTMLParser(); p.feed(open('$H').read())\""
 else
   echo "# gnuplot is not installed: charts not checked"
