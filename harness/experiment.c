@@ -448,11 +448,12 @@ static int engine_seconds(pctx *c, const cJSON *o, const char *key, const char *
 
 /* "builtin", an argv array, or {argv, cwd, env, timeout_s, grace_s}. */
 static int parse_engine(pctx *c, lab_engine_spec *sp, const cJSON *j, const char *field) {
-    static const char *const keys[] = {"argv", "cwd", "env", "timeout_s", "grace_s", NULL};
+    static const char *const keys[] = {"argv", "cwd", "env", "timeout_s", "grace_s", "keep_running", NULL};
     char f[384];
     memset(sp, 0, sizeof *sp);
     sp->timeout_s = LAB_ENGINE_TIMEOUT_S;
     sp->grace_s = LAB_ENGINE_GRACE_S;
+    sp->keep_running = 1;
     if (!j) return LAB_OK;
     if (cJSON_IsString(j)) {
         if (strcmp(j->valuestring, "builtin"))
@@ -474,7 +475,9 @@ static int parse_engine(pctx *c, lab_engine_spec *sp, const cJSON *j, const char
     snprintf(f, sizeof f, "%s.env", field);
     if (env && (rc = engine_env(c, sp, env, f))) return rc;
     if ((rc = engine_seconds(c, j, "timeout_s", field, 0.1, 86400, &sp->timeout_s))) return rc;
-    return engine_seconds(c, j, "grace_s", field, 0, 600, &sp->grace_s);
+    if ((rc = engine_seconds(c, j, "grace_s", field, 0, 600, &sp->grace_s))) return rc;
+    snprintf(f, sizeof f, "%s.keep_running", field);
+    return get_bool(c, j, "keep_running", f, 1, &sp->keep_running);
 }
 
 static void engine_spec_free(lab_engine_spec *sp) {

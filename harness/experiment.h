@@ -31,6 +31,11 @@ typedef struct lab_engine_spec {
     char   **env;              /* [n_env] "NAME=VALUE" */
     double   timeout_s;        /* per response, hello included */
     double   grace_s;          /* after stdin closes, before SIGTERM/SIGKILL */
+    int      keep_running;     /* 1 (default): each arm's engine runs from the check before the
+                                  database is touched to the end of the experiment (one start per
+                                  arm, all arms resident at once); 0: at most one engine at a time
+                                  (started for the check, stopped, started again for each pass),
+                                  for engines whose model does not fit twice */
 } lab_engine_spec;
 
 /* One arm: a named set of knob values plus what its probes must show. */

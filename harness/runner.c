@@ -384,7 +384,9 @@ static int check_arms(exp_ctx *x, char *device, size_t devlen, char *err, size_t
         char verr[1024] = "";
         int rc = en->ops->open(en->model, &x->req[i], &inst, &x->hello[i], verr, sizeof verr);
         if (!rc && x->hello[i].json) rc = lab_engine_check_arm(&x->hello[i], e, i, verr, sizeof verr);
-        if (rc || !x->hello[i].json) en->ops->close(inst);
+        /* a builtin instance is opened per pass; a command's is kept unless
+         * its spec says one engine at a time */
+        if (rc || !x->hello[i].json || !lab_arm_engine(e, i)->keep_running) en->ops->close(inst);
         else en->inst = inst;
         if (rc) return lab_errf(err, errlen, rc, "%s: arm %s: %s", e->path, e->arms[i].name, verr);
         en->info = x->hello[i].info;

@@ -111,6 +111,28 @@ fi
 if grep -q "R3" "$OUT_FILE" && grep -q "did not read" "$OUT_FILE"; then ok "... and the audit flags it as R3"
 else not_ok "audit R3" "$(head -c 600 "$OUT_FILE")"; fi
 
+# keep_running false: at most one engine process at a time (each logs its
+# start and end; the log must alternate), with the same results.
+cat > "$W/logged.sh" <<SH
+#!/bin/sh
+echo "start \$\$" >> "$W/engines.log"
+"$VTLAB" engine
+echo "end \$\$" >> "$W/engines.log"
+SH
+chmod +x "$W/logged.sh"
+python3 - "$W" <<'PY'
+import json, sys
+w = sys.argv[1]
+e = json.load(open(w + "/served.json"))
+e["engine"] = {"argv": [w + "/logged.sh"], "keep_running": False}
+json.dump(e, open(w + "/one.json", "w"))
+PY
+"$VTLAB" run "$W/one.json" --db "$W/one.db" >"$OUT_FILE" 2>&1
+if [ "$(runs "$W/one.db")" = "$(runs "$W/a.db")" ] &&
+   awk '{ if ($1 == "start") { if (open) bad = 1; open = 1; n++ } else { if (!open) bad = 1; open = 0 } } END { exit (bad || n < 8) }' "$W/engines.log"; then
+    ok "keep_running false: one engine process at a time ($(grep -c start "$W/engines.log") starts for 4 arms), the same results"
+else not_ok "keep_running" "$(cat "$W/engines.log" | tr '\n' ' '); $(runs "$W/one.db")"; fi
+
 # vtprobe.h is one dependency-free header for C99 and C++11 engines.
 printf '#define VTPROBE_IMPLEMENTATION\n#include "vtprobe.h"\nint main(void) { vtp_probes p; memset(&p, 0, sizeof p); p.mode = VTP_ON; vtp_probe_buffer(&p, \"logits\", -1, \"f32\", 1, 4); vtp_probes_free(&p); return 0; }\n' > "$W/h.c"
 cp "$W/h.c" "$W/h.cpp"
