@@ -133,6 +133,27 @@ if [ "$(runs "$W/one.db")" = "$(runs "$W/a.db")" ] &&
     ok "keep_running false: one engine process at a time ($(grep -c start "$W/engines.log") starts for 4 arms), the same results"
 else not_ok "keep_running" "$(cat "$W/engines.log" | tr '\n' ' '); $(runs "$W/one.db")"; fi
 
+# vtlab engine's hello and a logits header (with its probe records) against the schema.
+"$VTLAB" synth --config "$TINY" --seed 1 --out "$W/m" >/dev/null 2>&1
+if /usr/bin/python3 - "$VTLAB" "$W/m" <<'PY'
+import json, os, struct, subprocess, sys
+import jsonschema
+schema = json.load(open("specs/engine-protocol.schema.json"))
+v = jsonschema.Draft202012Validator(schema)
+env = dict(os.environ, VTP_PROTOCOL="1", VTP_PROBE="audit", VTP_MODEL=sys.argv[2], VT_KIMI_BF16_STREAM="1")
+p = subprocess.Popen([sys.argv[1], "engine"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+hello = json.loads(p.stdout.readline())
+req = {"type": "forward", "id": 0, "tokens": 3, "capture": True, "payload_bytes": 12}
+p.stdin.write((json.dumps(req) + "\n").encode() + struct.pack("<3i", 5, 6, 7)); p.stdin.flush()
+resp = json.loads(p.stdout.readline())
+p.stdout.read(resp["payload_bytes"])
+p.stdin.close(); p.wait()
+errs = [e.message for m in (hello, req, resp) for e in v.iter_errors(m)]
+sys.exit(1 if errs or not resp["probes"] or not resp["residuals"] else 0)
+PY
+then ok "vtlab engine's hello, a request and its logits header (probes, residuals) conform to specs/engine-protocol.schema.json"
+else not_ok "schema" "see above"; fi
+
 # vtprobe.h is one dependency-free header for C99 and C++11 engines.
 printf '#define VTPROBE_IMPLEMENTATION\n#include "vtprobe.h"\nint main(void) { vtp_probes p; memset(&p, 0, sizeof p); p.mode = VTP_ON; vtp_probe_buffer(&p, \"logits\", -1, \"f32\", 1, 4); vtp_probes_free(&p); return 0; }\n' > "$W/h.c"
 cp "$W/h.c" "$W/h.cpp"
