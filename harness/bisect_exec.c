@@ -334,6 +334,21 @@ int lab_bx_worktree(const char *repo, const char *wt, const char *sha, int seed,
         if (!rc && seed) seed_build(repo, wt, log_path);
         return rc;
     }
+    /* A git killed with its bisection (kill -9) leaves its locks: this
+     * worktree is the bisection's own, and the caller holds its lock and has
+     * ended what the dead one left running, so they are stale. */
+    char *gf = NULL;
+    size_t gl = 0;
+    char e[64];
+    if (!lab_read_file(gitfile, &gf, &gl, e, sizeof e) && !strncmp(gf, "gitdir: ", 8)) {
+        gf[strcspn(gf, "\r\n")] = 0;
+        char lock[4300];
+        snprintf(lock, sizeof lock, "%.4000s/index.lock", gf + 8);
+        unlink(lock);
+        snprintf(lock, sizeof lock, "%.4000s/HEAD.lock", gf + 8);
+        unlink(lock);
+    }
+    free(gf);
     const char *co[] = {"checkout", "--detach", "--force", "-q", sha, NULL};
     int rc = git_logged(wt, co, log_path, pgid_file, err, errlen, "git checkout");
     const char *clean[] = {"clean", "-fdq", NULL};

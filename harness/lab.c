@@ -362,7 +362,7 @@ static int cmd_report(int argc, char **argv) {
 
 static int cmd_nightly(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots", &a);
+    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots bisect", &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("nightly", "unexpected argument %s (one experiments DIR at most)", a.pos[1]);
     lab_nightly_opts o;
@@ -375,6 +375,7 @@ static int cmd_nightly(int argc, char **argv) {
     if (a.perf_min_drop && parse_fraction("nightly", "--perf-min-drop", a.perf_min_drop, &o.perf_min_drop)) return 2;
     if (a.no_audit) o.audit = 0;
     if (a.no_plots) o.plots = 0;
+    if (a.bisect || (getenv("VTLAB_NIGHTLY_BISECT") && !strcmp(getenv("VTLAB_NIGHTLY_BISECT"), "1"))) o.bisect = 1;
     return lab_nightly_cmd(&o, a.specs != NULL);
 }
 
@@ -455,6 +456,8 @@ void lab_usage(FILE *out) {
             "  report   [--db PATH] [--out DIR] [--no-plots]\n"
             "                                       static HTML page + markdown + gnuplot charts (default report/)\n"
             "  nightly  [DIR] [--db PATH] [--out DIR] [--specs DIR] [--alpha A] [--perf-min-drop F] [--no-audit] [--no-plots]\n"
+            "           [--bisect]                  (--bisect or VTLAB_NIGHTLY_BISECT=1: bisect each accuracy/numerics\n"
+            "                                       regression between the previous nightly's commit and tonight's)\n"
             "                                       rerun DIR/*.json, audit, compare with the previous nightly;\n"
             "                                       junit.xml, nightly.md, regressions.atom; exit 1 on a regression\n"
             "  bisect   EXPERIMENT.json --arm NAME --good REV --bad REV [--repo DIR] [--build CMD] [--db PATH]\n"

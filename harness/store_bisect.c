@@ -338,3 +338,60 @@ int lab_store_bisect_nightly_commit(lab_store *st, int64_t nightly, char *out, s
     sqlite3_finalize(s);
     return rc;
 }
+
+int lab_store_bisect_nightly_targets(lab_store *st, int64_t nightly, lab_bisect_target **v, int64_t *n, char *err,
+                                     size_t errlen) {
+    *v = NULL;
+    *n = 0;
+    const char *what = "reading the nightly's regressions to bisect";
+    sqlite3_stmt *s = NULL;
+    if (lab_sq_prep(st, "SELECT experiment, arm, min(kind) FROM nightly_findings WHERE nightly_id = ?1 AND regression = 1"
+                        " AND kind IN ('accuracy', 'numerics') AND arm != '' GROUP BY experiment, arm"
+                        " ORDER BY experiment, arm",
+                    &s, err, errlen))
+        return lab_sq_error(st, err, errlen, what);
+    sqlite3_bind_int64(s, 1, nightly);
+    int64_t cap = 0;
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        lab_bisect_target *t = lab_sq_append((void **)v, n, &cap, sizeof **v);
+        if (!t) {
+            sqlite3_finalize(s);
+            free(*v);
+            *v = NULL;
+            *n = 0;
+            return lab_oom(err, errlen);
+        }
+        lab_sq_col_copy(s, 0, t->experiment, sizeof t->experiment);
+        lab_sq_col_copy(s, 1, t->arm, sizeof t->arm);
+        lab_sq_col_copy(s, 2, t->kind, sizeof t->kind);
+    }
+    int rc = lab_sq_done(st, s, step, what, err, errlen);
+    if (rc) {
+        free(*v);
+        *v = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int lab_store_bisect_note_finding(lab_store *st, int64_t nightly, const char *experiment, const char *arm,
+                                  const char *kind, const char *text, char *err, size_t errlen) {
+    const char *what = "adding the bisection's result to the nightly's finding";
+    sqlite3_stmt *s = NULL;
+    if (lab_sq_prep(st, "UPDATE nightly_findings SET message = message || ?5 WHERE nightly_id = ?1 AND experiment = ?2"
+                        " AND arm = ?3 AND kind = ?4 AND regression = 1",
+                    &s, err, errlen))
+        return lab_sq_error(st, err, errlen, what);
+    sqlite3_bind_int64(s, 1, nightly);
+    lab_sq_bind_text(s, 2, experiment);
+    lab_sq_bind_text(s, 3, arm);
+    lab_sq_bind_text(s, 4, kind);
+    lab_sq_bind_text(s, 5, text);
+    int rc = lab_sq_begin(st, err, errlen);
+    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
+    sqlite3_finalize(s);
+    if (!rc) rc = lab_sq_commit(st, err, errlen);
+    if (rc) lab_sq_rollback(st);
+    return rc;
+}

@@ -94,4 +94,19 @@ int lab_store_bisect_find_run(lab_store *st, const char *experiment, const char 
 int lab_store_bisect_nightly_commit(lab_store *st, int64_t nightly, char *out, size_t outlen, char *err,
                                     size_t errlen);
 
+/* The regressions of nightly `nightly` a bisection can look for: accuracy
+ * and numerics findings (regression = 1), by experiment and arm. *v the
+ * caller's (free). */
+typedef struct lab_bisect_target {
+    char experiment[LAB_NAME_BUF], arm[LAB_NAME_BUF], kind[16];
+} lab_bisect_target;
+int lab_store_bisect_nightly_targets(lab_store *st, int64_t nightly, lab_bisect_target **v, int64_t *n, char *err,
+                                     size_t errlen);
+
+/* Appends text to the message of nightly's regression finding
+ * experiment/arm/kind, so that nightly.md, junit.xml and regressions.atom,
+ * which show the findings, name what the bisection found. */
+int lab_store_bisect_note_finding(lab_store *st, int64_t nightly, const char *experiment, const char *arm,
+                                  const char *kind, const char *text, char *err, size_t errlen);
+
 #endif

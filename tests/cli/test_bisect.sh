@@ -144,6 +144,21 @@ sed 's/^/# /' "$T/n.out"
 grep -q "^result: culprit" "$T/n.out" && not_ok "no culprit is named inside the noise" "$(grep culprit "$T/n.out")" || ok "no culprit is named inside the noise"
 grep -q "dataset grows to x2" "$T/n.out" && ok "the dataset grew before giving up" || not_ok "the dataset grew before giving up" ""
 
+# ---- vtlab nightly --bisect: last night at GOOD, tonight at BAD
+mkdir -p "$T/exps" && cp "$T/exp.json" "$T/exps/"
+cd "$R" && git checkout -q "$GOOD" && make -s -j2 vtlab >/dev/null 2>&1 && ./vtlab nightly "$T/exps" --db "$T/n.db" --out "$T/out1" --no-audit --no-plots > "$T/n1.out" 2>&1
+rc1=$?
+git checkout -q "$BAD" && make -s -j2 vtlab >/dev/null 2>&1 && ./vtlab nightly "$T/exps" --db "$T/n.db" --out "$T/out2" --no-audit --no-plots --bisect > "$T/n2.out" 2>&1
+rc2=$?
+grep -E "^== bisect|^result" "$T/n2.out" | sed 's/^/# /'
+[ $rc1 -eq 0 ] && [ $rc2 -eq 1 ] && ok "the nightlies: passed, then regressed" || not_ok "the nightlies: passed, then regressed" "exit $rc1, $rc2: $(tail -3 "$T/n2.out")"
+for f in nightly.md junit.xml regressions.atom; do
+  grep -q "culprit ${PLANTED:0:12}" "$T/out2/$f" && ok "$f names the culprit" || not_ok "$f names the culprit" "$(grep -o 'bisect[^|<]*' "$T/out2/$f" | head -2)"
+done
+NB=$(sqlite3 "$T/n.db" "SELECT builds FROM bisections WHERE nightly_id = 2")
+echo "# nightly bisection: $NB builds (the ends' runs are the nightlies' own)"
+git checkout -q master 2>/dev/null || git checkout -q main 2>/dev/null
+
 T1=$(date +%s)
 echo "# test_bisect: $((T1 - T0)) s"
 finish
