@@ -107,6 +107,16 @@ if [ "$(grep '^result' "$T/b1.out")" = "$(grep '^result' "$T/b1b.out")" ] && ! g
 grep -q "^result: culprit ${PLANTED:0:12}" "$T/b3.out" && ok "--exact names the planted commit" || not_ok "--exact names the planted commit" "$(tail -3 "$T/b3.out")"
 grep -q building "$T/b3.out" && not_ok "--exact reuses the runs already in results.db" "$(grep -c building "$T/b3.out") builds" || ok "--exact reuses the runs already in results.db (no build)"
 
+# ---- vtlab report: each bisection as a table and a chart
+"$VTLAB" report --db "$T/r.db" --out "$T/rep" > "$T/rep.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && ok "the report is written" || not_ok "the report is written" "exit $rc: $(tail -3 "$T/rep.out")"
+grep -q 'id="bisect"' "$T/rep/index.html" && grep -q "culprit ${PLANTED:0:12}" "$T/rep/index.html" && ok "the page has the bisections and the culprit" || not_ok "the page has the bisections" ""
+grep -q "culprit ${PLANTED:0:12}" "$T/rep/summary.md" && ok "summary.md names the culprit" || not_ok "summary.md names the culprit" ""
+if command -v gnuplot >/dev/null; then
+  [ -s "$T/rep/plots/bisect-1.svg" ] && ok "the bisection's chart is drawn" || not_ok "the bisection's chart is drawn" "$(ls "$T/rep/plots" | head)"
+fi
+
 # ---- kill -9 during a bisection, then the same command
 "$VTLAB" bisect "$T/exp.json" --arm bf16 --good "$GOOD" --bad "$BAD" --db "$T/k.db" --workdir "$T/work" > "$T/k1.out" 2>&1 &
 KP=$!
