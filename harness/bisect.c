@@ -238,9 +238,12 @@ static int classify(bctx *c, lab_bisect_step *s, char *err, size_t errlen) {
         snprintf(s->cls, sizeof s->cls, "good");
         snprintf(s->reason, sizeof s->reason, "%s",
                  better ? "significantly better than the bad end" : "verdict SUPPORTED where the bad end is REFUTED");
-    } else if (s->position == c->n && improved) {
+    } else if (s->position == c->n && (improved || s->lost <= s->gained)) {
+        /* the bad end loses no more positions than it gains: there is no
+         * drop to look for (more data would only sharpen "no drop") */
         snprintf(s->cls, sizeof s->cls, "good");
-        snprintf(s->reason, sizeof s->reason, "significantly better than the good end: no regression");
+        snprintf(s->reason, sizeof s->reason, "%s", improved ? "significantly better than the good end: no regression"
+                                                             : "no more positions lost than gained: no regression");
     } else {
         snprintf(s->cls, sizeof s->cls, "undecided");
         snprintf(s->reason, sizeof s->reason, "the difference is inside the noise at alpha %.3g", c->b.alpha);
@@ -480,9 +483,14 @@ static int search_step(bctx *c, int *done, char *err, size_t errlen) {
     }
     if (known(c, c->n) != K_BAD) {
         if (!strcmp(be->cls, "good")) {
-            snprintf(msg, sizeof msg, "%s", !strcmp(c->b.mode, "exact")
-                                                ? "the arm's logits are the same at both ends: nothing changed"
-                                                : "the bad end is not worse than the good end: no regression");
+            if (!strcmp(c->b.mode, "exact"))
+                snprintf(msg, sizeof msg, "the arm's logits are the same at both ends (%.12s): nothing changed",
+                         be->logits_sha256);
+            else
+                snprintf(msg, sizeof msg, "the bad end is not worse than the good end (top1 %lld/%lld -> %lld/%lld; "
+                         "%lld lost, %lld gained, p = %.3g): no regression",
+                         (long long)step_at(c, 0, scale)->k, (long long)step_at(c, 0, scale)->n, (long long)be->k,
+                         (long long)be->n, (long long)be->lost, (long long)be->gained, be->p);
             finish(c, "NONE", msg);
             *done = 1;
             return LAB_OK;

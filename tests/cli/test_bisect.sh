@@ -154,6 +154,11 @@ sed 's/^/# /' "$T/n.out"
 grep -q "^result: culprit" "$T/n.out" && not_ok "no culprit is named inside the noise" "$(grep culprit "$T/n.out")" || ok "no culprit is named inside the noise"
 grep -q "dataset grows to x2" "$T/n.out" && ok "the dataset grew before giving up" || not_ok "the dataset grew before giving up" ""
 
+# ---- a history with no regression (three harmless commits): no culprit
+"$VTLAB" bisect "$T/exp.json" --arm bf16 --good "$GOOD" --bad "$(git -C "$R" rev-parse noise~5)" --db "$T/r.db" --workdir "$T/work" > "$T/z.out" 2>&1
+rc=$?
+[ $rc -eq 0 ] && grep -q "^result: NONE" "$T/z.out" && ok "no regression in the history: NONE, no culprit" || not_ok "no regression: NONE" "exit $rc: $(grep '^result' "$T/z.out")"
+
 # ---- vtlab nightly --bisect: last night at GOOD, tonight at BAD
 mkdir -p "$T/exps" && cp "$T/exp.json" "$T/exps/"
 cd "$R" && git checkout -q "$GOOD" && make -s -j2 vtlab >/dev/null 2>&1 && ./vtlab nightly "$T/exps" --db "$T/n.db" --out "$T/out1" --no-audit --no-plots > "$T/n1.out" 2>&1
