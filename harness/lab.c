@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "audit.h"
+#include "bisect.h"
 #include "bench_record.h"
 #include "cmd_query.h"
 #include "ledger.h"
@@ -34,7 +35,8 @@
 
 typedef struct lab_args {
     const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop, *reason;
-    int         force, json, no_plots, no_audit;
+    const char *good, *bad, *repo, *build, *workdir, *max_scale;
+    int         force, json, no_plots, no_audit, exact, allow_dirty, keep, bisect;
     const char *pos[4];     /* positional arguments after the command */
     int         npos;
 } lab_args;
@@ -57,6 +59,10 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         if (!strcmp(s, "--json") && strstr(allowed, "json")) { a->json = 1; continue; }
         if (!strcmp(s, "--no-plots") && strstr(allowed, "no-plots")) { a->no_plots = 1; continue; }
         if (!strcmp(s, "--no-audit") && strstr(allowed, "no-audit")) { a->no_audit = 1; continue; }
+        if (!strcmp(s, "--exact") && strstr(allowed, "exact")) { a->exact = 1; continue; }
+        if (!strcmp(s, "--allow-dirty") && strstr(allowed, "allow-dirty")) { a->allow_dirty = 1; continue; }
+        if (!strcmp(s, "--keep-worktree") && strstr(allowed, "keep-worktree")) { a->keep = 1; continue; }
+        if (!strcmp(s, "--bisect") && strstr(allowed, "bisect")) { a->bisect = 1; continue; }
         if (!strcmp(s, "--db") && strstr(allowed, "db")) slot = &a->db;
         else if (!strcmp(s, "--arm") && strstr(allowed, "arm")) slot = &a->arm;
         else if (!strcmp(s, "--format") && strstr(allowed, "format")) slot = &a->format;
@@ -67,6 +73,12 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         else if (!strcmp(s, "--alpha") && strstr(allowed, "alpha")) slot = &a->alpha;
         else if (!strcmp(s, "--reason") && strstr(allowed, "reason")) slot = &a->reason;
         else if (!strcmp(s, "--perf-min-drop") && strstr(allowed, "perf-min-drop")) slot = &a->perf_min_drop;
+        else if (!strcmp(s, "--good") && strstr(allowed, "good")) slot = &a->good;
+        else if (!strcmp(s, "--bad") && strstr(allowed, "bad")) slot = &a->bad;
+        else if (!strcmp(s, "--repo") && strstr(allowed, "repo")) slot = &a->repo;
+        else if (!strcmp(s, "--build") && strstr(allowed, "build")) slot = &a->build;
+        else if (!strcmp(s, "--workdir") && strstr(allowed, "workdir")) slot = &a->workdir;
+        else if (!strcmp(s, "--max-scale") && strstr(allowed, "max-scale")) slot = &a->max_scale;
         else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
         if (slot) {
             if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
@@ -350,7 +362,7 @@ static int cmd_report(int argc, char **argv) {
 
 static int cmd_nightly(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots", &a);
+    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots bisect", &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("nightly", "unexpected argument %s (one experiments DIR at most)", a.pos[1]);
     lab_nightly_opts o;
@@ -363,7 +375,41 @@ static int cmd_nightly(int argc, char **argv) {
     if (a.perf_min_drop && parse_fraction("nightly", "--perf-min-drop", a.perf_min_drop, &o.perf_min_drop)) return 2;
     if (a.no_audit) o.audit = 0;
     if (a.no_plots) o.plots = 0;
+    if (a.bisect || (getenv("VTLAB_NIGHTLY_BISECT") && !strcmp(getenv("VTLAB_NIGHTLY_BISECT"), "1"))) o.bisect = 1;
     return lab_nightly_cmd(&o, a.specs != NULL);
+}
+
+static int cmd_bisect(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("bisect", argc, argv,
+                       "db arm good bad repo build workdir max-scale alpha exact allow-dirty keep-worktree", &a);
+    if (u) return u;
+    if (a.npos != 1) return usage_error("bisect", "expected one EXPERIMENT.json%s", "");
+    if (!a.arm) return usage_error("bisect", "--arm NAME is required (the arm that regressed)%s", "");
+    if (!a.good || !a.bad) return usage_error("bisect", "--good REV and --bad REV are required%s", "");
+    lab_bisect_opts o;
+    lab_bisect_defaults(&o);
+    o.experiment = a.pos[0];
+    o.arm = a.arm;
+    o.good = a.good;
+    o.bad = a.bad;
+    if (a.repo) o.repo = a.repo;
+    o.build_cmd = a.build;
+    o.workdir = a.workdir;
+    o.db_path = a.db;
+    o.exact = a.exact;
+    o.allow_dirty = a.allow_dirty;
+    o.keep_worktree = a.keep;
+    if (a.alpha && parse_fraction("bisect", "--alpha", a.alpha, &o.alpha)) return 2;
+    if (a.max_scale) {
+        char *end;
+        errno = 0;
+        long v = strtol(a.max_scale, &end, 10);
+        if (errno || *end || v < 1 || v > 1024)
+            return usage_error("bisect", "--max-scale must be an integer 1..1024, got \"%s\"", a.max_scale);
+        o.max_scale = v;
+    }
+    return lab_bisect_cmd(&o);
 }
 
 int lab_main(const char *cmd, int argc, char **argv, int *handled) {
@@ -380,6 +426,7 @@ int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     /* reports and nightly CI sweeps (their options parsed above, like every command's) */
     if (!strcmp(cmd, "report")) return cmd_report(argc, argv);
     if (!strcmp(cmd, "nightly")) return cmd_nightly(argc, argv);
+    if (!strcmp(cmd, "bisect")) return cmd_bisect(argc, argv);
     *handled = 0;
     return 0;
 }
@@ -409,8 +456,15 @@ void lab_usage(FILE *out) {
             "  report   [--db PATH] [--out DIR] [--no-plots]\n"
             "                                       static HTML page + markdown + gnuplot charts (default report/)\n"
             "  nightly  [DIR] [--db PATH] [--out DIR] [--specs DIR] [--alpha A] [--perf-min-drop F] [--no-audit] [--no-plots]\n"
+            "           [--bisect]                  (--bisect or VTLAB_NIGHTLY_BISECT=1: bisect each accuracy/numerics\n"
+            "                                       regression between the previous nightly's commit and tonight's)\n"
             "                                       rerun DIR/*.json, audit, compare with the previous nightly;\n"
             "                                       junit.xml, nightly.md, regressions.atom; exit 1 on a regression\n"
+            "  bisect   EXPERIMENT.json --arm NAME --good REV --bad REV [--repo DIR] [--build CMD] [--db PATH]\n"
+            "           [--exact] [--alpha A] [--max-scale N] [--workdir DIR] [--allow-dirty] [--keep-worktree]\n"
+            "                                       find the commit that made the arm regress: each candidate built in\n"
+            "                                       a worktree and run; good/bad/undecided/skip by McNemar against the\n"
+            "                                       ends (or, --exact, a changed logits hash); resumable (docs/bisect.md)\n"
             "  ack      EXPERIMENT/ARM/KIND --reason TEXT [--db PATH]\n"
             "                                       acknowledge a known regression: later nightlies note it, not alert\n");
 }

@@ -17,6 +17,8 @@
  */
 #include "nightly.h"
 
+#include "bisect.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -1253,6 +1255,61 @@ failed:;
     return rc;
 }
 
+/* `--bisect`: for each accuracy or numerics regression of tonight, a
+ * bisection between the commit of the previous nightly of the experiment and
+ * tonight's (numerics: --exact), in this repository with the default build.
+ * Its result is appended to the finding's message, so nightly.md, junit.xml
+ * and regressions.atom name the culprit. A bisection that cannot run is
+ * said in the message; it never fails the night by itself. */
+static int bisect_regressions(night *n, char *err, size_t errlen) {
+    lab_bisect_target *t = NULL;
+    int64_t nt = 0;
+    int rc = lab_store_bisect_nightly_targets(n->st, n->id, &t, &nt, err, errlen);
+    for (int64_t i = 0; !rc && i < nt && !lab_interrupted; i++) {
+        const char *file = NULL;
+        for (int j = 0; j < n->nf; j++)
+            if (!strcmp(n->ids[j], t[i].experiment)) file = n->files[j];
+        int64_t prev = 0;
+        char good[64] = "", bad[64], note[1600], berr[1024] = "";
+        if ((rc = lab_store_nightly_previous(n->st, n->id, t[i].experiment, &prev, err, errlen))) break;
+        if (prev && (rc = lab_store_bisect_nightly_commit(n->st, prev, good, sizeof good, err, errlen))) break;
+        good[strcspn(good, "+")] = 0;   /* a dirty build: its commit */
+        snprintf(bad, sizeof bad, "%s", vt_build_commit());
+        bad[strcspn(bad, "+")] = 0;
+        lab_bisection b;
+        memset(&b, 0, sizeof b);
+        int brc = LAB_EINPUT;
+        if (!file || !prev || !good[0] || !strcmp(good, "unknown") || !strcmp(bad, "unknown")) {
+            snprintf(berr, sizeof berr, "no previous nightly commit to start from");
+        } else if (!strncmp(good, bad, strlen(good) < strlen(bad) ? strlen(good) : strlen(bad))) {
+            snprintf(berr, sizeof berr, "the previous nightly ran the same commit %s: nothing to bisect", bad);
+        } else {
+            lab_bisect_opts bo;
+            lab_bisect_defaults(&bo);
+            bo.experiment = file;
+            bo.arm = t[i].arm;
+            bo.good = good;
+            bo.bad = bad;
+            bo.db_path = n->o->db_path;
+            bo.exact = !strcmp(t[i].kind, "numerics");
+            bo.allow_dirty = 1;
+            bo.nightly_id = n->id;
+            printf("== bisect %s/%s (%s) between nightly %lld's commit %s and tonight's %s\n", t[i].experiment,
+                   t[i].arm, t[i].kind, (long long)prev, good, bad);
+            fflush(stdout);
+            brc = lab_bisect_run(&bo, stdout, &b, berr, sizeof berr);
+        }
+        if (brc) snprintf(note, sizeof note, " | bisect: not done: %.1000s", berr);
+        else if (!strcmp(b.status, "FOUND"))
+            snprintf(note, sizeof note, " | bisect (bisection %lld): culprit %.12s: %.1400s", (long long)b.id, b.first_bad,
+                     b.message);
+        else snprintf(note, sizeof note, " | bisect (bisection %lld): %s: %.1400s", (long long)b.id, b.status, b.message);
+        rc = lab_store_bisect_note_finding(n->st, n->id, t[i].experiment, t[i].arm, t[i].kind, note, err, errlen);
+    }
+    free(t);
+    return rc;
+}
+
 /* After the sweep: the runs this process made belong to this nightly; drops
  * re-measured; the audit; the comparison; the status and the outputs. */
 static int judge_nightly(night *n, int sweep_rc, const char *sweep_err, int64_t *n_reg, char *err, size_t errlen) {
@@ -1266,6 +1323,7 @@ static int judge_nightly(night *n, int sweep_rc, const char *sweep_err, int64_t 
     int64_t nreg = 0;
     if ((rc = lab_nightly_compare(n->st, n->id, n->o, &nreg, err, errlen))) return rc;
     *n_reg = nreg;
+    if (nreg && n->o->bisect && !lab_interrupted && (rc = bisect_regressions(n, err, errlen))) return rc;
     lab_now_iso(now);
     /* A sweep error that produced no failed run (e.g. a model that cannot be
      * built) fails the night, and it is then never used as a baseline. */

@@ -53,6 +53,8 @@ typedef struct lab_nightly_opts {
     double      perf_sigmas;    /* performance: standard errors of noise a drop must exceed (3) */
     int         audit;          /* 1: run the audit after the sweep */
     int         plots;          /* 1: charts in the report */
+    int         bisect;         /* 1: bisect each accuracy/numerics regression between the previous
+                                 * nightly's commit and tonight's (--bisect, or VTLAB_NIGHTLY_BISECT=1) */
 } lab_nightly_opts;
 
 /* Sensible defaults for every field. */

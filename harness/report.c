@@ -707,6 +707,8 @@ static int build_page(lab_store *st, page *pg, const lab_rp_page_view *v, char *
     }
     section_claims(pg, v);
     section_nightlies(pg, v);
+    int brc = lab_rp_section_bisections(st, pg, err, errlen);
+    if (brc) return brc;
     lab_buf_printf(ht, "<hr><p class=\"meta\">Every number here is a row of the database; <code>vtlab show RUN</code> "
                        "prints everything recorded about a run. Schema: docs/schema.md.</p>\n</body></html>\n");
     return pg->html.oom || pg->md.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : LAB_OK;

@@ -47,6 +47,10 @@ static void chart(page *pg, const char *name, const char *data, const char *body
     lab_buf_printf(&pg->md, "![%s](plots/%s.png)\n\n", name, name);
 }
 
+void lab_rp_chart(page *pg, const char *name, const char *data, const char *body, int w, int h, const char *caption) {
+    chart(pg, name, data, body, w, h, caption);
+}
+
 /* A point's colour: its verdict (green SUPPORTED, red REFUTED, amber
  * INCONCLUSIVE, grey none), so a glance at the chart says what was decided. */
 static unsigned verdict_rgb(const arm_view *a) {

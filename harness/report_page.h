@@ -33,4 +33,12 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem);
 void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem);
 void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, const char *stem_tps);
 
+/* One chart on the page (report_charts.c), for the sections outside it. */
+void lab_rp_chart(page *pg, const char *name, const char *data, const char *body, int w, int h, const char *caption);
+
+/* report_bisect.c: the bisections of `vtlab bisect`, each as a table of its
+ * steps and a chart of top-1 agreement over the commit range. Nothing when
+ * the database has none (or no bisections table: an older read-only file). */
+int lab_rp_section_bisections(lab_store *st, page *pg, char *err, size_t errlen);
+
 #endif

@@ -380,8 +380,65 @@ static const char *const migration_v6 =
  * faults): a run through it is understood from this row alone. */
 static const char *const migration_v7 = "ALTER TABLE runs ADD COLUMN engine_hello TEXT;";
 
+/* v8 (bisect part): `vtlab bisect` (docs/bisect.md). A bisection is found
+ * again by its key (the sha256 of the arguments that define it), so the same
+ * command resumes it; a step is one commit evaluated at one dataset scale,
+ * with the runs it used and its evidence. Another v8 part may join this
+ * migration; this string is the bisection's tables alone. */
+static const char *const migration_v8_bisect =
+    "CREATE TABLE bisections ("
+    "  id INTEGER PRIMARY KEY,"
+    "  key TEXT NOT NULL UNIQUE,"
+    "  experiment TEXT NOT NULL,"
+    "  experiment_file TEXT NOT NULL,"
+    "  experiment_sha256 TEXT NOT NULL,"
+    "  arm TEXT NOT NULL,"
+    "  reference_arm TEXT NOT NULL,"
+    "  repo TEXT NOT NULL,"
+    "  good_rev TEXT NOT NULL,"
+    "  bad_rev TEXT NOT NULL,"
+    "  good_commit TEXT NOT NULL,"
+    "  bad_commit TEXT NOT NULL,"
+    "  n_commits INTEGER NOT NULL,"
+    "  mode TEXT NOT NULL CHECK (mode IN ('stats','exact')),"
+    "  alpha REAL NOT NULL,"
+    "  max_scale INTEGER NOT NULL,"
+    "  scale INTEGER NOT NULL DEFAULT 1,"
+    "  builds INTEGER NOT NULL DEFAULT 0,"
+    "  build_cmd TEXT NOT NULL,"
+    "  nightly_id INTEGER REFERENCES nightlies(id),"
+    "  status TEXT NOT NULL CHECK (status IN ('RUNNING','FOUND','RANGE','UNDECIDED','NONE','FAILED')),"
+    "  first_bad TEXT,"
+    "  range_good TEXT,"
+    "  range_bad TEXT,"
+    "  message TEXT,"
+    "  started_at TEXT NOT NULL,"
+    "  finished_at TEXT);"
+    "CREATE TABLE bisect_steps ("
+    "  id INTEGER PRIMARY KEY,"
+    "  bisection_id INTEGER NOT NULL REFERENCES bisections(id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  commit_sha TEXT NOT NULL,"
+    "  subject TEXT NOT NULL,"
+    "  position INTEGER NOT NULL,"
+    "  scale INTEGER NOT NULL,"
+    "  class TEXT NOT NULL CHECK (class IN ('good','bad','skip','undecided')),"
+    "  built INTEGER NOT NULL,"
+    "  arm_run_id INTEGER REFERENCES runs(id),"
+    "  ref_run_id INTEGER REFERENCES runs(id),"
+    "  top1_k INTEGER, top1_n INTEGER, top1_lo REAL, top1_hi REAL,"
+    "  verdict TEXT,"
+    "  lost INTEGER, gained INTEGER, p REAL,"
+    "  lost_vs_bad INTEGER, gained_vs_bad INTEGER, p_vs_bad REAL,"
+    "  logits_sha256 TEXT,"
+    "  reason TEXT,"
+    "  at TEXT NOT NULL,"
+    "  UNIQUE (bisection_id, commit_sha, scale));"
+    "CREATE INDEX bisections_nightly ON bisections(nightly_id);";
+
 static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3, migration_v4,
-                                                           migration_v5, migration_v6, migration_v7};
+                                                           migration_v5, migration_v6, migration_v7,
+                                                           migration_v8_bisect};
 
 /* ------------------------------------------------------------ helpers */
 

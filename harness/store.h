@@ -34,7 +34,8 @@
 #include "model/vt.h"
 
 /* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store.c has the history). */
-#define LAB_SCHEMA_VERSION 7
+/* v8: bisections, bisect_steps (`vtlab bisect`). */
+#define LAB_SCHEMA_VERSION 8
 
 typedef struct lab_store lab_store;
 
