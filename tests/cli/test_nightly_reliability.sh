@@ -149,6 +149,8 @@ c.execute("DROP TABLE IF EXISTS meta")
 c.execute("ALTER TABLE runs DROP COLUMN layer_kinds")
 # and nothing of v7 (runs.engine_hello); a later migration adds its undo here
 c.execute("ALTER TABLE runs DROP COLUMN engine_hello")
+# and nothing of v8 (bisections, bisect_steps)
+for t in ("bisect_steps", "bisections"): c.execute("DROP TABLE IF EXISTS " + t)
 c.execute("PRAGMA user_version = 4")
 c.commit()
 PYEOF
