@@ -1048,7 +1048,7 @@ static int record_host(lab_store *st, int64_t after, const char *host, int64_t p
  * status (err); herr: why the host speed was not recorded ("" when it was). */
 static int run_one(lab_store *st, const char *file, const char *db_path, const char *only, const char *host, int64_t pid,
                    int64_t before, lab_run_summary *sum, char *err, size_t errlen, char *herr, size_t herrlen) {
-    lab_run_opts ro = {db_path, only, 1, lab_progress_mode()};
+    lab_run_opts ro = {db_path, only, 1, lab_progress_mode(), 0, 0};
     double g0 = host_sgemm_gflops();
     int rc = lab_run_experiment(file, &ro, sum, err, errlen);
     double g1 = host_sgemm_gflops();
