@@ -540,3 +540,40 @@ int lab_store_spec_json(lab_store *st, const char *sha256, char **json, char *er
     if (!*json) return lab_errf(err, errlen, LAB_EINPUT, "%s: experiment spec %s is missing", st->path, sha256 ? sha256 : "");
     return LAB_OK;
 }
+
+int lab_store_logits_composed(lab_store *st, int64_t run_id, int *composed, char *err, size_t errlen) {
+    *composed = 0;
+    int have = 0, rc = lab_store_has_table(st, "run_sequences", &have, err, errlen);
+    if (rc || !have) return rc;
+    sqlite3_stmt *s;
+    if ((rc = lab_sq_prep_as(st, "SELECT EXISTS (SELECT 1 FROM run_sequences WHERE run_id = ?1)", &s,
+                             "reading run_sequences", err, errlen)))
+        return rc;
+    sqlite3_bind_int64(s, 1, run_id);
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) {
+        *composed = sqlite3_column_int(s, 0);
+        step = sqlite3_step(s);
+    }
+    return lab_sq_done(st, s, step, "reading run_sequences", err, errlen);
+}
+
+int lab_store_topk_same(lab_store *st, int64_t a, int64_t b, int *same, char *err, size_t errlen) {
+    *same = 0;
+    sqlite3_stmt *s;
+    int rc = lab_sq_prep_as(st, "SELECT (SELECT count(*) FROM logits_topk WHERE run_id = ?1),"
+                                " (SELECT count(*) FROM logits_topk WHERE run_id = ?2),"
+                                " (SELECT count(*) FROM logits_topk x JOIN logits_topk y ON y.seq = x.seq"
+                                "  AND y.run_id = ?2 WHERE x.run_id = ?1 AND x.n_pos = y.n_pos AND x.k = y.k"
+                                "  AND x.ids = y.ids AND x.logprobs = y.logprobs)", &s, "comparing top-k", err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, a);
+    sqlite3_bind_int64(s, 2, b);
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) {
+        int64_t na = sqlite3_column_int64(s, 0), nb = sqlite3_column_int64(s, 1), eq = sqlite3_column_int64(s, 2);
+        *same = na > 0 && na == nb && eq == na;
+        step = sqlite3_step(s);
+    }
+    return lab_sq_done(st, s, step, "comparing top-k", err, errlen);
+}

@@ -82,4 +82,12 @@ int lab_store_put_merged_shard(lab_store *st, int64_t run_id, const lab_shard_ru
 int lab_store_shard_state(lab_store *st, const char *experiment, const char *arm, const char *shard,
                           const char *code_version, int *state, char *err, size_t errlen);
 
+/* *composed = 1 when run_id's logits hash is the composed one (schema v8:
+ * sha256 of its per-sequence hashes; the run has run_sequences rows), 0
+ * when it is the older single stream over every logit row. Two runs whose
+ * definitions differ cannot be compared by hash (nightly.c). */
+int lab_store_logits_composed(lab_store *st, int64_t run_id, int *composed, char *err, size_t errlen);
+/* *same = 1 when runs a and b have the same logits_topk rows (ids and log-probs, bit for bit). */
+int lab_store_topk_same(lab_store *st, int64_t a, int64_t b, int *same, char *err, size_t errlen);
+
 #endif
