@@ -73,6 +73,14 @@ static int arm_position(const char *spec_json, const char *arm) {
     return pos;
 }
 
+/* 1 when r was computed by the task of its own arm and shard (VTLAB_TASK =
+ * "EXPERIMENT/ARM/I/N", set by submit's batch script). */
+static int own_task(const lab_shard_run *r) {
+    char want[512];
+    snprintf(want, sizeof want, "%s/%s/%s", r->experiment, r->arm, r->shard ? r->shard : "");
+    return r->info.task && !strcmp(r->info.task, want);
+}
+
 /* Groups the shard runs by (experiment, arm, repeat), checking that the
  * shards of a group agree (identity, shard count) and that two copies of
  * a shard are bit-identical. */
@@ -125,7 +133,10 @@ static int build_groups(found *f, int64_t nf, const char *const *dbs, group **ou
                                 "%.16s... (the forward pass did not reproduce across tasks); nothing merged",
                                 r->experiment, r->arm, r->shard, dbs[slot->db], (long long)slot->r->run_id,
                                 slot->r->logits_sha256, dbs[f[i].db], (long long)r->run_id, r->logits_sha256);
-            continue;   /* the same shard again (the reference, computed by each task of its range) */
+            /* the same shard again (the reference, computed by each task of
+             * its range): the provenance kept is its own task's when known */
+            if (own_task(r) && !own_task(slot->r)) slot->db = f[i].db, slot->r = f[i].r;
+            continue;
         }
         *slot = f[i];
         g[k].n_have++;

@@ -98,6 +98,7 @@ typedef struct pass {
     double               *scratch;   /* f64 [threads, 4, V]: log-probs, reference log-probs, KL scratch */
     pos_stat             *ps;        /* [max_len] */
     void                 *inst;      /* the engine instance */
+    int                   threads;   /* scratch is sized for this many threads */
 } pass;
 
 static int64_t count_scored(const lab_experiment *e) {
@@ -111,7 +112,12 @@ static int pass_alloc(pass *p) {
     vt_sha256_init(&acc->hash);
     acc->top_k = e->top_k < p->V ? e->top_k : p->V;
     p->logits = malloc((size_t)(e->ds.max_len * p->V) * sizeof *p->logits);
-    p->scratch = malloc((size_t)omp_get_max_threads() * 4 * (size_t)p->V * sizeof *p->scratch);
+    /* The scratch is per thread: the scoring regions run with exactly this
+     * many threads, whatever the session sets afterwards (the builtin
+     * session calls omp_set_num_threads with its own count when it opens,
+     * which once overran a scratch sized under OMP_NUM_THREADS=1). */
+    p->threads = omp_get_max_threads();
+    p->scratch = malloc((size_t)p->threads * 4 * (size_t)p->V * sizeof *p->scratch);
     p->ps = malloc((size_t)(e->ds.max_len > 0 ? e->ds.max_len : 1) * sizeof *p->ps);
     if (!p->logits || !p->scratch || !p->ps) return -1;
     acc->n_seq = e->ds.n_seq;
@@ -288,7 +294,7 @@ static void fold_sequence(const pass *p, int64_t q, int64_t T, int64_t sc0) {
 static void score_sequence(const pass *p, int64_t q, int64_t T, int64_t sc0) {
     vt_sha256_ctx h;
     vt_sha256_init(&h);
-    #pragma omp parallel
+    #pragma omp parallel num_threads(p->threads)
     {
         #pragma omp single nowait
         {

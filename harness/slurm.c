@@ -292,6 +292,10 @@ static void squeue_states(sweep *s, int *have) {
     int st = pclose(q);
     *have = st == 0 || any;
     free(jobs);
+    /* squeue answered: a RUNNING row of a task Slurm no longer lists is a
+     * task that died (killed, node lost, out of memory) */
+    for (int64_t i = 0; *have && i < s->n_t; i++)
+        if (s->t[i].state == 'R') s->t[i].state = 'X';
 }
 
 /* "0-3,7,9-10" of the indices (relative to first) of tasks selected. */
@@ -430,9 +434,9 @@ int lab_submit(const lab_submit_opts *o, char *err, size_t errlen) {
         char mp[PATH_MAX + 32], mid[128] = "";
         snprintf(mp, sizeof mp, "%s/merge.sbatch", s.dir);
         if (o->dry_run) {
-            printf("# %s\n%s# sbatch --parsable --dependency=afterok:ALLJOBS '%s'\n", mp, m.data, mp);
+            printf("# %s\n%s# sbatch --parsable --dependency=afterok:ALLJOBS --kill-on-invalid-dep=yes '%s'\n", mp, m.data, mp);
         } else if (!(rc = write_file(mp, &m, err, errlen))) {
-            if (all_ids.len) lab_buf_printf(&args, "--dependency=afterok%s ", all_ids.data);
+            if (all_ids.len) lab_buf_printf(&args, "--dependency=afterok%s --kill-on-invalid-dep=yes ", all_ids.data);
             lab_buf_printf(&args, "'%s'", mp);
             if (!(rc = sbatch(args.data, mid, sizeof mid, err, errlen))) {
                 lab_buf_printf(&jobs, "%s\t-\tmerge\t-\n", mid);
