@@ -78,12 +78,17 @@ $PY -c "
 import json; e=json.load(open('$M')); e['id']='other-exp'; e['arms']=e['arms'][:1]; e['dataset']['generate']['n_sequences']=2
 json.dump(e, open('$W/other.json','w'))"
 "$VTLAB" run "$W/other.json" --db "$W/base.db" >/dev/null 2>&1
+# the kill lands uniformly within the time one merge takes (measured here)
+rm -f "$W/t.db"; cp "$W/base.db" "$W/t.db"; t0=$(date +%s%N)
+"$VTLAB" merge "$W/s0.db" "$W/s1.db" "$W/s2.db" --into "$W/t.db" >/dev/null 2>&1
+dur_us=$(( ($(date +%s%N) - t0) / 1000 )); [ $dur_us -lt 1000 ] && dur_us=1000
+echo "# one merge (process included): $((dur_us / 1000)) ms"
 kills=0; states=""; badk=0
 for k in $(seq 1 20); do
   rm -f "$W/k.db" "$W/k.db-wal" "$W/k.db-shm"; cp "$W/base.db" "$W/k.db"
   "$VTLAB" merge "$W/s0.db" "$W/s1.db" "$W/s2.db" --into "$W/k.db" >/dev/null 2>&1 &
   pid=$!
-  sleep "0.$(printf %03d $((RANDOM % 60)))"
+  us=$(( (RANDOM * 32768 + RANDOM) % dur_us )); sleep "$((us / 1000000)).$(printf %06d $((us % 1000000)))"
   kill -9 $pid 2>/dev/null && kills=$((kills + 1))
   wait $pid 2>/dev/null
   st=$($PY -c "
@@ -96,7 +101,7 @@ p=d.execute('SELECT count(*) FROM merged_shards').fetchone()[0] if d.execute(\"S
 print(ic, n, f, o, p)" "$W/k.db")
   case "$st" in "ok 0 0 1 0") states="${states}b" ;; "ok 4 4 1 12") states="${states}m" ;; *) badk=$((badk + 1)); echo "# kill $k: state $st" ;; esac
   "$VTLAB" merge "$W/s0.db" "$W/s1.db" "$W/s2.db" --into "$W/k.db" >/dev/null 2>&1 || badk=$((badk + 1))
-  $PY tests/slurm/same_results.py "$W/local.db" "$W/k.db" >/dev/null 2>&1 || { badk=$((badk + 1)); echo "# kill $k: rerun differs"; }
+  $PY tests/slurm/same_results.py "$W/local.db" "$W/k.db" bf16-mini >/dev/null 2>&1 || { badk=$((badk + 1)); echo "# kill $k: rerun differs"; }
 done
 [ $badk -eq 0 ] && ok "20 merges SIGKILLed at random points ($kills killed in flight): each left results.db as before or fully merged ($states: b before, m merged), and a rerun completed it" \
   || not_ok "merges under SIGKILL" "$badk inconsistent states ($states)"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""same_results.py A.db B.db — do two results databases hold the same runs?
+"""same_results.py A.db B.db [EXPERIMENT] — do two results databases hold the same runs
+(of EXPERIMENT only, when given)?
 
 Every FINISHED whole run (shard '') is keyed by (experiment, arm, repeat) and
 compared field by field: status, assertions, logits hash, sizes; its
@@ -14,13 +15,16 @@ import sqlite3, sys
 def rows(db, sql, *a):
     return db.execute(sql, a).fetchall()
 
+ONLY = sys.argv[3] if len(sys.argv) > 3 else None
+
 def runs(db):
     out = {}
     for r in rows(db, "SELECT id, experiment, arm, repeat_idx, status, assertions_ok, assertion_reason,"
                       " logits_sha256, n_sequences, n_tokens, n_scored, is_reference, knob_hash, model_sha256,"
                       " dataset_sha256, code_version, score, top_k, expected_assertions FROM runs"
                       " WHERE status = 'FINISHED' AND shard = ''"):
-        out[(r[1], r[2], r[3])] = r
+        if ONLY is None or r[1] == ONLY:
+            out[(r[1], r[2], r[3])] = r
     return out
 
 def content(db, rid, ids):
