@@ -69,7 +69,7 @@ else
 CUDA_OBJ  :=
 endif
 
-.PHONY: all deps cuda-info test unit cli-test reference-test fuzz sanitize mutation run bench clean knobs-doc
+.PHONY: all deps deps-slurm cuda-info test unit cli-test reference-test slurm-test fuzz sanitize mutation run bench clean knobs-doc
 
 all: deps vtlab
 
@@ -107,6 +107,21 @@ ifeq ($(NVCC),)
 else ifneq ($(BUILD_CUDA),1)
 	@echo "make: no GPU here; building the CPU backend only (make cuda builds the CUDA one)"
 endif
+
+# Slurm and munge, for tests/slurm only (`make slurm-test`, part of `make
+# test`): installed when missing, never required by anything else. When
+# they cannot be installed the test reports itself skipped.
+SLURM_PACKAGES := slurm-wlm munge
+deps-slurm:
+	@missing=""; for p in $(SLURM_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps-slurm: installing$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	  || echo "make deps-slurm: apt-get install$$missing failed; the Slurm test will be skipped" >&2; \
+	fi
 
 # ---------------------------------------------------------------------- build
 # The code version (commit, dirty flag, compiler, flags) is written to a
@@ -173,6 +188,13 @@ cli-test: deps vtlab $(BUILD)/bench
 	@mkdir -p $(BUILD)/logs
 	set -o pipefail; BENCH=$(BUILD)/bench bash tests/cli/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/cli.log
 
+# A real single-node Slurm (tests/slurm/test_slurm.sh, ~10 s): skipped, never
+# passed, where the daemons cannot start.
+slurm-test: deps vtlab
+	@mkdir -p $(BUILD)/logs
+	@$(MAKE) --no-print-directory deps-slurm || true
+	set -o pipefail; bash tests/slurm/test_slurm.sh ./vtlab 2>&1 | tee $(BUILD)/logs/slurm.log
+
 reference-test: deps vtlab
 	@mkdir -p $(BUILD)/logs
 	set -o pipefail; bash tests/reference/run.sh ./vtlab 2>&1 | tee $(BUILD)/logs/reference.log
@@ -202,7 +224,7 @@ fuzz: deps $(FUZZ_TARGETS)
 # Every suite runs even when an earlier one fails (each in its own make, its
 # exit status noted in logs/suites); the summary's last line is always
 # "tests: N passed, M failed, S skipped" and its status is the run's.
-TEST_SUITES := unit cli-test reference-test fuzz cuda-compile
+TEST_SUITES := unit cli-test reference-test slurm-test fuzz cuda-compile
 test: deps vtlab
 	@rm -rf $(BUILD)/logs; mkdir -p $(BUILD)/logs; \
 	for s in $(TEST_SUITES); do \

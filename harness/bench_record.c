@@ -306,7 +306,7 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
     for (int64_t i = 0; i < r.n; i++) {
         const phase *p = &r.ph[i];
         vt_knobset_hash(p->ks, knob_hash);
-        lab_identity id = {r.experiment, p->name, 0, knob_hash, r.model_sha, r.tokens_sha, r.code};
+        lab_identity id = {r.experiment, p->name, 0, knob_hash, r.model_sha, r.tokens_sha, r.code, NULL};
         int kind = 0;
         int64_t run_id = 0, stale = 0;
         /* forced: every report is a new measurement, never "already finished" */

@@ -680,10 +680,34 @@ static int parse_decision(pctx *c, lab_experiment *e, const cJSON *d) {
     return LAB_OK;
 }
 
+/* "slurm": {"partition": "gpu", "time": "02:00:00", "gpus_per_task": 1,
+ * "account": "inference"} — defaults for `vtlab submit`; not part of any
+ * run's identity. Strings may not hold a quote, a newline or a tab: they
+ * go into a batch script. */
+static int parse_slurm(pctx *c, lab_experiment *e, const cJSON *j) {
+    if (!j) return LAB_OK;
+    static const char *const keys[] = {"partition", "time", "gpus_per_task", "account", NULL};
+    int rc;
+    if (!cJSON_IsObject(j))
+        return BAD(c, "slurm", "expected {\"partition\": ..., \"time\": ..., \"gpus_per_task\": N, \"account\": ...}, "
+                   "got %s", json_type(j));
+    if ((rc = check_keys(c, j, "slurm", keys)) || (rc = check_dupes(c, j, "slurm"))) return rc;
+    if ((rc = get_string(c, j, "partition", "slurm.partition", 0, &e->slurm_partition))) return rc;
+    if ((rc = get_string(c, j, "time", "slurm.time", 0, &e->slurm_time))) return rc;
+    if ((rc = get_string(c, j, "account", "slurm.account", 0, &e->slurm_account))) return rc;
+    if ((rc = get_int(c, j, "gpus_per_task", "slurm.gpus_per_task", 0, 0, 64, 0, &e->slurm_gpus_per_task))) return rc;
+    const char *v[] = {e->slurm_partition, e->slurm_time, e->slurm_account};
+    const char *f[] = {"slurm.partition", "slurm.time", "slurm.account"};
+    for (int i = 0; i < 3; i++)
+        if (v[i] && (!*v[i] || strpbrk(v[i], "'\"\n\t\\ $`")))
+            return BAD(c, f[i], "expected a non-empty value without quotes, blanks, '$', '`' or backslashes");
+    return LAB_OK;
+}
+
 static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     static const char *const keys[] = {"id", "description", "hypothesis", "notes", "model", "dataset",
                                        "score", "top_k", "store_full_logits", "probe", "reference",
-                                       "arms", "metrics", "decision", "divergence", "repeats", "engine", NULL};
+                                       "arms", "metrics", "decision", "divergence", "repeats", "engine", "slurm", NULL};
     int rc;
     if (!cJSON_IsObject(root)) return BAD(c, "(top level)", "expected a JSON object, got %s", json_type(root));
     if ((rc = check_keys(c, root, "", keys)) || (rc = check_dupes(c, root, ""))) return rc;
@@ -765,6 +789,7 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
         }
     }
     if ((rc = get_int(c, root, "repeats", "repeats", 0, 1, 100, 1, &e->repeats))) return rc;
+    if ((rc = parse_slurm(c, e, cJSON_GetObjectItemCaseSensitive(root, "slurm")))) return rc;
 
     const cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "dataset");
     if (!ds) return BAD(c, "dataset", "missing (expected one of generate, inline, file)");
@@ -841,6 +866,9 @@ void lab_experiment_free(lab_experiment *e) {
     free(e->id);
     free(e->description);
     free(e->hypothesis);
+    free(e->slurm_partition);
+    free(e->slurm_time);
+    free(e->slurm_account);
     free(e->model_dir);
     free(e->synth_config);
     free(e->ds.file);

@@ -64,6 +64,7 @@ typedef struct lab_dataset {
     int64_t  *offsets;         /* [n_seq + 1] */
     int32_t  *tokens;          /* [offsets[n_seq]] */
     int64_t   max_len;
+    int64_t   seq_base;        /* a shard's view (vtlab run --shard): global index of sequence 0; else 0 */
 } lab_dataset;
 
 /* Metric switches (bit flags of `metrics`). */
@@ -101,6 +102,9 @@ typedef struct lab_experiment {
     int64_t     repeats;       /* runs per arm (>= 1) */
     lab_engine_spec engine;    /* the arms' engine unless an arm names its own */
     char       *spec_json;     /* the file re-printed canonically (stored with runs) */
+    /* "slurm": defaults for `vtlab submit` (docs/slurm.md); NULL / 0 when absent */
+    char       *slurm_partition, *slurm_time, *slurm_account;
+    int64_t     slurm_gpus_per_task;
 } lab_experiment;
 
 /* Dataset limits (docs/experiments.md, "Limits"), the same for every source.

@@ -31,14 +31,19 @@
 #include "experiment.h"
 #include "runner.h"
 #include "store.h"
+#include "merge.h"
+#include "slurm.h"
 #include "util.h"
+
+#define LAB_MAX_POS 4096
 
 typedef struct lab_args {
     const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop, *reason;
     const char *good, *bad, *repo, *build, *workdir, *max_scale;
-    int         force, json, no_plots, no_audit, exact, allow_dirty, keep, bisect;
-    const char *pos[4];     /* positional arguments after the command */
-    int         npos;
+    const char *shard, *into, *results, *partition, *time, *gpus, *account, *shards, *slurm, *merge_into, *vtlab;
+    int         force, json, no_plots, no_audit, exact, allow_dirty, keep, bisect, partial, dry_run, resume, use_slurm;
+    const char *pos[LAB_MAX_POS];   /* positional arguments after the command */
+    int         npos, maxpos;
 } lab_args;
 
 static int usage_error(const char *cmd, const char *fmt, const char *arg) {
@@ -49,8 +54,9 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg) {
 }
 
 /* Parses argv[1..] of a lab command. allowed: the options this command takes. */
-static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, lab_args *a) {
+static int parse_args_n(const char *cmd, int argc, char **argv, const char *allowed, int maxpos, lab_args *a) {
     memset(a, 0, sizeof *a);
+    a->maxpos = maxpos;
     a->db = LAB_DEFAULT_DB;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -63,6 +69,10 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         if (!strcmp(s, "--allow-dirty") && strstr(allowed, "allow-dirty")) { a->allow_dirty = 1; continue; }
         if (!strcmp(s, "--keep-worktree") && strstr(allowed, "keep-worktree")) { a->keep = 1; continue; }
         if (!strcmp(s, "--bisect") && strstr(allowed, "bisect")) { a->bisect = 1; continue; }
+        if (!strcmp(s, "--partial") && strstr(allowed, "partial")) { a->partial = 1; continue; }
+        if (!strcmp(s, "--dry-run") && strstr(allowed, "dry-run")) { a->dry_run = 1; continue; }
+        if (!strcmp(s, "--resume") && strstr(allowed, "resume")) { a->resume = 1; continue; }
+        if (!strcmp(s, "--slurm") && strstr(allowed, "use-slurm")) { a->use_slurm = 1; continue; }
         if (!strcmp(s, "--db") && strstr(allowed, "db")) slot = &a->db;
         else if (!strcmp(s, "--arm") && strstr(allowed, "arm")) slot = &a->arm;
         else if (!strcmp(s, "--format") && strstr(allowed, "format")) slot = &a->format;
@@ -79,16 +89,31 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *allowe
         else if (!strcmp(s, "--build") && strstr(allowed, "build")) slot = &a->build;
         else if (!strcmp(s, "--workdir") && strstr(allowed, "workdir")) slot = &a->workdir;
         else if (!strcmp(s, "--max-scale") && strstr(allowed, "max-scale")) slot = &a->max_scale;
+        else if (!strcmp(s, "--shard") && strstr(allowed, "shard")) slot = &a->shard;
+        else if (!strcmp(s, "--into") && strstr(allowed, "into")) slot = &a->into;
+        else if (!strcmp(s, "--results") && strstr(allowed, "results")) slot = &a->results;
+        else if (!strcmp(s, "--partition") && strstr(allowed, "partition")) slot = &a->partition;
+        else if (!strcmp(s, "--time") && strstr(allowed, "time")) slot = &a->time;
+        else if (!strcmp(s, "--gpus-per-task") && strstr(allowed, "gpus-per-task")) slot = &a->gpus;
+        else if (!strcmp(s, "--account") && strstr(allowed, "account")) slot = &a->account;
+        else if (!strcmp(s, "--shards-per-arm") && strstr(allowed, "shards-per-arm")) slot = &a->shards;
+        else if (!strcmp(s, "--slurm") && strstr(allowed, "slurm-opts")) slot = &a->slurm;
+        else if (!strcmp(s, "--merge-into") && strstr(allowed, "merge-into")) slot = &a->merge_into;
+        else if (!strcmp(s, "--vtlab") && strstr(allowed, "vtlab-path")) slot = &a->vtlab;
         else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
         if (slot) {
             if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
             *slot = argv[++i];
             continue;
         }
-        if (a->npos >= 4) return usage_error(cmd, "unexpected argument %s", s);
+        if (a->npos >= (a->maxpos ? a->maxpos : 4)) return usage_error(cmd, "unexpected argument %s", s);
         a->pos[a->npos++] = s;
     }
     return 0;
+}
+
+static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, lab_args *a) {
+    return parse_args_n(cmd, argc, argv, allowed, 4, a);
 }
 
 static int parse_run_id(const char *cmd, const char *s, int64_t *id) {
@@ -124,10 +149,12 @@ static int finish_runs(int rc, const char *err, const lab_run_summary *sum) {
 
 static int cmd_run(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("run", argc, argv, "db arm force", &a);
+    int u = parse_args("run", argc, argv, "db arm force shard", &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("run", "expected one EXPERIMENT.json%s", "");
-    lab_run_opts o = {a.db, a.arm, a.force, lab_progress_mode()};
+    lab_run_opts o = {a.db, a.arm, a.force, lab_progress_mode(), 0, 0};
+    if (a.shard && lab_parse_shard(a.shard, &o.shard_index, &o.shard_count))
+        return usage_error("run", "--shard must be I/N with 0 <= I < N (e.g. 0/4), got \"%s\"", a.shard);
     lab_run_summary sum = {0};
     char err[2048] = "";
     lab_install_signals();
@@ -168,7 +195,7 @@ static int cmd_sweep(int argc, char **argv) {
     lab_run_summary sum = {0};
     lab_install_signals();
     for (int64_t i = 0; i < n && !status; i++) {
-        lab_run_opts o = {a.db, NULL, a.force, lab_progress_mode()};
+        lab_run_opts o = {a.db, NULL, a.force, lab_progress_mode(), 0, 0};
         printf("== %s\n", files[i]);
         fflush(stdout);
         int rc = lab_run_experiment(files[i], &o, &sum, err, sizeof err);
@@ -412,10 +439,92 @@ static int cmd_bisect(int argc, char **argv) {
     return lab_bisect_cmd(&o);
 }
 
+static int cmd_merge(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args_n("merge", argc, argv, "into partial", LAB_MAX_POS, &a);
+    if (u) return u;
+    if (a.npos < 1) return usage_error("merge", "expected one or more SHARD.db%s", "");
+    if (!a.into) return usage_error("merge", "--into RESULTS.db is required%s", "");
+    for (int i = 0; i < a.npos; i++)
+        if (!strcmp(a.pos[i], a.into)) return usage_error("merge", "--into %s is also a shard database", a.into);
+    lab_merge_summary sum;
+    char err[4096] = "";
+    int rc = lab_merge(a.pos, a.npos, a.into, a.partial, &sum, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab merge: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    printf("merge: %lld run(s) merged from %lld shard run(s), %lld already in %s, %lld left out; %.2f s\n",
+           (long long)sum.merged, (long long)sum.shards, (long long)sum.already, a.into, (long long)sum.left_out,
+           sum.wall_s);
+    return 0;
+}
+
+static int submit_opts(const char *cmd, const lab_args *a, lab_submit_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->files = a->pos;
+    o->n_files = a->npos;
+    o->results = a->results ? a->results : "shards";
+    o->partition = a->partition;
+    o->time = a->time;
+    o->gpus_per_task = a->gpus;
+    o->account = a->account;
+    o->extra = a->slurm;
+    o->merge_into = a->merge_into;
+    o->vtlab = a->vtlab;
+    o->dry_run = a->dry_run;
+    o->resume = a->resume;
+    o->use_slurm = a->use_slurm;
+    o->shards_per_arm = 1;
+    if (a->shards) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(a->shards, &end, 10);
+        if (errno || *end || v < 1 || v > 100000)
+            return usage_error(cmd, "--shards-per-arm must be an integer 1..100000, got \"%s\"", a->shards);
+        o->shards_per_arm = v;
+    }
+    return 0;
+}
+
+static int cmd_submit(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args_n("submit", argc, argv,
+                         "results partition time gpus-per-task account shards-per-arm slurm-opts merge-into vtlab-path "
+                         "dry-run resume", LAB_MAX_POS, &a);
+    if (u) return u;
+    if (a.npos < 1) return usage_error("submit", "expected one or more EXPERIMENT.json%s", "");
+    lab_submit_opts o;
+    if ((u = submit_opts("submit", &a, &o))) return u;
+    char err[4096] = "";
+    int rc = lab_submit(&o, err, sizeof err);
+    if (rc) fprintf(stderr, "vtlab submit: %s\n", err);
+    return lab_exit_code(rc);
+}
+
+static int cmd_status(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args_n("status", argc, argv, "results use-slurm", 0, &a);
+    if (u) return u;
+    lab_submit_opts o;
+    if ((u = submit_opts("status", &a, &o))) return u;
+    char err[4096] = "";
+    int complete = 0;
+    int rc = lab_status(&o, &complete, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "vtlab status: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    return complete ? 0 : 1;
+}
+
 int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     *handled = 1;
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
     if (!strcmp(cmd, "sweep")) return cmd_sweep(argc, argv);
+    if (!strcmp(cmd, "merge")) return cmd_merge(argc, argv);
+    if (!strcmp(cmd, "submit")) return cmd_submit(argc, argv);
+    if (!strcmp(cmd, "status")) return cmd_status(argc, argv);
     if (!strcmp(cmd, "runs") || !strcmp(cmd, "show") || !strcmp(cmd, "compare") || !strcmp(cmd, "export"))
         return cmd_read(cmd, argc, argv);
     if (!strcmp(cmd, "specs")) return cmd_specs(argc, argv);
@@ -437,6 +546,15 @@ void lab_usage(FILE *out) {
             "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force]\n"
             "                                       run the arms (reference first); finished runs are skipped\n"
             "  sweep    [DIR] [--db PATH] [--force] run every DIR/*.json (default experiments/)\n"
+            "  run      EXPERIMENT.json --shard I/N [--arm NAME] --db SHARD.db\n"
+            "                                       sequences [I*n/N, (I+1)*n/N) of the arm (and its reference)\n"
+            "cluster sweeps (docs/slurm.md):\n"
+            "  submit   EXPERIMENT.json... [--shards-per-arm N] [--results DIR] [--partition P] [--time T]\n"
+            "           [--gpus-per-task G] [--account A] [--slurm 'OPTS'] [--merge-into DB] [--dry-run] [--resume]\n"
+            "                                       a Slurm job array: reference shards first, the arms afterok\n"
+            "  merge    SHARD.db... --into RESULTS.db [--partial]\n"
+            "                                       shard databases into whole runs (one transaction, idempotent)\n"
+            "  status   [--results DIR] [--slurm]   tasks pending/running/done/failed, what to resubmit\n"
             "  runs     [--db PATH] [--experiment ID] [--json]\n"
             "                                       list runs: status, assertions, top-1 k/n, verdict\n"
             "  show     RUN [--db PATH] [--json]    everything recorded about one run (--json: as export)\n"

@@ -73,14 +73,16 @@ static int command_help(const char *cmd) {
 static char **split_argv;
 
 /* "--opt=value" becomes "--opt" "value", so every command takes both
- * spellings. */
+ * spellings. The value of `submit --slurm` is sbatch options, which have
+ * their own "=": it is left whole. */
 static char **split_equals(int *argc, char **argv) {
     char **out = split_argv = calloc((size_t)*argc * 2 + 1, sizeof *out);
     if (!out) return argv;
     int n = 0;
     for (int i = 0; i < *argc; i++) {
         char *eq = strchr(argv[i], '=');
-        if (i > 0 && !strncmp(argv[i], "--", 2) && eq && eq > argv[i] + 2) {
+        int slurm_value = i > 1 && !strcmp(argv[i - 1], "--slurm");
+        if (i > 0 && !slurm_value && !strncmp(argv[i], "--", 2) && eq && eq > argv[i] + 2) {
             out[n++] = strndup(argv[i], (size_t)(eq - argv[i]));
             out[n++] = eq + 1;
         } else {

@@ -198,6 +198,7 @@ void lab_exp_identity(const lab_exp_ident *x, const lab_experiment *e, int64_t a
     id->model_sha256 = x->arm_model[arm];
     id->dataset_sha256 = x->dataset_sha;
     id->code_version = x->code_version;
+    id->shard = x->shard;
 }
 
 void lab_exp_provenance(const lab_exp_ident *x, const lab_experiment *e, lab_provenance *pv) {

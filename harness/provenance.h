@@ -39,6 +39,7 @@ typedef struct lab_exp_ident {
     char        model_sha[65], dataset_sha[65], spec_sha[65];
     const char *code_version;       /* vt_build_info(), static */
     char        host[256], device[128], commit[64];
+    char        shard[48];          /* "I/N" under vtlab run --shard; "" for whole runs */
 } lab_exp_ident;
 
 /* Fills x for experiment e whose arms resolved to ks[0..n_arms): knob

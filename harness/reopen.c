@@ -666,7 +666,7 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
     else if (out)
         fprintf(out, "reopening claim %s (%s %lld/%lld) through defect %s: no replay (the defect records no replay_fault), "
                 "rerun only, experiment %s\n", c->id, c->verdict, (long long)c->k, (long long)c->n, d->id, path);
-    lab_run_opts ro = {o->db_path, NULL, 0, 0};
+    lab_run_opts ro = {o->db_path, NULL, 0, 0, 0, 0};
     lab_run_summary sum = {0};
     if ((rc = lab_run_experiment(path, &ro, &sum, err, errlen))) goto done;
     if (sum.runs_failed || sum.check_failures || sum.runs_busy) {

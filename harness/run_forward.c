@@ -38,6 +38,8 @@ void lab_pass_acc_free(lab_pass_acc *a) {
     free(a->div_num);
     free(a->div_den);
     free(a->probes);
+    free(a->seq);
+    free(a->seq_div);
     memset(a, 0, sizeof *a);
 }
 
@@ -96,6 +98,7 @@ typedef struct pass {
     double               *scratch;   /* f64 [threads, 4, V]: log-probs, reference log-probs, KL scratch */
     pos_stat             *ps;        /* [max_len] */
     void                 *inst;      /* the engine instance */
+    int                   threads;   /* scratch is sized for this many threads */
 } pass;
 
 static int64_t count_scored(const lab_experiment *e) {
@@ -109,9 +112,20 @@ static int pass_alloc(pass *p) {
     vt_sha256_init(&acc->hash);
     acc->top_k = e->top_k < p->V ? e->top_k : p->V;
     p->logits = malloc((size_t)(e->ds.max_len * p->V) * sizeof *p->logits);
-    p->scratch = malloc((size_t)omp_get_max_threads() * 4 * (size_t)p->V * sizeof *p->scratch);
+    /* The scratch is per thread: the scoring regions run with exactly this
+     * many threads, whatever the session sets afterwards (the builtin
+     * session calls omp_set_num_threads with its own count when it opens,
+     * which once overran a scratch sized under OMP_NUM_THREADS=1). */
+    p->threads = omp_get_max_threads();
+    p->scratch = malloc((size_t)p->threads * 4 * (size_t)p->V * sizeof *p->scratch);
     p->ps = malloc((size_t)(e->ds.max_len > 0 ? e->ds.max_len : 1) * sizeof *p->ps);
     if (!p->logits || !p->scratch || !p->ps) return -1;
+    acc->n_seq = e->ds.n_seq;
+    acc->n_layers = p->L;
+    if (!(acc->seq = calloc((size_t)(e->ds.n_seq > 0 ? e->ds.n_seq : 1), sizeof *acc->seq))) return -1;
+    if (p->n_div && (p->flags & LAB_PASS_COMPARE) &&
+        !(acc->seq_div = calloc((size_t)(p->n_div * p->L * 4), sizeof *acc->seq_div)))
+        return -1;
     if (p->flags & LAB_PASS_RECORD) {
         acc->topk_ids = malloc((size_t)(p->n_tok * acc->top_k) * sizeof *acc->topk_ids);
         acc->topk_lp = malloc((size_t)(p->n_tok * acc->top_k) * sizeof *acc->topk_lp);
@@ -224,8 +238,11 @@ static void score_position(const pass *p, int64_t q, int64_t T, int64_t t, int64
         compare_position(p, si, row, lp, lq, t + 1 < T ? e->ds.tokens[e->ds.offsets[q] + t + 1] : -1, s);
 }
 
-/* Sums the positions of one sequence into acc, in position order. */
-static void fold_sequence(const pass *p, int64_t T) {
+/* Sums the positions of sequence q into acc, in position order, and keeps
+ * the sequence's own sums (acc->seq[q]): the run's sums are sums of
+ * per-sequence sums in sequence order, so a merge of shards adds the same
+ * numbers in the same order (docs/slurm.md). */
+static void fold_sequence(const pass *p, int64_t q, int64_t T, int64_t sc0) {
     lab_pass_acc *acc = p->acc;
     double nll = 0, f16kl = 0, f16klmax = 0, f16dmax = 0, dp2 = 0, maxd = 0;
     int64_t nlln = 0, f16n = 0, agree = 0, nan_seen = 0;
@@ -244,6 +261,20 @@ static void fold_sequence(const pass *p, int64_t T) {
         if (s->maxd != s->maxd) nan_seen++;
         else if (s->maxd > maxd) maxd = s->maxd;
     }
+    lab_seq_stat *x = &acc->seq[q];
+    x->n_pos = T;
+    x->n_scored = p->e->score_last ? 1 : T;
+    x->sc0 = sc0;
+    x->nll_sum = nll;
+    x->nll_n = nlln;
+    x->f16_kl_sum = f16kl;
+    x->f16_n = f16n;
+    x->f16_kl_max = f16klmax;
+    x->f16_dlogit_max = f16dmax;
+    x->compared = (p->flags & LAB_PASS_COMPARE) != 0;
+    x->agree = agree;
+    x->dp2_sum = dp2;
+    x->maxd = nan_seen ? NAN : maxd;
     acc->nll_sum += nll;
     acc->nll_n += nlln;
     acc->f16_kl_sum += f16kl;
@@ -261,18 +292,24 @@ static void fold_sequence(const pass *p, int64_t T) {
  * largest single cost outside the forward pass (16 MB per run of the tiny
  * model at ~175 MB/s). Scored position t is sc0 + t ("all") or sc0 ("last"). */
 static void score_sequence(const pass *p, int64_t q, int64_t T, int64_t sc0) {
-    #pragma omp parallel
+    vt_sha256_ctx h;
+    vt_sha256_init(&h);
+    #pragma omp parallel num_threads(p->threads)
     {
         #pragma omp single nowait
         {
-            #pragma omp task
-            vt_sha256_update(&p->acc->hash, p->logits, (size_t)(T * p->V) * sizeof *p->logits);
+            #pragma omp task shared(h)
+            vt_sha256_update(&h, p->logits, (size_t)(T * p->V) * sizeof *p->logits);
         }
         double *sc = p->scratch + (size_t)omp_get_thread_num() * 4 * (size_t)p->V;
         #pragma omp for schedule(dynamic, 4)
         for (int64_t t = 0; t < T; t++) score_position(p, q, T, t, sc0, sc);
     }
-    fold_sequence(p, T);
+    lab_seq_stat *x = &p->acc->seq[q];
+    vt_sha256_final_hex(&h, x->logits_sha256);
+    vt_sha256_update(&p->acc->hash, x->logits_sha256, 64);
+    vt_sha256_update(&p->acc->hash, "\n", 1);
+    fold_sequence(p, q, T, sc0);
 }
 
 /* The residual captures of sequence q (q < n_div): kept (FILL_REF) and/or
@@ -293,12 +330,18 @@ static int capture_residuals(pass *p, int64_t q, int64_t T, char *err, size_t er
                 ref->resid_T[q] = T;
             }
             if (!(p->flags & LAB_PASS_COMPARE)) continue;
-            double *num = &p->acc->div_num[l * 2 + site], *den = &p->acc->div_den[l * 2 + site];
+            /* the sequence's own sums first, then added to the run's (composable over shards) */
+            double num = 0, den = 0;
             for (int64_t i = 0; i < T * H; i++) {
                 double dd = (double)h[i] - (double)hr[i];
-                *num += dd * dd;
-                *den += (double)hr[i] * (double)hr[i];
+                num += dd * dd;
+                den += (double)hr[i] * (double)hr[i];
             }
+            double *sq = p->acc->seq_div + (size_t)(q * p->L * 4 + (l * 2 + site) * 2);
+            sq[0] = num;
+            sq[1] = den;
+            p->acc->div_num[l * 2 + site] += num;
+            p->acc->div_den[l * 2 + site] += den;
         }
     return LAB_OK;
 }
@@ -341,6 +384,7 @@ static int run_sequences(pass *p, lab_progress *pg, int *killed, char *err, size
         sc += p->e->score_last ? 1 : T;
         int rc = q < p->n_div ? capture_residuals(p, q, T, err, errlen) : LAB_OK;
         if (rc) return rc;
+        if (q < p->n_div && p->acc->seq_div) p->acc->seq[q].div = p->acc->seq_div + (size_t)(q * p->L * 4);
         if (pg) {
             pg->tokens_done += T;
             progress_show(pg, q + 1, ds->n_seq);
@@ -365,7 +409,11 @@ static void pass_init(pass *p, const lab_experiment *e, const lab_engine *eng, i
     p->n_tok = e->ds.offsets[e->ds.n_seq];
     p->n_sc = count_scored(e);
     int want_div = (e->metrics & LAB_M_LAYERDIV) && (flags & (LAB_PASS_FILL_REF | LAB_PASS_COMPARE));
-    p->n_div = want_div ? (e->div_sequences < e->ds.n_seq ? e->div_sequences : e->ds.n_seq) : 0;
+    /* the first divergence.sequences sequences of the whole dataset: a shard
+     * (ds.seq_base > 0) captures those of them it holds */
+    int64_t nd = e->div_sequences - e->ds.seq_base;
+    if (nd < 0) nd = 0;
+    p->n_div = want_div ? (nd < e->ds.n_seq ? nd : e->ds.n_seq) : 0;
 }
 
 int lab_forward_pass(const lab_experiment *e, lab_engine *eng, const lab_engine_req *req, int flags,

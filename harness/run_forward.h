@@ -26,6 +26,7 @@
 
 #include "engine.h"
 #include "experiment.h"
+#include "store.h"
 
 /* The reference arm's data kept for comparisons. */
 typedef struct lab_ref_cache {
@@ -50,7 +51,11 @@ enum { LAB_PASS_RECORD = 1, LAB_PASS_FILL_REF = 2, LAB_PASS_COMPARE = 4 };
 /* Accumulators of one pass; zero-initialise, free with lab_pass_acc_free. */
 typedef struct lab_pass_acc {
     vt_sha256_ctx hash;
-    char      hash_hex[65];   /* sha256 of every logit row, f32, in dataset order */
+    char      hash_hex[65];   /* the run's logits hash: sha256 of its sequences' logits hashes, each as 64
+                               * hex digits and '\n', in dataset order (composes over shards; docs/slurm.md) */
+    lab_seq_stat *seq;        /* [n_seq] what each sequence contributed (run_sequences) */
+    double   *seq_div;        /* [n_div, n_layers * 2, 2] each captured sequence's (num, den) */
+    int64_t   n_seq, n_layers;
     int64_t   top_k;
     int32_t  *topk_ids;       /* int32 [n_tokens, top_k] (RECORD) */
     float    *topk_lp;        /* f32 [n_tokens, top_k] log-probs */

@@ -331,4 +331,53 @@ void lab_run_result_fill(lab_run_result *res, const lab_experiment *e, int64_t a
     res->full_f16 = acc->full;
     res->cmp = compared ? &r->cmp : NULL;
     res->verdict = with_verdict ? &r->vr : NULL;
+    res->seq_base = e->ds.seq_base;
+    res->seq = acc->seq;
+    res->seq_kl = acc->kl;
+    res->seq_dp = acc->dp;
+    res->seq_dnll = acc->dnll;
+    res->n_layers = acc->n_layers;
+}
+
+int lab_run_record_rebuild(const lab_rebuild_spec *sp, const lab_pass_acc *acc, const lab_ref_cache *ref,
+                           lab_run_record *r, char *err, size_t errlen) {
+    /* the experiment as far as the record's functions read it */
+    lab_experiment e;
+    memset(&e, 0, sizeof e);
+    e.metrics = sp->metrics;
+    e.div_tolerance = sp->div_tolerance;
+    e.has_decision = sp->has_decision;
+    snprintf(e.decision_metric, sizeof e.decision_metric, "%s", sp->decision_metric ? sp->decision_metric : "");
+    e.decision_threshold = sp->decision_threshold;
+    e.decision_ge = sp->decision_ge;
+    e.ds.n_seq = sp->n_seq;
+    e.ds.offsets = (int64_t *)sp->offsets;
+    lab_arm a;
+    memset(&a, 0, sizeof a);
+    a.n_expect = sp->n_expect;
+    a.expect_sites = sp->expect_sites;
+    a.expect_dtypes = sp->expect_dtypes;
+    r->probe_ok = calloc((size_t)(acc->n_probes > 0 ? acc->n_probes : 1), sizeof *r->probe_ok);
+    r->ex = calloc((size_t)(sp->n_expect + sp->n_knob_ex + 1), sizeof *r->ex);
+    r->kn = calloc((size_t)sp->n_kn + 1, sizeof *r->kn);
+    r->kv = calloc((size_t)sp->n_kn + 1, sizeof *r->kv);
+    r->knum = calloc((size_t)sp->n_kn + 1, sizeof *r->knum);
+    if (!r->probe_ok || !r->ex || !r->kn || !r->kv || !r->knum) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    memcpy(r->ex + sp->n_expect, sp->knob_ex, (size_t)sp->n_knob_ex * sizeof *r->ex);
+    r->n_ex = sp->n_expect + sp->n_knob_ex;
+    record_assertions(&a, acc, r);
+    if (r->reason.oom) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    r->n_kn = sp->n_kn;
+    for (int64_t i = 0; i < sp->n_kn; i++) {
+        r->kn[i] = sp->kn[i];
+        r->kv[i] = sp->kv[i];
+        r->knum[i] = sp->knum[i];
+    }
+    record_metrics(&e, acc, r);
+    if (!ref) return LAB_OK;
+    int rc0 = record_distribution(acc, r);
+    if (rc0) return lab_errf(err, errlen, rc0, "out of memory");
+    int rc = record_comparison(&e, acc, ref, sp->n_layers, &r->cmp, err, errlen);
+    if (!rc && e.has_decision) record_verdict(&e, &r->cmp, &r->vr);
+    return rc;
 }

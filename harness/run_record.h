@@ -53,4 +53,30 @@ int lab_run_record_build(const lab_experiment *e, int64_t arm, const lab_engine_
 void lab_run_result_fill(lab_run_result *res, const lab_experiment *e, int64_t arm, int64_t vocab,
                          const lab_pass_acc *acc, lab_run_record *r, int compared, int with_verdict);
 
+/* What lab_run_record_rebuild needs in place of the experiment, the arm and
+ * the engine: the run of a merge of sequence shards (merge.c) is rebuilt
+ * from the shards' per-sequence rows by the same functions as any run. */
+typedef struct lab_rebuild_spec {
+    unsigned       metrics;
+    double         div_tolerance;
+    int            has_decision, decision_ge;
+    const char    *decision_metric;
+    double         decision_threshold;
+    int64_t        n_seq;
+    const int64_t *offsets;            /* [n_seq + 1] token offsets of the whole dataset */
+    int64_t        n_layers;
+    int64_t        n_expect;           /* the arm's expectations (sites and dtypes) */
+    char         **expect_sites, **expect_dtypes;
+    const lab_expect_result *knob_ex;  /* "knob:" expectations of a command engine, as stored */
+    int64_t        n_knob_ex;
+    int64_t        n_kn;               /* the resolved knobs, as stored */
+    const char   **kn, **kv;
+    const int     *knum;
+} lab_rebuild_spec;
+
+/* lab_run_record_build for a merged run: assertions from acc's probes and
+ * sp's expectations, metrics, and with ref the comparison and verdict. */
+int lab_run_record_rebuild(const lab_rebuild_spec *sp, const lab_pass_acc *acc, const lab_ref_cache *ref,
+                           lab_run_record *r, char *err, size_t errlen);
+
 #endif

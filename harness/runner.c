@@ -69,6 +69,10 @@ typedef struct exp_ctx {
     uint8_t              *tried;       /* [n_arms * repeats] done (or given up) by this process */
     int64_t              *arm_run;     /* [n_arms] FINISHED run of repeat 0, for pair tests */
     int                   any_new, busy_noted;
+    /* --shard: the whole dataset, kept while e->ds is the shard's view */
+    int64_t              *full_offsets, full_n_seq, full_n_tokens, full_n_scored;
+    int32_t              *full_tokens;
+    lab_shard_info        shard;
 } exp_ctx;
 
 /* Makes the reference cache ready: recomputes the FINISHED reference run
@@ -129,6 +133,12 @@ static int record_run(exp_ctx *x, int64_t arm, int64_t run_id, const char *label
     int with_verdict = compare && arm != e->ref_index && e->has_decision;
     lab_run_result_fill(&res, e, arm, x->engs[arm].info.vocab, acc, rec, compare, with_verdict);
     res.wall_s = lab_mono() - t0;
+    lab_shard_info sh = x->shard;
+    if (x->full_offsets) {
+        sh.n_layers = x->engs[arm].info.n_layers;
+        sh.probes_lost = acc->probes_lost;
+        res.shard = &sh;
+    }
     int rc = lab_store_finish(x->st, run_id, &res, err, errlen);
     if (rc) {
         char aerr[256];
@@ -160,6 +170,7 @@ static int execute_run(exp_ctx *x, int64_t arm, int64_t rep, int64_t run_id, int
     *assert_ok = 1;
     if (e->repeats > 1) snprintf(label, sizeof label, "%s/%s #%lld", e->id, a->name, (long long)rep);
     else snprintf(label, sizeof label, "%s/%s", e->id, a->name);
+    if (*x->id.shard) snprintf(label + strlen(label), sizeof label - strlen(label), " [%s]", x->id.shard);
     lab_progress pgs = {x->o->progress, label, lab_mono(), e->ds.offsets[e->ds.n_seq], 0, 0, 0};
     lab_progress *pg = x->o->progress ? &pgs : NULL;
     if (!fill && (rc = ensure_reference(x, pg, rerr, sizeof rerr))) {
@@ -463,6 +474,69 @@ static int prepare(exp_ctx *x, lab_experiment *e, const char *path, char *err, s
     return LAB_OK;
 }
 
+static const char *env_or_null(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* --shard I/N: e->ds becomes the view of sequences [I*n/N, (I+1)*n/N) of
+ * the dataset (whose hash, in the identity, stays the whole dataset's),
+ * and what the merge needs of the whole run is kept in x->shard. */
+static int apply_shard(exp_ctx *x, lab_experiment *e, char *err, size_t errlen) {
+    const lab_run_opts *o = x->o;
+    lab_dataset *ds = &e->ds;
+    int64_t n = ds->n_seq, I = o->shard_index, N = o->shard_count;
+    if (N > n)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: --shard %lld/%lld: the dataset has %lld sequence(s), fewer than "
+                        "%lld shards", e->path, (long long)I, (long long)N, (long long)n, (long long)N);
+    int64_t lo = I * n / N, hi = (I + 1) * n / N;
+    int64_t *off = malloc((size_t)(hi - lo + 1) * sizeof *off);
+    if (!off) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    for (int64_t q = lo; q <= hi; q++) off[q - lo] = ds->offsets[q] - ds->offsets[lo];
+    x->full_offsets = ds->offsets;
+    x->full_tokens = ds->tokens;
+    x->full_n_seq = n;
+    x->full_n_tokens = ds->offsets[n];
+    x->full_n_scored = e->score_last ? n : ds->offsets[n];
+    ds->tokens = ds->tokens + ds->offsets[lo];
+    ds->offsets = off;
+    ds->n_seq = hi - lo;
+    ds->seq_base = lo;
+    snprintf(x->id.shard, sizeof x->id.shard, "%lld/%lld", (long long)I, (long long)N);
+    lab_shard_info *h = &x->shard;
+    h->index = I;
+    h->count = N;
+    h->seq_lo = lo;
+    h->seq_hi = hi;
+    h->n_seq_total = n;
+    h->n_tokens_total = x->full_n_tokens;
+    h->n_scored_total = x->full_n_scored;
+    h->metrics = e->metrics;
+    h->div_sequences = (e->metrics & LAB_M_LAYERDIV) ? (e->div_sequences < n ? e->div_sequences : n) : 0;
+    h->div_tolerance = e->div_tolerance;
+    h->has_decision = e->has_decision;
+    h->decision_ge = e->decision_ge;
+    h->decision_metric = e->decision_metric;
+    h->decision_threshold = e->decision_threshold;
+    h->task = env_or_null("VTLAB_TASK");
+    h->node = env_or_null("SLURMD_NODENAME") ? env_or_null("SLURMD_NODENAME") : x->id.host;
+    h->slurm_job_id = env_or_null("SLURM_JOB_ID");
+    h->slurm_array_job_id = env_or_null("SLURM_ARRAY_JOB_ID");
+    h->slurm_array_task_id = env_or_null("SLURM_ARRAY_TASK_ID");
+    return LAB_OK;
+}
+
+/* Puts the whole dataset back (lab_experiment_free frees it). */
+static void unapply_shard(exp_ctx *x, lab_experiment *e) {
+    if (!x->full_offsets) return;
+    free(e->ds.offsets);
+    e->ds.offsets = x->full_offsets;
+    e->ds.tokens = x->full_tokens;
+    e->ds.n_seq = x->full_n_seq;
+    e->ds.seq_base = 0;
+    x->full_offsets = NULL;
+}
+
 int lab_arm_knob_hash(const lab_experiment *e, int64_t i, char out[65], char *err, size_t errlen) {
     const lab_engine_spec *sp = lab_arm_engine(e, i);
     vt_knobset *ks = NULL;
@@ -536,6 +610,7 @@ int lab_run_experiment(const char *path, const lab_run_opts *o, lab_run_summary 
     x.sum = sum;
     /* Everything in prepare is validation: only after it is the database touched. */
     if ((rc = prepare(&x, e, path, err, errlen))) goto done;
+    if (o->shard_count > 0 && (rc = apply_shard(&x, e, err, errlen))) goto done;
     if ((rc = open_store(&x, path, err, errlen))) goto done;
     x.tried = calloc((size_t)(e->n_arms * e->repeats), 1);
     x.arm_run = calloc((size_t)e->n_arms, sizeof *x.arm_run);
@@ -543,6 +618,7 @@ int lab_run_experiment(const char *path, const lab_run_opts *o, lab_run_summary 
     if ((rc = run_all(&x, path, err, errlen))) goto done;
     if (x.any_new) rc = pair_tests(&x, err, errlen);
 done:
+    if (e) unapply_shard(&x, e);
     free(x.tried);
     free(x.arm_run);
     lab_ref_cache_free(&x.ref);

@@ -31,6 +31,7 @@ typedef struct lab_run_opts {
     int         force;       /* 1: rerun FINISHED runs */
     int         progress;    /* progress on stderr: 0 off, 1 a line redrawn (a terminal), 2 a plain
                               * line every 10 s of a long pass (a log): lab_progress_mode() */
+    int64_t     shard_index, shard_count;   /* --shard I/N: sequences [I*n/N, (I+1)*n/N); count 0: the whole run */
 } lab_run_opts;
 
 typedef struct lab_run_summary {

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "store_merge.h"
 #include "util.h"
 
 
@@ -436,9 +437,56 @@ static const char *const migration_v8_bisect =
     "  UNIQUE (bisection_id, commit_sha, scale));"
     "CREATE INDEX bisections_nightly ON bisections(nightly_id);";
 
+/* v8 (shards; docs/slurm.md): a run's sequence shard is part of its
+ * identity ('' for a whole run), so that a shard is never taken for the run
+ * (the one-RUNNING index gets the column); every run's per-sequence sums and
+ * logits hashes (run_sequences: the run's logits hash is composed from them,
+ * and a merge of shards recomputes the run from them); what a shard run was
+ * computed over and by which task (run_shards); and, in the merged database,
+ * which shards made each merged run (merged_shards). */
+static const char *const migration_v8_shards =
+    "ALTER TABLE runs ADD COLUMN shard TEXT NOT NULL DEFAULT '';"
+    "DROP INDEX runs_one_running;"
+    "CREATE UNIQUE INDEX runs_one_running ON runs(experiment, arm, knob_hash, model_sha256,"
+    "  dataset_sha256, code_version, repeat_idx, shard) WHERE status = 'RUNNING';"
+    "CREATE TABLE run_sequences ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  n_pos INTEGER NOT NULL,"
+    "  n_scored INTEGER NOT NULL,"
+    "  logits_sha256 TEXT NOT NULL,"
+    "  nll_sum REAL, nll_n INTEGER NOT NULL,"
+    "  f16_kl_sum REAL, f16_kl_max REAL, f16_dlogit_max REAL, f16_n INTEGER NOT NULL,"
+    "  compared INTEGER NOT NULL,"
+    "  agree INTEGER, dp2_sum REAL, maxd REAL,"
+    "  kl BLOB, dp BLOB, dnll BLOB,"
+    "  div BLOB,"
+    "  PRIMARY KEY (run_id, seq));"
+    "CREATE TABLE run_shards ("
+    "  run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,"
+    "  shard_index INTEGER NOT NULL, shard_count INTEGER NOT NULL,"
+    "  seq_lo INTEGER NOT NULL, seq_hi INTEGER NOT NULL,"
+    "  n_seq_total INTEGER NOT NULL, n_tokens_total INTEGER NOT NULL, n_scored_total INTEGER NOT NULL,"
+    "  metrics INTEGER NOT NULL, div_sequences INTEGER NOT NULL, div_tolerance REAL NOT NULL,"
+    "  decision_metric TEXT, decision_threshold REAL, decision_ge INTEGER,"
+    "  n_layers INTEGER NOT NULL, probes_lost INTEGER NOT NULL,"
+    "  task TEXT, node TEXT, slurm_job_id TEXT, slurm_array_job_id TEXT, slurm_array_task_id TEXT);"
+    "CREATE TABLE merged_shards ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  shard_index INTEGER NOT NULL, shard_count INTEGER NOT NULL,"
+    "  seq_lo INTEGER NOT NULL, seq_hi INTEGER NOT NULL,"
+    "  source_db TEXT NOT NULL, source_run_id INTEGER NOT NULL,"
+    "  host TEXT, task TEXT, slurm_job_id TEXT, slurm_array_job_id TEXT, slurm_array_task_id TEXT,"
+    "  logits_sha256 TEXT NOT NULL, started_at TEXT, finished_at TEXT, merged_at TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, shard_index));";
+
+/* A version's migration: its script, then its second part where it has one
+ * (v8 was written as two, the bisection's and the shards', applied in this
+ * order in one transaction). */
 static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3, migration_v4,
                                                            migration_v5, migration_v6, migration_v7,
                                                            migration_v8_bisect};
+static const char *const migrations_part2[LAB_SCHEMA_VERSION] = {[7] = migration_v8_shards};
 
 /* ------------------------------------------------------------ helpers */
 
@@ -621,7 +669,9 @@ static int migrate(lab_store *st, int target, char *err, size_t errlen) {
                             st->path, v, LAB_SCHEMA_VERSION);
         }
         if (v >= target) { lab_sq_rollback(st); st->version = v; return LAB_OK; }
-        if ((rc = exec_script(st, migrations[v], err, errlen))) {
+        rc = exec_script(st, migrations[v], err, errlen);
+        if (!rc && migrations_part2[v]) rc = exec_script(st, migrations_part2[v], err, errlen);
+        if (rc) {
             lab_sq_rollback(st);
             return lab_err_prefix(err, errlen, rc, "migration to version %d", v + 1);
         }
@@ -1069,11 +1119,12 @@ static void bind_identity(sqlite3_stmt *s, const lab_identity *id) {
     lab_sq_bind_text(s, 5, id->dataset_sha256);
     lab_sq_bind_text(s, 6, id->code_version);
     sqlite3_bind_int64(s, 7, id->repeat);
+    lab_sq_bind_text(s, 25, id->shard ? id->shard : "");
 }
 
 #define IDENTITY_WHERE \
     "experiment = ?1 AND arm = ?2 AND knob_hash = ?3 AND model_sha256 = ?4 AND " \
-    "dataset_sha256 = ?5 AND code_version = ?6 AND repeat_idx = ?7"
+    "dataset_sha256 = ?5 AND code_version = ?6 AND repeat_idx = ?7 AND shard = ?25"
 
 /* Marks a FINISHED run that lacks rows a FINISHED run must have as FAILED,
  * saying what it lacks (inside the caller's transaction). */
@@ -1108,9 +1159,9 @@ static int insert_running(lab_store *st, const lab_identity *id, const lab_prove
                    "INSERT INTO runs (experiment, arm, knob_hash, model_sha256, dataset_sha256, code_version,"
                    " repeat_idx, status, started_at, experiment_sha256, git_commit, git_dirty, build_flags,"
                    " compiler, backend, device, host, pid, pid_start, is_reference, score, top_k,"
-                   " expected_assertions, layer_kinds, engine_hello)"
+                   " expected_assertions, layer_kinds, engine_hello, shard)"
                    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'RUNNING', ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)", &s, err, errlen);
+                   " ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)", &s, err, errlen);
     if (rc) return rc;
     bind_identity(s, id);
     lab_sq_bind_text(s, 8, now);
@@ -1365,7 +1416,7 @@ static int put_logits(lab_store *st, int64_t run, const lab_run_result *r, char 
         size_t nb = (size_t)(np * r->top_k) * sizeof(int32_t);
         sqlite3_reset(s);
         sqlite3_bind_int64(s, 1, run);
-        sqlite3_bind_int64(s, 2, q);
+        sqlite3_bind_int64(s, 2, r->seq_base + q);
         sqlite3_bind_int64(s, 3, np);
         sqlite3_bind_int64(s, 4, r->top_k);
         sqlite3_bind_blob64(s, 5, r->topk_ids + p0 * r->top_k, nb, SQLITE_STATIC);
@@ -1380,7 +1431,7 @@ static int put_logits(lab_store *st, int64_t run, const lab_run_result *r, char 
         int64_t p0 = r->offsets[q], np = r->offsets[q + 1] - p0;
         sqlite3_reset(s);
         sqlite3_bind_int64(s, 1, run);
-        sqlite3_bind_int64(s, 2, q);
+        sqlite3_bind_int64(s, 2, r->seq_base + q);
         sqlite3_bind_int64(s, 3, np);
         sqlite3_bind_int64(s, 4, r->vocab);
         sqlite3_bind_blob64(s, 5, r->full_f16 + p0 * r->vocab, (size_t)(np * r->vocab) * sizeof(uint16_t), SQLITE_STATIC);
@@ -1496,6 +1547,8 @@ int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, cha
     if ((rc = put_expect(st, run_id, r, err, errlen))) goto fail;
     if ((rc = put_metrics(st, run_id, r, err, errlen))) goto fail;
     if ((rc = put_logits(st, run_id, r, err, errlen))) goto fail;
+    if (r->seq && (rc = lab_store_put_sequences(st, run_id, r, err, errlen))) goto fail;
+    if (r->shard && (rc = lab_store_put_shard(st, run_id, r->shard, err, errlen))) goto fail;
     if (r->cmp && (rc = put_comparison(st, run_id, r->cmp, err, errlen))) goto fail;
     if (r->cmp && r->verdict && (rc = put_verdict(st, run_id, r->cmp->reference_run_id, r->verdict, err, errlen)))
         goto fail;

@@ -34,7 +34,7 @@
 #include "model/vt.h"
 
 /* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store.c has the history). */
-/* v8: bisections, bisect_steps (`vtlab bisect`). */
+/* v8: bisections, bisect_steps (`vtlab bisect`); runs.shard, run_sequences, run_shards, merged_shards. */
 #define LAB_SCHEMA_VERSION 8
 
 typedef struct lab_store lab_store;
@@ -97,6 +97,7 @@ typedef struct lab_identity {
     const char *experiment, *arm;
     int64_t     repeat;
     const char *knob_hash, *model_sha256, *dataset_sha256, *code_version;
+    const char *shard;      /* "I/N" for a sequence shard of the run (docs/slurm.md); NULL or "" for the run */
 } lab_identity;
 
 /* Everything recorded about a run when it is claimed. */
@@ -212,6 +213,41 @@ typedef struct lab_verdict_row {
     char    verdict[16];
 } lab_verdict_row;
 
+/* What one sequence of a run contributes to its results (table
+ * run_sequences): the sums, counts and per-position values from which a
+ * run's metrics are computed, so that the run of a merge of sequence shards
+ * is computed from them exactly as the unsharded run is (docs/slurm.md). */
+typedef struct lab_seq_stat {
+    int64_t n_pos, n_scored;           /* positions; scored positions */
+    char    logits_sha256[65];         /* sha256 of the sequence's logits, f32 LE [n_pos, vocab] */
+    double  nll_sum;                   /* sum of -log p(next token) over its positions with one */
+    int64_t nll_n;
+    double  f16_kl_sum, f16_kl_max, f16_dlogit_max;
+    int64_t f16_n;
+    int     compared;                  /* 1: the fields below are measured */
+    int64_t agree;                     /* scored positions whose top-1 is the reference's */
+    double  dp2_sum;                   /* sum of delta-p squared */
+    double  maxd;                      /* max |dlogit|; NaN when a NaN was met */
+    int64_t sc0;                       /* first scored position (index into the run's kl/dp/dnll) */
+    const double *div;                 /* [n_layers * 2 * 2] (num, den) per (layer, site); NULL when not captured */
+} lab_seq_stat;
+
+/* A run computed over a sequence shard of its dataset (vtlab run --shard):
+ * what the merge needs to check and to recompute the whole run (run_shards). */
+typedef struct lab_shard_info {
+    int64_t     index, count;          /* shard I of N */
+    int64_t     seq_lo, seq_hi;        /* global sequences [lo, hi) */
+    int64_t     n_seq_total, n_tokens_total, n_scored_total;
+    unsigned    metrics;               /* LAB_M_* of the experiment */
+    int64_t     div_sequences;         /* min(divergence.sequences, n_seq_total) */
+    double      div_tolerance;
+    int         has_decision, decision_ge;
+    const char *decision_metric;
+    double      decision_threshold;
+    int64_t     n_layers, probes_lost;
+    const char *task, *node, *slurm_job_id, *slurm_array_job_id, *slurm_array_task_id;
+} lab_shard_info;
+
 typedef struct lab_run_result {
     int64_t  n_sequences, n_tokens, n_scored;
     double   wall_s, forward_s;
@@ -238,6 +274,11 @@ typedef struct lab_run_result {
     const uint16_t *full_f16;        /* [n_tokens, vocab] f16 or NULL */
     const lab_comparison  *cmp;      /* NULL for the reference arm */
     const lab_verdict_row *verdict;  /* NULL when the experiment has no decision */
+    int64_t  seq_base;               /* global index of sequence 0 (a shard's first sequence; else 0) */
+    const lab_seq_stat *seq;         /* [n_sequences] or NULL: rows of run_sequences */
+    const double *seq_kl, *seq_dp, *seq_dnll;   /* [n_scored] per scored position when compared */
+    int64_t  n_layers;               /* sizes lab_seq_stat.div */
+    const lab_shard_info *shard;     /* NULL: not a shard */
 } lab_run_result;
 
 /* Writes every row of the result and sets status FINISHED, in one

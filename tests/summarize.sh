@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sums the suites' results from the logs `make test` leaves in DIR (unit.log:
 # cmocka output; cli.log and reference.log: "N passed, M failed" lines;
+# slurm.log: "slurm: N passed, M failed, S skipped" (S counts as skipped);
 # suites: one "SUITE EXIT-STATUS" line per suite) and prints one closing line:
 # "tests: P passed, F failed, S skipped". A suite that exited non-zero without
 # a failure in its log (a build error, a crash, a missing summary) counts as
@@ -11,13 +12,13 @@ sum() { grep -hoE "$1" "$2" 2>/dev/null | grep -oE '[0-9]+' | awk '{s += $1} END
 up=$(sum '\[  PASSED  \] [0-9]+ test' "$D/unit.log")
 uf=$(sum '\[  FAILED  \] [0-9]+ test' "$D/unit.log")
 us=$(sum '\[  SKIPPED \] [0-9]+ test' "$D/unit.log")
-line() { grep -E "^(cli: |fuzz: |cuda: )?[0-9]+ passed, [0-9]+ failed" "$1" 2>/dev/null | tail -1; }
+line() { grep -E "^(cli: |fuzz: |cuda: |slurm: )?[0-9]+ passed, [0-9]+ failed" "$1" 2>/dev/null | tail -1; }
 num() { echo "$1" | grep -oE "[0-9]+ $2" | grep -oE '[0-9]+' || echo 0; }
 p=$up; f=$uf
-declare -A logof=([unit]=unit.log [cli-test]=cli.log [reference-test]=reference.log [fuzz]=fuzz.log [cuda-compile]=cuda.log)
-for suite in cli-test reference-test fuzz cuda-compile; do
+declare -A logof=([unit]=unit.log [cli-test]=cli.log [reference-test]=reference.log [fuzz]=fuzz.log [cuda-compile]=cuda.log [slurm-test]=slurm.log)
+for suite in cli-test reference-test slurm-test fuzz cuda-compile; do
   l=$(line "$D/${logof[$suite]}")
-  p=$((p + $(num "$l" passed))); f=$((f + $(num "$l" failed)))
+  p=$((p + $(num "$l" passed))); f=$((f + $(num "$l" failed))); us=$((us + $(num "$l" skipped)))
 done
 if [ -f "$D/suites" ]; then
   while read -r suite rc; do

@@ -127,8 +127,9 @@ cp "$T/exp/small.json" "$T/exp2.json"
 check "a later arm compares against the recomputed reference (hash matches)" \
     "[ $rc -eq 0 ] && [ \"$(q $T/r2.db "select reference_recomputed||reference_hash_match from comparisons")\" = 11 ]" "$(cat $T/err)"
 
-# The run's logits hash is the sha256 of the raw f32 logits, the bytes
-# `vtlab logits` writes for the same tokens.
+# The sequence's logits hash is the sha256 of the raw f32 logits, the bytes
+# `vtlab logits` writes for the same tokens; the run's is the sha256 of its
+# sequences' hashes, one hex line each (schema v8, docs/slurm.md).
 cat > "$T/one.json" <<JSON
 {"id": "one", "model": {"synth": "$TINY", "seed": 1}, "dataset": {"inline": [[5, 17, 3, 99]]},
  "reference": "f32", "arms": [{"name": "f32"}]}
@@ -139,8 +140,10 @@ JSON
 msha=$(q $T/one.db 'select model_sha256 from runs')
 mdir=$(for d in build/models/*/; do [ -f "$d/model.sha256" ] && [ "$(tail -n 1 "$d/model.sha256")" = "$msha" ] && echo "$d"; done | head -1)
 "$VTLAB" logits --model "$mdir" --tokens 5,17,3,99 --out "$T/one.bin" >/dev/null 2>&1
-check "logits hash = sha256 of the raw logits vtlab logits writes" \
-    "[ \"$(q $T/one.db 'select logits_sha256 from runs')\" = \"$(sha256sum $T/one.bin | cut -c1-64)\" ]"
+check "sequence logits hash = sha256 of the raw logits vtlab logits writes" \
+    "[ \"$(q $T/one.db 'select logits_sha256 from run_sequences')\" = \"$(sha256sum $T/one.bin | cut -c1-64)\" ]"
+check "run logits hash = sha256 of its sequences' hashes, one line each" \
+    "[ \"$(q $T/one.db 'select logits_sha256 from runs')\" = \"$(sha256sum $T/one.bin | cut -c1-64 | sha256sum | cut -c1-64)\" ]"
 
 # ------------------------------------------------------------ expectations
 mk_exp "$T/exp/expect.json" expect 2 4 ', {"name": "ignored", "knobs": {"VT_TEST_IGNORED_KNOB": 1}, "expect": {"residual.stream": "bf16"}}'

@@ -151,6 +151,12 @@ c.execute("ALTER TABLE runs DROP COLUMN layer_kinds")
 c.execute("ALTER TABLE runs DROP COLUMN engine_hello")
 # and nothing of v8 (bisections, bisect_steps)
 for t in ("bisect_steps", "bisections"): c.execute("DROP TABLE IF EXISTS " + t)
+# and nothing of v8 (shards: runs.shard in the one-RUNNING index, run_sequences, run_shards, merged_shards)
+c.execute("DROP INDEX runs_one_running")
+c.execute("ALTER TABLE runs DROP COLUMN shard")
+c.execute("CREATE UNIQUE INDEX runs_one_running ON runs(experiment, arm, knob_hash, model_sha256,"
+          " dataset_sha256, code_version, repeat_idx) WHERE status = 'RUNNING'")
+for t in ("run_sequences", "run_shards", "merged_shards"): c.execute("DROP TABLE " + t)
 c.execute("PRAGMA user_version = 4")
 c.commit()
 PYEOF

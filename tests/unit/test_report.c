@@ -159,7 +159,7 @@ static void fx_probes(vt_probe *p, int *ok) {
  * finished one: each nightly measures again), and attaches it to `nightly`. */
 static int64_t add_run(lab_store *st, int64_t nightly, const fx_run *r) {
     lab_identity id = {r->exp, r->arm, r->rep, r->knob_hash ? r->knob_hash : "knobs", "model",
-                       r->dataset ? r->dataset : "data", "abc123|dirty=0"};
+                       r->dataset ? r->dataset : "data", "abc123|dirty=0", NULL};
     lab_provenance pv = {.experiment_sha256 = "spec1", .git_commit = "abc123",
                          .backend = r->backend ? r->backend : "cpu", .host = "testhost", .pid = 1,
                          .is_reference = r->is_ref, .score = "all", .top_k = 2,

@@ -188,7 +188,7 @@ static void test_newer_version_refused(void **state) {
 }
 
 static lab_identity ident(const char *arm) {
-    lab_identity id = {"exp", arm, 0, "kh", "mh", "dh", "cv"};
+    lab_identity id = {"exp", arm, 0, "kh", "mh", "dh", "cv", NULL};
     return id;
 }
 
