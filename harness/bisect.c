@@ -319,7 +319,13 @@ static int build_and_run(bctx *c, int64_t pos, int64_t scale, lab_bisect_step *s
     const char *runner = c->default_build ? bin : c->self;
     const char *argv[] = {runner, "run", exp_file, "--arm", c->b.arm, "--db", c->db_abs, NULL};
     int status = 0;
+    /* With --build the runner is this vtlab for every candidate: the tree's
+     * commit goes into the runs' code version (VTLAB_TREE_REVISION,
+     * provenance.c), or an engine that reports no commit of its own would
+     * give every candidate the first one's identity, and its runs. */
+    if (!c->default_build && setenv("VTLAB_TREE_REVISION", sh, 1)) return lab_oom(err, errlen);
     rc = lab_bx_run(argv, c->wt, NULL, log, c->pgid_file, &status, err, errlen);
+    if (!c->default_build) unsetenv("VTLAB_TREE_REVISION");
     if (rc) return rc;
     if (lab_interrupted) return lab_errf(err, errlen, LAB_EIO, "interrupted during the runs of %.12s", c->shas[pos]);
     /* what the run made (or found) */
@@ -330,14 +336,14 @@ static int build_and_run(bctx *c, int64_t pos, int64_t scale, lab_bisect_step *s
     if (pos != 0 && g && g->arm_run_id > 0) {
         char gp[128];
         snprintf(gp, sizeof gp, "%s|dirty=0|", short_of(c, 0));
-        if ((rc = lab_store_bisect_find_run(c->st, exp_id, c->b.arm, c->default_build ? gp : "", NULL, NULL, &ga, err,
+        if ((rc = lab_store_bisect_find_run(c->st, exp_id, c->b.arm, gp, NULL, NULL, &ga, err,
                                             errlen)))
             return rc;
     }
     const char *ds = ga.run_id ? ga.dataset_sha256 : NULL;
-    rc = lab_store_bisect_find_run(c->st, exp_id, c->b.arm, c->default_build ? prefix : "", NULL, ds, &arm, err, errlen);
+    rc = lab_store_bisect_find_run(c->st, exp_id, c->b.arm, prefix, NULL, ds, &arm, err, errlen);
     if (!rc && arm.run_id)
-        rc = lab_store_bisect_find_run(c->st, exp_id, c->b.reference, c->default_build ? prefix : "", NULL,
+        rc = lab_store_bisect_find_run(c->st, exp_id, c->b.reference, prefix, NULL,
                                        arm.dataset_sha256, &ref, err, errlen);
     if (rc) return rc;
     if (!arm.run_id || !ref.run_id) {

@@ -176,7 +176,17 @@ int lab_exp_ident_init(lab_exp_ident *x, const lab_experiment *e, vt_knobset *co
     vt_sha256_hex(canon, clen, x->dataset_sha);
     free(canon);
     vt_sha256_hex(e->spec_json, strlen(e->spec_json), x->spec_sha);
-    x->code_version = vt_build_info();
+    /* `vtlab bisect --build` runs candidates of another tree (an engine's)
+     * with this vtlab: that tree's commit leads the code version, in the
+     * form bisect looks runs up by ("SHA|dirty=0|..."). */
+    const char *tree = getenv("VTLAB_TREE_REVISION");
+    int hex = tree && *tree && strlen(tree) <= 40 && strspn(tree, "0123456789abcdef") == strlen(tree);
+    if (hex) {
+        snprintf(x->code_buf, sizeof x->code_buf, "%s|dirty=0|tree run by vtlab %s", tree, vt_build_info());
+        x->code_version = x->code_buf;
+    } else {
+        x->code_version = vt_build_info();
+    }
     snprintf(x->commit, sizeof x->commit, "%s", vt_build_commit());
     if (gethostname(x->host, sizeof x->host) != 0) snprintf(x->host, sizeof x->host, "unknown");
     x->host[sizeof x->host - 1] = 0;

@@ -37,7 +37,8 @@ typedef struct lab_exp_ident {
                                        lab_engine_knob_hash of its hello, set by the runner) */
     char      (*arm_model)[65];     /* [n_arms] the model each arm's engine reports (default model_sha) */
     char        model_sha[65], dataset_sha[65], spec_sha[65];
-    const char *code_version;       /* vt_build_info(), static */
+    const char *code_version;       /* vt_build_info() (static), or code_buf under VTLAB_TREE_REVISION */
+    char        code_buf[640];
     char        host[256], device[128], commit[64];
     char        shard[48];          /* "I/N" under vtlab run --shard; "" for whole runs */
 } lab_exp_ident;
