@@ -598,7 +598,7 @@ static const char *const CSS =
     "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;"
     "padding:0 1em}h1{margin-bottom:0}h2{border-bottom:2px solid #ddd;margin-top:2em}table{border-collapse:collapse;"
     "margin:0.6em 0;font-size:0.9em;max-width:100%}td,th{border:1px solid #ccc;padding:4px 7px;vertical-align:top;"
-    "text-align:left;overflow-wrap:anywhere}"
+    "text-align:left}td code{overflow-wrap:anywhere}"
     "th{background:#f3f3f3}.good{background:#e6f4ea}.bad{background:#fdecea}.warn{background:#fff6db}"
     ".muted{color:#777}.tag{font-size:0.8em;background:#eef;border-radius:3px;padding:0 4px}code{font-size:0.9em}"
     "figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:0.85em;"

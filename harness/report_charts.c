@@ -222,7 +222,7 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
                    lab_gp_label(e->id, title, sizeof title));
     lab_buf_printf(&b, "set logscale x\nset format x '%%.0e'\nset xlabel 'KL(P_ref || P_arm) per position, nats (log; "
                        "zeros drawn at 1e-9)'\nset ylabel 'fraction of positions <= x (CDF)'\nset yrange [0:1.02]\n"
-                       "set grid\nset key bottom right box opaque\nplot %s\n", plots.data);
+                       "set grid\nset key top left box opaque\nplot %s\n", plots.data);
     char cap[1024];
     snprintf(cap, sizeof cap, "Cumulative distribution of the per-position KL divergence of each arm from the reference%s. %s.",
              all_exact ? " (exact, from the stored f16 full logits)"
