@@ -44,6 +44,9 @@ skip() {
   echo "slurm: 0 passed, 0 failed, 1 skipped"
   exit 0
 }
+# the daemons live in /usr/sbin, which a minimal PATH (env -i, some CI
+# runners) leaves out: without this the test skipped on a machine that has them
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin:/sbin"; export PATH ;; esac
 for c in munged slurmctld slurmd sbatch squeue sinfo; do
   command -v $c >/dev/null 2>&1 || skip "$c not installed (make deps-slurm installs slurm-wlm and munge)"
 done
