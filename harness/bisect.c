@@ -251,6 +251,54 @@ static int classify(bctx *c, lab_bisect_step *s, char *err, size_t errlen) {
     return LAB_OK;
 }
 
+/* Builds commit pos in the worktree with the bisection's build command and
+ * keeps what it made in the cache (bindir: the binary bin, or the marker of
+ * an engine build; failed: that the build failed, with its error line). A
+ * failed build fills s->reason and returns LAB_OK: the commit is skipped. */
+static int build_candidate(bctx *c, int64_t pos, lab_bisect_step *s, const char *bindir, const char *bin,
+                           const char *marker, const char *failed, char *err, size_t errlen) {
+    const char *sh = short_of(c, pos);
+    char log[PATH_MAX + 80];
+    int rc;
+    snprintf(log, sizeof log, "%s/logs/%s.build.log", c->work, sh);
+    unlink(log);
+    fprintf(c->out, "  %-12.12s building (%s) ...\n", c->shas[pos], c->b.build_cmd);
+    fflush(c->out);
+    const char *argv[] = {"/bin/sh", "-c", c->b.build_cmd, NULL};
+    int status = 0;
+    double t0 = lab_mono();
+    rc = lab_bx_run(argv, c->wt, NULL, log, c->pgid_file, &status, err, errlen);
+    if (rc) return rc;
+    if (lab_interrupted) return lab_errf(err, errlen, LAB_EIO, "interrupted during the build of %.12s", c->shas[pos]);
+    c->b.builds++;
+    s->built = 1;
+    fprintf(c->out, "  %-12.12s build %s in %.1f s\n", c->shas[pos], status ? "FAILED" : "ok", lab_mono() - t0);
+    if (status) {
+        char tail[300];
+        lab_bx_log_tail(log, tail, sizeof tail);
+        snprintf(s->reason, sizeof s->reason, "build failed (exit %d): %s", status, tail);
+        if (!(rc = lab_mkdirs(bindir, err, errlen))) {
+            FILE *f = fopen(failed, "w");
+            if (f) { fprintf(f, "%s\n", s->reason); fclose(f); }
+        }
+        return rc;
+    }
+    if ((rc = lab_mkdirs(bindir, err, errlen))) return rc;
+    if (c->default_build) {
+        char built[PATH_MAX + 32];
+        snprintf(built, sizeof built, "%s/build/vtlab", c->wt);
+        if (!lab_path_exists(built)) {
+            snprintf(s->reason, sizeof s->reason, "the build made no build/vtlab");
+            return LAB_OK;
+        }
+        if ((rc = lab_bx_copy_exe(built, bin, err, errlen))) return rc;
+    } else {
+        FILE *f = fopen(marker, "w");
+        if (f) fclose(f);
+    }
+    return LAB_OK;
+}
+
 /* Runs commit pos's arm (and its reference) at scale by the commit's own
  * vtlab, building it when needed; fills s with its runs (0 when none) and a
  * reason when skipped. */
@@ -275,42 +323,7 @@ static int build_and_run(bctx *c, int64_t pos, int64_t scale, lab_bisect_step *s
     int rc = lab_bx_worktree(c->repo, c->wt, c->shas[pos], c->default_build, c->log_git, c->pgid_file, err, errlen);
     if (rc) return rc;
     if (!have_bin) {
-        snprintf(log, sizeof log, "%s/logs/%s.build.log", c->work, sh);
-        unlink(log);
-        fprintf(c->out, "  %-12.12s building (%s) ...\n", c->shas[pos], c->b.build_cmd);
-        fflush(c->out);
-        const char *argv[] = {"/bin/sh", "-c", c->b.build_cmd, NULL};
-        int status = 0;
-        double t0 = lab_mono();
-        rc = lab_bx_run(argv, c->wt, NULL, log, c->pgid_file, &status, err, errlen);
-        if (rc) return rc;
-        if (lab_interrupted) return lab_errf(err, errlen, LAB_EIO, "interrupted during the build of %.12s", c->shas[pos]);
-        c->b.builds++;
-        s->built = 1;
-        fprintf(c->out, "  %-12.12s build %s in %.1f s\n", c->shas[pos], status ? "FAILED" : "ok", lab_mono() - t0);
-        if (status) {
-            char tail[300];
-            lab_bx_log_tail(log, tail, sizeof tail);
-            snprintf(s->reason, sizeof s->reason, "build failed (exit %d): %s", status, tail);
-            if (!(rc = lab_mkdirs(bindir, err, errlen))) {
-                FILE *f = fopen(failed, "w");
-                if (f) { fprintf(f, "%s\n", s->reason); fclose(f); }
-            }
-            return rc;
-        }
-        if ((rc = lab_mkdirs(bindir, err, errlen))) return rc;
-        if (c->default_build) {
-            char built[PATH_MAX + 32];
-            snprintf(built, sizeof built, "%s/build/vtlab", c->wt);
-            if (!lab_path_exists(built)) {
-                snprintf(s->reason, sizeof s->reason, "the build made no build/vtlab");
-                return LAB_OK;
-            }
-            if ((rc = lab_bx_copy_exe(built, bin, err, errlen))) return rc;
-        } else {
-            FILE *f = fopen(marker, "w");
-            if (f) fclose(f);
-        }
+        if ((rc = build_candidate(c, pos, s, bindir, bin, marker, failed, err, errlen)) || s->reason[0]) return rc;
     }
     char exp_file[PATH_MAX + 64], exp_id[LAB_NAME_BUF + 16];
     exp_file_at(c, scale, exp_file, sizeof exp_file);
@@ -467,6 +480,69 @@ static void evidence(const bctx *c, int64_t pos, const char *want, char *out, si
 
 /* One decision of the search: evaluates a commit, raises the scale, or
  * ends the bisection (*done). */
+/* The bad end is not known bad at this scale: no regression (it is good),
+ * a larger dataset (inside the noise), or, at the largest scale, undecided.
+ * *done: the bisection ended. */
+static int ends_not_apart(bctx *c, int64_t scale, const lab_bisect_step *be, int *done, char *err, size_t errlen) {
+    char msg[1024];
+    if (!strcmp(be->cls, "good")) {
+        if (!strcmp(c->b.mode, "exact"))
+            snprintf(msg, sizeof msg, "the arm's logits are the same at both ends (%.12s): nothing changed",
+                     be->logits_sha256);
+        else
+            snprintf(msg, sizeof msg, "the bad end is not worse than the good end (top1 %lld/%lld -> %lld/%lld; "
+                     "%lld lost, %lld gained, p = %.3g): no regression",
+                     (long long)step_at(c, 0, scale)->k, (long long)step_at(c, 0, scale)->n, (long long)be->k,
+                     (long long)be->n, (long long)be->lost, (long long)be->gained, be->p);
+        finish(c, "NONE", msg);
+        *done = 1;
+        return LAB_OK;
+    }
+    int64_t ns = next_scale(c);
+    if (ns) {
+        fprintf(c->out, "  the ends differ inside the noise at x%lld: the dataset grows to x%lld\n", (long long)scale,
+                (long long)ns);
+        c->b.scale = ns;
+        return lab_store_bisect_update(c->st, &c->b, err, errlen);
+    }
+    snprintf(msg, sizeof msg, "the bad end's difference from the good end is inside the noise (%lld lost, %lld gained, "
+             "p = %.3g at x%lld, alpha %.3g): no culprit can be named; the range is the whole of %.12s..%.12s",
+             (long long)be->lost, (long long)be->gained, be->p, (long long)scale, c->b.alpha, c->shas[0],
+             c->shas[c->n]);
+    snprintf(c->b.range_good, sizeof c->b.range_good, "%s", c->shas[0]);
+    snprintf(c->b.range_bad, sizeof c->b.range_bad, "%s", c->shas[c->n]);
+    finish(c, "UNDECIDED", msg);
+    *done = 1;
+    return LAB_OK;
+}
+
+/* Nothing left to evaluate between the last good lo and the first bad hi:
+ * the first bad commit (adjacent) or the range the evidence supports. */
+static void conclude(bctx *c, int64_t lo, int64_t hi) {
+    char msg[1024];
+    snprintf(c->b.range_good, sizeof c->b.range_good, "%s", c->shas[lo]);
+    snprintf(c->b.range_bad, sizeof c->b.range_bad, "%s", c->shas[hi]);
+    char ev[512];
+    evidence(c, hi, "bad", ev, sizeof ev);
+    if (hi - lo == 1) {
+        snprintf(c->b.first_bad, sizeof c->b.first_bad, "%s", c->shas[hi]);
+        snprintf(msg, sizeof msg, "first bad commit %.12s \"%.80s\": %s; its parent %.12s is good", c->shas[hi],
+                 c->subj[hi] ? c->subj[hi] : "", ev, c->shas[lo]);
+        finish(c, "FOUND", msg);
+    } else {
+        int64_t nskip = 0, nund = 0;
+        for (int64_t p = lo + 1; p < hi; p++) {
+            nskip += known(c, p) == K_SKIP;
+            nund += known(c, p) == K_UNDECIDED_FINAL;
+        }
+        snprintf(msg, sizeof msg, "the first bad commit is one of the %lld after %.12s up to %.12s (%lld skipped: "
+                 "no build or run; %lld undecided: inside the noise at x%lld); %.12s: %s",
+                 (long long)(hi - lo), c->shas[lo], c->shas[hi], (long long)nskip, (long long)nund,
+                 (long long)c->b.max_scale, c->shas[hi], ev);
+        finish(c, "RANGE", msg);
+    }
+}
+
 static int search_step(bctx *c, int *done, char *err, size_t errlen) {
     *done = 0;
     int64_t scale = c->b.scale;
@@ -487,37 +563,7 @@ static int search_step(bctx *c, int *done, char *err, size_t errlen) {
         *done = 1;
         return LAB_OK;
     }
-    if (known(c, c->n) != K_BAD) {
-        if (!strcmp(be->cls, "good")) {
-            if (!strcmp(c->b.mode, "exact"))
-                snprintf(msg, sizeof msg, "the arm's logits are the same at both ends (%.12s): nothing changed",
-                         be->logits_sha256);
-            else
-                snprintf(msg, sizeof msg, "the bad end is not worse than the good end (top1 %lld/%lld -> %lld/%lld; "
-                         "%lld lost, %lld gained, p = %.3g): no regression",
-                         (long long)step_at(c, 0, scale)->k, (long long)step_at(c, 0, scale)->n, (long long)be->k,
-                         (long long)be->n, (long long)be->lost, (long long)be->gained, be->p);
-            finish(c, "NONE", msg);
-            *done = 1;
-            return LAB_OK;
-        }
-        int64_t ns = next_scale(c);
-        if (ns) {
-            fprintf(c->out, "  the ends differ inside the noise at x%lld: the dataset grows to x%lld\n", (long long)scale,
-                    (long long)ns);
-            c->b.scale = ns;
-            return lab_store_bisect_update(c->st, &c->b, err, errlen);
-        }
-        snprintf(msg, sizeof msg, "the bad end's difference from the good end is inside the noise (%lld lost, %lld gained, "
-                 "p = %.3g at x%lld, alpha %.3g): no culprit can be named; the range is the whole of %.12s..%.12s",
-                 (long long)be->lost, (long long)be->gained, be->p, (long long)scale, c->b.alpha, c->shas[0],
-                 c->shas[c->n]);
-        snprintf(c->b.range_good, sizeof c->b.range_good, "%s", c->shas[0]);
-        snprintf(c->b.range_bad, sizeof c->b.range_bad, "%s", c->shas[c->n]);
-        finish(c, "UNDECIDED", msg);
-        *done = 1;
-        return LAB_OK;
-    }
+    if (known(c, c->n) != K_BAD) return ends_not_apart(c, scale, be, done, err, errlen);
     /* the boundaries: the first bad, the last good before it */
     int64_t hi = c->n, lo = 0;
     for (int64_t p = 1; p <= c->n; p++)
@@ -533,27 +579,7 @@ static int search_step(bctx *c, int *done, char *err, size_t errlen) {
         if (d < best) { best = d; pick = p; }
     }
     if (pick < 0) {
-        snprintf(c->b.range_good, sizeof c->b.range_good, "%s", c->shas[lo]);
-        snprintf(c->b.range_bad, sizeof c->b.range_bad, "%s", c->shas[hi]);
-        char ev[512];
-        evidence(c, hi, "bad", ev, sizeof ev);
-        if (hi - lo == 1) {
-            snprintf(c->b.first_bad, sizeof c->b.first_bad, "%s", c->shas[hi]);
-            snprintf(msg, sizeof msg, "first bad commit %.12s \"%.80s\": %s; its parent %.12s is good", c->shas[hi],
-                     c->subj[hi] ? c->subj[hi] : "", ev, c->shas[lo]);
-            finish(c, "FOUND", msg);
-        } else {
-            int64_t nskip = 0, nund = 0;
-            for (int64_t p = lo + 1; p < hi; p++) {
-                nskip += known(c, p) == K_SKIP;
-                nund += known(c, p) == K_UNDECIDED_FINAL;
-            }
-            snprintf(msg, sizeof msg, "the first bad commit is one of the %lld after %.12s up to %.12s (%lld skipped: "
-                     "no build or run; %lld undecided: inside the noise at x%lld); %.12s: %s",
-                     (long long)(hi - lo), c->shas[lo], c->shas[hi], (long long)nskip, (long long)nund,
-                     (long long)c->b.max_scale, c->shas[hi], ev);
-            finish(c, "RANGE", msg);
-        }
+        conclude(c, lo, hi);
         *done = 1;
         return LAB_OK;
     }
