@@ -132,16 +132,13 @@ static int cmd_validate(int argc, char **argv) {
     }
     if (!dir) return lab_cli_usage_error("validate", "--model is required");
     char err[1024];
-    vt_model *m = NULL;
-    int rc = vt_model_open(&m, dir, err, sizeof err);
-    if (rc) return fail(rc, err);
     vt_model_info info;
-    vt_model_get_info(m, &info);
+    int rc = vt_model_validate(dir, &info, err, sizeof err);   /* headers only: no weight is loaded */
+    if (rc) return fail(rc, err);
     printf("%s: ok — %lld layers (%s attention, %s FFN; K=KDA M=MLA, D=dense E=MoE), %lld MoE layers, "
            "hidden %lld, vocab %lld, weights %s\n",
            dir, (long long)info.n_layers, info.layer_kind, info.layer_ffn, (long long)info.n_moe_layers,
            (long long)info.hidden_size, (long long)info.vocab_size, info.weight_dtype);
-    vt_model_free(m);
     return 0;
 }
 

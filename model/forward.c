@@ -180,9 +180,8 @@ int vt_model_open(vt_model **out, const char *dir, char *err, size_t errlen) {
     return rc ? ret_err(&e, err, errlen) : VT_OK;
 }
 
-void vt_model_get_info(const vt_model *m, vt_model_info *info) {
+static void info_of(const vt_config *cfg, vt_dtype weight_dtype, vt_model_info *info) {
     memset(info, 0, sizeof *info);
-    const vt_config *cfg = &m->cfg;
     info->vocab_size = cfg->vocab_size;
     info->hidden_size = cfg->hidden_size;
     info->n_layers = cfg->num_hidden_layers;
@@ -191,7 +190,27 @@ void vt_model_get_info(const vt_model *m, vt_model_info *info) {
         info->layer_kind[i] = cfg->layer_kind[i] == VT_LAYER_KDA ? 'K' : 'M';
         info->layer_ffn[i] = vt_config_layer_is_moe(cfg, i) ? 'E' : 'D';
     }
-    snprintf(info->weight_dtype, sizeof info->weight_dtype, "%s", vt_dtype_name(m->weight_dtype));
+    snprintf(info->weight_dtype, sizeof info->weight_dtype, "%s", vt_dtype_name(weight_dtype));
+}
+
+void vt_model_get_info(const vt_model *m, vt_model_info *info) { info_of(&m->cfg, m->weight_dtype, info); }
+
+/* What vt_model_open checks, from the config and the safetensors headers
+ * (and the shard index) alone: the files are mapped, never read, so a
+ * checkpoint of any size validates in flat memory. */
+int vt_model_validate(const char *dir, vt_model_info *info, char *err, size_t errlen) {
+    vt_err e = {0};
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    vt_config *cfg = calloc(1, sizeof *cfg);
+    vt_ckpt *ck = NULL;
+    int rc = cfg ? vt_config_load(path, cfg, &e) : vt_errf(&e, VT_ENOMEM, "out of memory");
+    if (!rc) rc = vt_ckpt_open(dir, &ck, &e);
+    if (!rc) rc = vt_ckpt_validate(cfg, ck, &e);
+    if (!rc) info_of(cfg, vt_ckpt_find(ck, "model.embed_tokens.weight")->dtype, info);
+    vt_ckpt_close(ck);
+    free(cfg);
+    return rc ? ret_err(&e, err, errlen) : VT_OK;
 }
 
 /* ------------------------------------------------------------------ sessions */

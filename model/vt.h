@@ -146,6 +146,10 @@ typedef struct vt_model_info {
 int  vt_model_open(vt_model **out, const char *dir, char *err, size_t errlen);
 void vt_model_free(vt_model *m);
 void vt_model_get_info(const vt_model *m, vt_model_info *out);
+/* Validates a checkpoint directory as vt_model_open does (config, every
+ * tensor's presence, shape and dtype) from the headers alone, loading no
+ * weight: flat memory whatever the checkpoint's size. */
+int  vt_model_validate(const char *dir, vt_model_info *out, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ session */
 
