@@ -578,6 +578,21 @@ int lab_sq_done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char
     return rc;
 }
 
+int lab_sq_collect(lab_store *st, sqlite3_stmt *s, const char *what, void (*copy)(sqlite3_stmt *, void *), size_t size,
+                   void **v, int64_t *n, char *err, size_t errlen) {
+    int64_t cap = 0;
+    int last, rc = LAB_OK;
+    while ((last = sqlite3_step(s)) == SQLITE_ROW) {
+        void *row = lab_sq_append(v, n, &cap, size);
+        if (!row) { rc = lab_oom(err, errlen); break; }
+        copy(s, row);
+    }
+    if (rc) sqlite3_finalize(s);
+    else rc = lab_sq_done(st, s, last, what, err, errlen);
+    if (rc) { free(*v); *v = NULL; *n = 0; }
+    return rc;
+}
+
 int lab_sq_exec(lab_store *st, const char *sql, char *err, size_t errlen) {
     sqlite3_stmt *s;
     int rc = lab_sq_prep(st, sql, &s, err, errlen);

@@ -39,23 +39,6 @@ static int injected(lab_store *st, const char *rules, const char *reader, const 
 
 
 
-/* Steps the prepared statement s to its end, copying each row with `copy`
- * into a zeroed `size`-byte struct of *v[*n]; finalizes s. */
-static int collect(lab_store *st, sqlite3_stmt *s, const char *what, void (*copy)(sqlite3_stmt *, void *),
-                   size_t size, void **v, int64_t *n, char *err, size_t errlen) {
-    int64_t cap = 0;
-    int last, rc = LAB_OK;
-    while ((last = sqlite3_step(s)) == SQLITE_ROW) {
-        void *row = lab_sq_append(v, n, &cap, size);
-        if (!row) { rc = lab_oom(err, errlen); break; }
-        copy(s, row);
-    }
-    if (rc) sqlite3_finalize(s);
-    else rc = lab_sq_done(st, s, last, what, err, errlen);
-    if (rc) { free(*v); *v = NULL; *n = 0; }
-    return rc;
-}
-
 void lab_audit_free(void *rows) { free(rows); }
 
 /* ------------------------------------------------------------ runs */
@@ -86,7 +69,7 @@ int lab_audit_read_runs(lab_store *st, lab_audit_finished_run **runs, int64_t *n
                        " is_reference FROM runs WHERE status = 'FINISHED' ORDER BY id", &s, what, err, errlen);
     if (rc) return rc;
     /* a read that stopped early would make findings vanish and be "resolved" */
-    return collect(st, s, what, run_from_row, sizeof **runs, (void **)runs, n, err, errlen);
+    return lab_sq_collect(st, s, what, run_from_row, sizeof **runs, (void **)runs, n, err, errlen);
 }
 
 /* ------------------------------------------------------------ knobs */
@@ -176,7 +159,7 @@ static int read_rows(lab_store *st, int64_t run_id, const char *rules, const cha
     if (!rc) rc = lab_sq_prep_as(st, sql, &s, what, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
-    return collect(st, s, what, copy, size, v, n, err, errlen);
+    return lab_sq_collect(st, s, what, copy, size, v, n, err, errlen);
 }
 
 static void copy_expectation(sqlite3_stmt *s, void *row) {
@@ -428,5 +411,5 @@ int lab_audit_read_table(lab_store *st, const char *since, lab_audit_table_row *
                   &s, what, err, errlen);
     if (rc) return rc;
     lab_sq_bind_text(s, 1, since);
-    return collect(st, s, what, copy_table_row, sizeof **v, (void **)v, n, err, errlen);
+    return lab_sq_collect(st, s, what, copy_table_row, sizeof **v, (void **)v, n, err, errlen);
 }

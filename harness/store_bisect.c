@@ -47,6 +47,44 @@ static void read_bisection(sqlite3_stmt *s, lab_bisection *b) {
     lab_sq_col_copy(s, 26, b->finished_at, sizeof b->finished_at);
 }
 
+static void bisection_row(sqlite3_stmt *s, void *row) { read_bisection(s, row); }
+
+static void step_row(sqlite3_stmt *s, void *row) {
+    lab_bisect_step *r = row;
+    r->id = sqlite3_column_int64(s, 0);
+    r->bisection_id = sqlite3_column_int64(s, 1);
+    r->seq = sqlite3_column_int64(s, 2);
+    lab_sq_col_copy(s, 3, r->commit, sizeof r->commit);
+    lab_sq_col_copy(s, 4, r->subject, sizeof r->subject);
+    r->position = sqlite3_column_int64(s, 5);
+    r->scale = sqlite3_column_int64(s, 6);
+    lab_sq_col_copy(s, 7, r->cls, sizeof r->cls);
+    r->built = (int)sqlite3_column_int64(s, 8);
+    r->arm_run_id = sqlite3_column_int64(s, 9);
+    r->ref_run_id = sqlite3_column_int64(s, 10);
+    r->k = sqlite3_column_int64(s, 11);
+    r->n = sqlite3_column_int64(s, 12);
+    r->lo = lab_sq_col_num(s, 13);
+    r->hi = lab_sq_col_num(s, 14);
+    lab_sq_col_copy(s, 15, r->verdict, sizeof r->verdict);
+    r->lost = sqlite3_column_int64(s, 16);
+    r->gained = sqlite3_column_int64(s, 17);
+    r->p = lab_sq_col_num(s, 18);
+    r->lost_bad = sqlite3_column_int64(s, 19);
+    r->gained_bad = sqlite3_column_int64(s, 20);
+    r->p_bad = lab_sq_col_num(s, 21);
+    lab_sq_col_copy(s, 22, r->logits_sha256, sizeof r->logits_sha256);
+    lab_sq_col_copy(s, 23, r->reason, sizeof r->reason);
+    lab_sq_col_copy(s, 24, r->at, sizeof r->at);
+}
+
+static void target_row(sqlite3_stmt *s, void *row) {
+    lab_bisect_target *t = row;
+    lab_sq_col_copy(s, 0, t->experiment, sizeof t->experiment);
+    lab_sq_col_copy(s, 1, t->arm, sizeof t->arm);
+    lab_sq_col_copy(s, 2, t->kind, sizeof t->kind);
+}
+
 int lab_store_bisect_find(lab_store *st, const char *key, lab_bisection *out, int *found, char *err, size_t errlen) {
     *found = 0;
     memset(out, 0, sizeof *out);
@@ -145,29 +183,8 @@ int lab_store_bisect_list(lab_store *st, int64_t nightly, lab_bisection **v, int
                     err, errlen))
         return lab_sq_error(st, err, errlen, what);
     sqlite3_bind_int64(s, 1, nightly);
-    int64_t cap = 0;
-    int step;
-    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
-        lab_bisection *b = lab_sq_append((void **)v, n, &cap, sizeof **v);
-        if (!b) {
-            sqlite3_finalize(s);
-            free(*v);
-            *v = NULL;
-            *n = 0;
-            return lab_oom(err, errlen);
-        }
-        read_bisection(s, b);
-    }
-    int rc = lab_sq_done(st, s, step, what, err, errlen);
-    if (rc) {
-        free(*v);
-        *v = NULL;
-        *n = 0;
-    }
-    return rc;
+    return lab_sq_collect(st, s, what, bisection_row, sizeof **v, (void **)v, n, err, errlen);
 }
-
-static int64_t col_i64(sqlite3_stmt *s, int i) { return sqlite3_column_int64(s, i); }
 
 int lab_store_bisect_steps(lab_store *st, int64_t bid, lab_bisect_step **v, int64_t *n, char *err, size_t errlen) {
     *v = NULL;
@@ -181,50 +198,7 @@ int lab_store_bisect_steps(lab_store *st, int64_t bid, lab_bisect_step **v, int6
                     &s, err, errlen))
         return lab_sq_error(st, err, errlen, what);
     sqlite3_bind_int64(s, 1, bid);
-    int64_t cap = 0;
-    int step;
-    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
-        lab_bisect_step *r = lab_sq_append((void **)v, n, &cap, sizeof **v);
-        if (!r) {
-            sqlite3_finalize(s);
-            free(*v);
-            *v = NULL;
-            *n = 0;
-            return lab_oom(err, errlen);
-        }
-        r->id = col_i64(s, 0);
-        r->bisection_id = col_i64(s, 1);
-        r->seq = col_i64(s, 2);
-        lab_sq_col_copy(s, 3, r->commit, sizeof r->commit);
-        lab_sq_col_copy(s, 4, r->subject, sizeof r->subject);
-        r->position = col_i64(s, 5);
-        r->scale = col_i64(s, 6);
-        lab_sq_col_copy(s, 7, r->cls, sizeof r->cls);
-        r->built = (int)col_i64(s, 8);
-        r->arm_run_id = col_i64(s, 9);
-        r->ref_run_id = col_i64(s, 10);
-        r->k = col_i64(s, 11);
-        r->n = col_i64(s, 12);
-        r->lo = lab_sq_col_num(s, 13);
-        r->hi = lab_sq_col_num(s, 14);
-        lab_sq_col_copy(s, 15, r->verdict, sizeof r->verdict);
-        r->lost = col_i64(s, 16);
-        r->gained = col_i64(s, 17);
-        r->p = lab_sq_col_num(s, 18);
-        r->lost_bad = col_i64(s, 19);
-        r->gained_bad = col_i64(s, 20);
-        r->p_bad = lab_sq_col_num(s, 21);
-        lab_sq_col_copy(s, 22, r->logits_sha256, sizeof r->logits_sha256);
-        lab_sq_col_copy(s, 23, r->reason, sizeof r->reason);
-        lab_sq_col_copy(s, 24, r->at, sizeof r->at);
-    }
-    int rc = lab_sq_done(st, s, step, what, err, errlen);
-    if (rc) {
-        free(*v);
-        *v = NULL;
-        *n = 0;
-    }
-    return rc;
+    return lab_sq_collect(st, s, what, step_row, sizeof **v, (void **)v, n, err, errlen);
 }
 
 static void bind_num(sqlite3_stmt *s, int i, double v) {
@@ -351,28 +325,7 @@ int lab_store_bisect_nightly_targets(lab_store *st, int64_t nightly, lab_bisect_
                     &s, err, errlen))
         return lab_sq_error(st, err, errlen, what);
     sqlite3_bind_int64(s, 1, nightly);
-    int64_t cap = 0;
-    int step;
-    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
-        lab_bisect_target *t = lab_sq_append((void **)v, n, &cap, sizeof **v);
-        if (!t) {
-            sqlite3_finalize(s);
-            free(*v);
-            *v = NULL;
-            *n = 0;
-            return lab_oom(err, errlen);
-        }
-        lab_sq_col_copy(s, 0, t->experiment, sizeof t->experiment);
-        lab_sq_col_copy(s, 1, t->arm, sizeof t->arm);
-        lab_sq_col_copy(s, 2, t->kind, sizeof t->kind);
-    }
-    int rc = lab_sq_done(st, s, step, what, err, errlen);
-    if (rc) {
-        free(*v);
-        *v = NULL;
-        *n = 0;
-    }
-    return rc;
+    return lab_sq_collect(st, s, what, target_row, sizeof **v, (void **)v, n, err, errlen);
 }
 
 int lab_store_bisect_note_finding(lab_store *st, int64_t nightly, const char *experiment, const char *arm,

@@ -57,6 +57,11 @@ void lab_sq_col_copy(sqlite3_stmt *s, int i, char *dst, size_t n);
  * (the array and *n are left as they were). The readers' one way to grow
  * their results. */
 void *lab_sq_append(void **v, int64_t *n, int64_t *cap, size_t size);
+/* Steps the prepared, bound statement s to its end, copying each row with
+ * `copy` into a zeroed `size`-byte row appended to *v[*n] (which start empty);
+ * finalizes s. On any failure *v is freed and *v, *n are NULL, 0. */
+int  lab_sq_collect(lab_store *st, sqlite3_stmt *s, const char *what, void (*copy)(sqlite3_stmt *, void *), size_t size,
+                    void **v, int64_t *n, char *err, size_t errlen);
 /* Column i of the current row as text; "" for NULL (never a NULL pointer). */
 const char *lab_col_text(sqlite3_stmt *s, int i);
 /* The connection (tests that build old or broken databases; store files use st->db). */
