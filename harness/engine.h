@@ -100,6 +100,10 @@ typedef struct lab_engine_hello {
     char  **fault_name, **fault_knob, **fault_site;
 } lab_engine_hello;
 
+/* The knob of a command engine's registry named name (the first, should a
+ * hello declare it twice), or NULL. */
+const lab_engine_knob *lab_engine_hello_knob(const lab_engine_hello *h, const char *name);
+
 /* Frees what a hello holds (not h itself); h is zeroed. Accepts a zeroed h. */
 void lab_engine_hello_free(lab_engine_hello *h);
 

@@ -75,9 +75,7 @@ static int forward(void *inst, const int32_t *tok, int64_t T, float *logits, cha
 
 static void check_faults(checker *k, const lab_engine_hello *h) {
     for (int64_t f = 0; f < h->n_faults; f++) {
-        const lab_engine_knob *kn = NULL;
-        for (int64_t i = 0; i < h->n_knobs; i++)
-            if (!strcmp(h->knobs[i].name, h->fault_knob[f])) kn = &h->knobs[i];
+        const lab_engine_knob *kn = lab_engine_hello_knob(h, h->fault_knob[f]);
         char bar[300];
         snprintf(bar, sizeof bar, "|%s|", kn ? kn->values : "");
         char want[300];
@@ -204,9 +202,7 @@ static float *knob_logits(checker *k, int n, char *const *names, char *const *va
     if (start(k, n, names, values, &inst, &h, err, errlen)) return NULL;
     *status = 2;
     for (int i = 0; i < n; i++) {
-        const lab_engine_knob *got = NULL;
-        for (int64_t j = 0; j < h.n_knobs; j++)
-            if (!strcmp(h.knobs[j].name, names[i])) got = &h.knobs[j];
+        const lab_engine_knob *got = lab_engine_hello_knob(&h, names[i]);
         if (!got) { snprintf(err, errlen, "the hello no longer declares it"); goto done; }
         if (!got->read) { *unread = 1; goto done; }
         if (strcmp(got->value, values[i])) { snprintf(err, errlen, "the hello reports value \"%s\"", got->value); goto done; }

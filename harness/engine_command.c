@@ -737,7 +737,7 @@ int lab_engine_command_raw(void *inst, const char *header, const void *payload, 
 
 /* ------------------------------------------------------------ arms */
 
-static const lab_engine_knob *find_knob(const lab_engine_hello *h, const char *name) {
+const lab_engine_knob *lab_engine_hello_knob(const lab_engine_hello *h, const char *name) {
     for (int64_t k = 0; k < h->n_knobs; k++)
         if (!strcmp(h->knobs[k].name, name)) return &h->knobs[k];
     return NULL;
@@ -767,7 +767,7 @@ int lab_engine_check_arm(const lab_engine_hello *h, const lab_experiment *e, int
     const lab_arm *a = &e->arms[arm];
     for (int64_t i = 0; i < a->n_knobs; i++) {
         const char *name = a->knob_names[i];
-        const lab_engine_knob *k = find_knob(h, name);
+        const lab_engine_knob *k = lab_engine_hello_knob(h, name);
         if (!k) {
             int best = -1, bestd = 5;
             for (int64_t j = 0; j < h->n_knobs; j++) {

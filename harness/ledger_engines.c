@@ -38,16 +38,13 @@ static void say(lcheck *k, int problem, const char *fmt, ...) {
     k->problems += problem;
 }
 
-/* Every knob of kv declared by the engine with an allowed value. */
+/* Every knob of kv declared by the engine (its value is not checked here). */
 static void check_knobs(lcheck *k, const lab_engine_hello *h, const char *claim, const char *what,
                         const lab_knobs_kv *kv) {
-    for (int64_t i = 0; i < kv->n; i++) {
-        const lab_engine_knob *kn = NULL;
-        for (int64_t j = 0; j < h->n_knobs; j++)
-            if (!strcmp(h->knobs[j].name, kv->names[i])) kn = &h->knobs[j];
-        if (!kn) say(k, 1, "claim %s: %s.knobs.%s: engine %s declares no such knob", claim, what, kv->names[i],
-                     h->info.engine);
-    }
+    for (int64_t i = 0; i < kv->n; i++)
+        if (!lab_engine_hello_knob(h, kv->names[i]))
+            say(k, 1, "claim %s: %s.knobs.%s: engine %s declares no such knob", claim, what, kv->names[i],
+                h->info.engine);
 }
 
 static const char *fault_site(const lab_engine_hello *h, const char *name, const char **knob) {
@@ -102,9 +99,7 @@ static void check_defect(lcheck *k, void *model, const lab_experiment *e, const 
     if (strcmp(knob, d->replay_knob)) { say(k, 1, "defect %s: replay_fault %s is selected by %s, not replay_knob %s", d->id, d->replay_fault, knob, d->replay_knob); return; }
     if (strcmp(site, d->site)) { say(k, 1, "defect %s: replay_fault %s acts at %s (the engine says), the defect's site is %s", d->id, d->replay_fault, site, d->site); return; }
     for (int64_t i = 0; i < d->trigger.n; i++) {
-        int found = 0;
-        for (int64_t j = 0; j < h->n_knobs; j++) found |= !strcmp(h->knobs[j].name, d->trigger.names[i]);
-        if (!found) { say(k, 1, "defect %s: trigger.%s: engine %s declares no such knob", d->id, d->trigger.names[i], h->info.engine); return; }
+        if (!lab_engine_hello_knob(h, d->trigger.names[i])) { say(k, 1, "defect %s: trigger.%s: engine %s declares no such knob", d->id, d->trigger.names[i], h->info.engine); return; }
     }
     int64_t viol = 0;
     if (replay(model, e, d, &viol, err, sizeof err)) say(k, 1, "defect %s: the replay did not run: %s", d->id, err);

@@ -243,24 +243,21 @@ static void record_verdict(const lab_experiment *e, const lab_comparison *c, lab
  * expectations at "knob:NAME" (rule R3, a knob that never took effect). */
 static int64_t unapplied_knobs(const lab_arm *a, const lab_engine_hello *h, lab_expect_result *out) {
     int64_t n = 0;
-    for (int64_t i = 0; i < a->n_knobs; i++)
-        for (int64_t k = 0; k < h->n_knobs; k++) {
-            const lab_engine_knob *kn = &h->knobs[k];
-            if (strcmp(kn->name, a->knob_names[i])) continue;
-            if (kn->read && !strcmp(kn->value, a->knob_values[i])) break;
-            lab_expect_result *x = &out[n++];
-            memset(x, 0, sizeof *x);
-            snprintf(x->site, sizeof x->site, "knob:%s", kn->name);
-            snprintf(x->expected, sizeof x->expected, "applied");
-            snprintf(x->seen, sizeof x->seen, "%s", kn->read ? "another value" : "not read");
-            if (kn->read)
-                snprintf(x->reason, sizeof x->reason, "knob did not take effect: the arm sets %s=%s, the engine "
-                         "reports %s", kn->name, a->knob_values[i], kn->value);
-            else
-                snprintf(x->reason, sizeof x->reason, "knob did not take effect: the arm sets %s=%s, the engine "
-                         "says it did not read it", kn->name, a->knob_values[i]);
-            break;
-        }
+    for (int64_t i = 0; i < a->n_knobs; i++) {
+        const lab_engine_knob *kn = lab_engine_hello_knob(h, a->knob_names[i]);
+        if (!kn || (kn->read && !strcmp(kn->value, a->knob_values[i]))) continue;
+        lab_expect_result *x = &out[n++];
+        memset(x, 0, sizeof *x);
+        snprintf(x->site, sizeof x->site, "knob:%s", kn->name);
+        snprintf(x->expected, sizeof x->expected, "applied");
+        snprintf(x->seen, sizeof x->seen, "%s", kn->read ? "another value" : "not read");
+        if (kn->read)
+            snprintf(x->reason, sizeof x->reason, "knob did not take effect: the arm sets %s=%s, the engine "
+                     "reports %s", kn->name, a->knob_values[i], kn->value);
+        else
+            snprintf(x->reason, sizeof x->reason, "knob did not take effect: the arm sets %s=%s, the engine "
+                     "says it did not read it", kn->name, a->knob_values[i]);
+    }
     return n;
 }
 
