@@ -1,0 +1,61 @@
+/*
+ * gemm.h — the CPU matrix products of the forward pass (issue 14).
+ *
+ * One numeric contract for every path, so that no result depends on the
+ * thread count, the split of the work, the instruction set, the number of
+ * rows, or whether the call was a prefill GEMM or a decode GEMV:
+ *
+ *     y[i][j] = chain over k = 0, 1, ..., K-1 of  acc = fmaf(x[i][k], w[j][k], acc),  acc starting at 0
+ *
+ * where w[j][k] is the weight widened to f32 exactly (bf16 and f16 widen
+ * without rounding). Every kernel — the AVX-512 micro-kernel, the decode
+ * GEMV, the scalar fallback — computes exactly this chain for each output
+ * element; blocking over K continues the same accumulator. A fast kernel is
+ * therefore checked bit-for-bit against the scalar one (tests/unit/test_gemm.c).
+ *
+ * Weights are read in the dtype they have in the checkpoint (f32, bf16 or
+ * f16, usually straight from the mmapped file) and widened inside the kernel.
+ */
+#ifndef VT_GEMM_H
+#define VT_GEMM_H
+
+#include <stdint.h>
+
+#include "dtype.h"
+#include "tensor.h"
+
+/* One product y[M, N] = x[M, K] · W[N, K]ᵀ. W is [N, K] row-major in
+ * W->dtype (f32, bf16 or f16); N = W->shape[0], K = W->shape[1]. Row i of x
+ * is x + i*ldx, row i of y is y + i*ldy (ldx >= K, ldy >= N). */
+typedef struct vt_gemm_job {
+    const float     *x;
+    int64_t          ldx;
+    int64_t          M;
+    const vt_tensor *W;
+    float           *y;
+    int64_t          ldy;
+} vt_gemm_job;
+
+/* Runs the jobs together in one parallel region over OpenMP's current thread
+ * count (jobs sharing x, like q/k/v or gate/up, are one call; so are the
+ * experts of a MoE layer). Jobs with M == 0 are skipped. Must not be called
+ * from inside a parallel region. */
+void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs);
+
+/* Single-threaded products of plain f32 matrices for use inside a parallel
+ * region (attention scores, chunked KDA), same per-element chain:
+ *   nt: C[i][j] (+)= sum_k A[i*lda + k] * B[j*ldb + k]    (B is [N][K])
+ *   nn: C[i][j] (+)= sum_k A[i*lda + k] * B[k*ldb + j]    (B is [K][N])
+ * accumulate = 0: the chain starts at 0; 1: it starts at C's value. */
+void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, int accumulate);
+void vt_sgemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, int accumulate);
+
+/* The scalar reference of the contract (tests and fallbacks): one output element. */
+float vt_gemm_ref_dot(const float *x, const void *w, vt_dtype wdtype, int64_t K);
+
+/* Which kernels this CPU runs ("avx512", "avx2" or "scalar"), for the bench. */
+const char *vt_gemm_isa(void);
+
+#endif
