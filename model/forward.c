@@ -20,24 +20,52 @@
 
 /* ------------------------------------------------------------------ loading */
 
-/* Copies checkpoint tensor `name` into an owned f32 tensor of shape shp
- * (shapes were validated against the config already; reshape only). */
-static int load_f32(const vt_ckpt *ck, const char *name, vt_tensor *t, int ndim, const int64_t *shp, vt_err *err) {
+/* The checkpoint tensor `name`, checked to hold exactly the elements of shape
+ * shp (shapes were validated against the config already; reshape only). */
+static const vt_st_entry *entry_of(const vt_ckpt *ck, const char *name, int ndim, const int64_t *shp, vt_err *err) {
     const vt_st_entry *e = vt_ckpt_find(ck, name);
-    if (!e) return vt_errf(err, VT_EINPUT, "tensor %s: missing", name);
+    if (!e) {
+        vt_errf(err, VT_EINPUT, "tensor %s: missing", name);
+        return NULL;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shp[i];
+    if (!vt_dtype_traits_of(e->dtype) || !vt_dtype_traits_of(e->dtype)->is_float) {
+        vt_errf(err, VT_EINPUT, "%s: tensor %s: dtype %s is not a float type", vt_ckpt_file_name(ck, e->file), name,
+                vt_dtype_name(e->dtype));
+        return NULL;
+    }
+    if ((int64_t)vt_ckpt_nbytes(ck, e) != (int64_t)vt_row_size(e->dtype, n)) {
+        vt_errf(err, VT_EINPUT, "%s: tensor %s: %zu bytes, expected %zu", vt_ckpt_file_name(ck, e->file), name,
+                vt_ckpt_nbytes(ck, e), vt_row_size(e->dtype, n));
+        return NULL;
+    }
+    return e;
+}
+
+/* Copies a small checkpoint tensor (norm weights, biases, conv kernels) into
+ * an owned f32 tensor: widening is exact and these are read element-wise. */
+static int load_f32(const vt_ckpt *ck, const char *name, vt_tensor *t, int ndim, const int64_t *shp, vt_err *err) {
+    const vt_st_entry *e = entry_of(ck, name, ndim, shp, err);
+    if (!e) return err->code;
     int rc = vt_tensor_alloc(t, VT_F32, ndim, shp, err);
     if (rc) return rc;
-    if ((int64_t)vt_ckpt_nbytes(ck, e) != (int64_t)vt_row_size(e->dtype, vt_tensor_nelem(t)))
-        return vt_errf(err, VT_EINPUT, "%s: tensor %s: %zu bytes, expected %zu", vt_ckpt_file_name(ck, e->file), name,
-                       vt_ckpt_nbytes(ck, e), vt_row_size(e->dtype, vt_tensor_nelem(t)));
-    if (vt_convert(t->data, VT_F32, e->data, e->dtype, (size_t)vt_tensor_nelem(t)) != 0)
-        return vt_errf(err, VT_EINPUT, "%s: tensor %s: dtype %s is not a float type",
-                       vt_ckpt_file_name(ck, e->file), name, vt_dtype_name(e->dtype));
+    vt_convert(t->data, VT_F32, e->data, e->dtype, (size_t)vt_tensor_nelem(t));
     return VT_OK;
 }
 
+/* A matrix weight stays where it is, in the checkpoint's dtype: a view into
+ * the mapped file (the GEMMs widen bf16/f16 inside the kernel), so opening a
+ * model copies nothing and its resident size is what the forward touches. */
+static int load_view(const vt_ckpt *ck, const char *name, vt_tensor *t, int ndim, const int64_t *shp, vt_err *err) {
+    const vt_st_entry *e = entry_of(ck, name, ndim, shp, err);
+    if (!e) return err->code;
+    return vt_tensor_view(t, e->dtype, ndim, shp, (void *)e->data, vt_ckpt_nbytes(ck, e), err);
+}
+
 #define LOAD1(T, NAME, A)        do { int64_t s_[1] = {A}; if ((rc = load_f32(ck, NAME, T, 1, s_, err))) return rc; } while (0)
-#define LOAD2(T, NAME, A, B)     do { int64_t s_[2] = {A, B}; if ((rc = load_f32(ck, NAME, T, 2, s_, err))) return rc; } while (0)
+#define LOAD2F(T, NAME, A, B)    do { int64_t s_[2] = {A, B}; if ((rc = load_f32(ck, NAME, T, 2, s_, err))) return rc; } while (0)
+#define LOAD2(T, NAME, A, B)     do { int64_t s_[2] = {A, B}; if ((rc = load_view(ck, NAME, T, 2, s_, err))) return rc; } while (0)
 
 static int load_swiglu(const vt_ckpt *ck, const char *pfx, const char *g, const char *u, const char *dn,
                        int64_t inter, int64_t D, vt_swiglu_w *w, vt_err *err) {
@@ -63,9 +91,9 @@ static int load_layer(const vt_config *cfg, const vt_ckpt *ck, int64_t i, vt_lay
         snprintf(n, sizeof n, "%s.self_attn.q_proj.weight", p);   LOAD2(&w->q, n, P, D);
         snprintf(n, sizeof n, "%s.self_attn.k_proj.weight", p);   LOAD2(&w->k, n, P, D);
         snprintf(n, sizeof n, "%s.self_attn.v_proj.weight", p);   LOAD2(&w->v, n, P, D);
-        snprintf(n, sizeof n, "%s.self_attn.q_conv1d.weight", p); LOAD2(&w->qc, n, P, K);
-        snprintf(n, sizeof n, "%s.self_attn.k_conv1d.weight", p); LOAD2(&w->kc, n, P, K);
-        snprintf(n, sizeof n, "%s.self_attn.v_conv1d.weight", p); LOAD2(&w->vc, n, P, K);
+        snprintf(n, sizeof n, "%s.self_attn.q_conv1d.weight", p); LOAD2F(&w->qc, n, P, K);
+        snprintf(n, sizeof n, "%s.self_attn.k_conv1d.weight", p); LOAD2F(&w->kc, n, P, K);
+        snprintf(n, sizeof n, "%s.self_attn.v_conv1d.weight", p); LOAD2F(&w->vc, n, P, K);
         snprintf(n, sizeof n, "%s.self_attn.A_log", p);           LOAD1(&w->A_log, n, H);
         snprintf(n, sizeof n, "%s.self_attn.dt_bias", p);         LOAD1(&w->dt_bias, n, P);
         snprintf(n, sizeof n, "%s.self_attn.f_a_proj.weight", p); LOAD2(&w->fa, n, d, D);
@@ -133,6 +161,7 @@ void vt_model_free(vt_model *m) {
     vt_tensor_free(&m->embed);
     vt_tensor_free(&m->norm);
     vt_tensor_free(&m->lm_head);
+    vt_ckpt_close(m->ck);
     free(m);
 }
 
@@ -152,15 +181,15 @@ static int model_open(vt_model **out, const char *dir, vt_err *err) {
     {
         int64_t V = cfg->vocab_size, D = cfg->hidden_size;
         int64_t s2[2] = {V, D}, s1[1] = {D};
-        if ((rc = load_f32(ck, "model.embed_tokens.weight", &m->embed, 2, s2, err))) goto fail;
+        if ((rc = load_view(ck, "model.embed_tokens.weight", &m->embed, 2, s2, err))) goto fail;
         if ((rc = load_f32(ck, "model.norm.weight", &m->norm, 1, s1, err))) goto fail;
-        if ((rc = load_f32(ck, "lm_head.weight", &m->lm_head, 2, s2, err))) goto fail;
+        if ((rc = load_view(ck, "lm_head.weight", &m->lm_head, 2, s2, err))) goto fail;
     }
     m->layers = calloc((size_t)cfg->num_hidden_layers, sizeof *m->layers);
     if (!m->layers) { rc = vt_errf(err, VT_ENOMEM, "out of memory"); goto fail; }
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
         if ((rc = load_layer(cfg, ck, i, &m->layers[i], err))) goto fail;
-    vt_ckpt_close(ck);
+    m->ck = ck;   /* the views above point into its mappings */
     *out = m;
     return VT_OK;
 fail:
@@ -275,6 +304,7 @@ void vt_session_free(vt_session *s) {
     }
     free(s->cache);
     vtp_probes_free(&s->probes);
+    vt_ws_free(s);
     free(s->captured);
     vt_knobset_free(s->ks);
     free(s);
@@ -312,11 +342,13 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
                            tok[t], (long long)t, (long long)V);
     int64_t shp[2] = {T, D};
     vt_tensor h = {0};
-    int rc = vt_tensor_alloc(&h, s->stream_dtype, 2, shp, err);
-    if (rc) return rc;
-    float *hf = malloc(vt_row_size(VT_F32, T * D)), *x = malloc(vt_row_size(VT_F32, T * D));
-    float *o = malloc(vt_row_size(VT_F32, T * D));
-    if (!hf || !x || !o) { rc = vt_errf(err, VT_ENOMEM, "forward: out of memory"); goto done; }
+    vt_ws_reset(s);
+    int rc = VT_OK;
+    void *hbuf = vt_ws_alloc(s, s->stream_dtype, T * D, err);
+    float *hf = vt_ws_alloc(s, VT_F32, T * D, err), *x = vt_ws_alloc(s, VT_F32, T * D, err);
+    float *o = vt_ws_alloc(s, VT_F32, T * D, err);
+    if (!hbuf || !hf || !x || !o) { rc = err->code; goto done; }
+    if ((rc = vt_tensor_view(&h, s->stream_dtype, 2, shp, hbuf, vt_row_size(s->stream_dtype, T * D), err))) goto done;
     capture = capture && s->capture;   /* prefill only: a decode keeps the prefill's capture valid */
     if (capture) {
         float *cap = realloc(s->captured, vt_row_size(VT_F32, L * 2 * T * D));
@@ -325,7 +357,7 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
         s->captured_T = T;
     }
 
-    for (int64_t t = 0; t < T; t++) memcpy(hf + t * D, vt_tensor_row(&m->embed, tok[t]), vt_row_size(VT_F32, D));
+    for (int64_t t = 0; t < T; t++) vt_convert(hf + t * D, VT_F32, vt_tensor_row(&m->embed, tok[t]), m->embed.dtype, (size_t)D);
     vt_act_round(s, hf, T * D);
     vt_convert(h.data, h.dtype, hf, VT_F32, (size_t)(T * D));
     vt_convert(hf, VT_F32, h.data, h.dtype, (size_t)(T * D));
@@ -353,8 +385,7 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
         vt_probe_buffer(s, "logits", -1, VT_F32, T, V);
     }
 done:
-    vt_tensor_free(&h);
-    free(hf); free(x); free(o);
+    vt_ws_release(s, (vt_ws_mark){0, 0});
     return rc;
 }
 

@@ -43,41 +43,45 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     const int64_t D = cfg->hidden_size, H = cfg->kda_num_heads, d = cfg->kda_head_dim, P = H * d;
     const int64_t K = cfg->short_conv_kernel_size;
     int rc = VT_OK;
-    size_t tp = vt_row_size(VT_F32, T * P);
-    float *q0 = malloc(tp), *k0 = malloc(tp), *v0 = malloc(tp);
-    float *q = malloc(tp), *k = malloc(tp), *v = malloc(tp);
-    float *f = malloc(tp), *gg = malloc(tp), *o = malloc(tp);
-    float *low = malloc(vt_row_size(VT_F32, T * d));
-    float *beta = malloc(vt_row_size(VT_F32, T * H));
-    float *buf = malloc(vt_row_size(VT_F32, (K - 1 + T) * P));
-    if (!q0 || !k0 || !v0 || !q || !k || !v || !f || !gg || !o || !low || !beta || !buf) {
-        rc = vt_errf(err, VT_ENOMEM, "kda layer %d: out of memory", layer);
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    float *q0 = vt_ws_alloc(s, VT_F32, T * P, err), *k0 = vt_ws_alloc(s, VT_F32, T * P, err);
+    float *v0 = vt_ws_alloc(s, VT_F32, T * P, err), *q = vt_ws_alloc(s, VT_F32, T * P, err);
+    float *k = vt_ws_alloc(s, VT_F32, T * P, err), *v = vt_ws_alloc(s, VT_F32, T * P, err);
+    float *f = vt_ws_alloc(s, VT_F32, T * P, err), *gg = vt_ws_alloc(s, VT_F32, T * P, err);
+    float *o = vt_ws_alloc(s, VT_F32, T * P, err);
+    float *lowf = vt_ws_alloc(s, VT_F32, T * d, err), *lowg = vt_ws_alloc(s, VT_F32, T * d, err);
+    float *beta = vt_ws_alloc(s, VT_F32, T * H, err);
+    float *buf = vt_ws_alloc(s, VT_F32, (K - 1 + T) * P, err);
+    if (!q0 || !k0 || !v0 || !q || !k || !v || !f || !gg || !o || !lowf || !lowg || !beta || !buf) {
+        rc = err->code;
         goto done;
     }
 
-    /* projections, conv + SiLU */
-    vt_gemm_xwT(s, x, T, D, &w->q, q0);
-    vt_gemm_xwT(s, x, T, D, &w->k, k0);
-    vt_gemm_xwT(s, x, T, D, &w->v, v0);
+    /* every projection of x in one parallel region: q, k, v, the forget and
+     * output gates' low-rank inputs, and beta */
+    const vt_gemm_job proj[6] = {{x, D, T, &w->q, q0, P},     {x, D, T, &w->k, k0, P},
+                                 {x, D, T, &w->v, v0, P},     {x, D, T, &w->fa, lowf, d},
+                                 {x, D, T, &w->ga, lowg, d},  {x, D, T, &w->b, beta, H}};
+    vt_gemm_jobs(s, proj, 6);
     vt_act_round(s, q0, T * P); vt_act_round(s, k0, T * P); vt_act_round(s, v0, T * P);
+    vt_act_round(s, lowf, T * d); vt_act_round(s, lowg, T * d); vt_act_round(s, beta, T * H);
+    const vt_gemm_job up[2] = {{lowf, d, T, &w->fb, f, P}, {lowg, d, T, &w->gb, gg, P}};
+    vt_gemm_jobs(s, up, 2);
+    vt_act_round(s, f, T * P); vt_act_round(s, gg, T * P);
+
+    /* conv + SiLU */
     short_conv(q0, T, P, K, w->qc.data, c->conv + 0 * (K - 1) * P, q, buf);
     short_conv(k0, T, P, K, w->kc.data, c->conv + 1 * (K - 1) * P, k, buf);
     short_conv(v0, T, P, K, w->vc.data, c->conv + 2 * (K - 1) * P, v, buf);
     vt_act_round(s, q, T * P); vt_act_round(s, k, T * P); vt_act_round(s, v, T * P);
 
-    /* forget gate (low rank), then g in f32, stored back into f */
-    vt_gemm_xwT(s, x, T, D, &w->fa, low);
-    vt_act_round(s, low, T * d);
-    vt_gemm_xwT(s, low, T, d, &w->fb, f);
-    vt_act_round(s, f, T * P);
+    /* the forget gate's log decay g, in f32, stored back into f */
     const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
     for (int64_t t = 0; t < T; t++)
         for (int64_t ch = 0; ch < P; ch++)
             f[t * P + ch] = -expf(A_log[ch / d]) * vt_softplus(f[t * P + ch] + dt_bias[ch]);
 
     /* beta */
-    vt_gemm_xwT(s, x, T, D, &w->b, beta);
-    vt_act_round(s, beta, T * H);
     for (int64_t i = 0; i < T * H; i++) beta[i] = vt_sigmoid(beta[i]);
 
     /* L2 norm of q and k per head; q scaled by d^-1/2 */
@@ -128,11 +132,7 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     vt_probe_buffer(s, "kda.state", layer, VT_F32, H * d, d);
     vt_act_round(s, o, T * P);
 
-    /* output gate (low rank) and the gated norm: norm first, then the gate */
-    vt_gemm_xwT(s, x, T, D, &w->ga, low);
-    vt_act_round(s, low, T * d);
-    vt_gemm_xwT(s, low, T, d, &w->gb, gg);
-    vt_act_round(s, gg, T * P);
+    /* the gated norm (output gate gg from above): norm first, then the gate */
     const float *onw = w->onorm.data;
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
@@ -147,7 +147,6 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     vt_gemm_xwT(s, o, T, P, &w->o, out);
     vt_act_round(s, out, T * D);
 done:
-    free(q0); free(k0); free(v0); free(q); free(k); free(v); free(f); free(gg); free(o);
-    free(low); free(beta); free(buf);
+    vt_ws_release(s, mk);
     return rc;
 }

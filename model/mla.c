@@ -39,16 +39,17 @@ int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     const double eps = s->k.kv_norm_eps_config ? cfg->rms_norm_eps : 1e-6;
     int rc = grow(c, Tall, kw, vw, err);
     if (rc) return rc;
-    float *q = malloc(vt_row_size(VT_F32, T * kw));
-    float *lat = malloc(vt_row_size(VT_F32, T * (r + rope)));
-    float *cn = malloc(vt_row_size(VT_F32, T * r));
-    float *kv = malloc(vt_row_size(VT_F32, T * Nh * (nope + dv)));
-    float *o = malloc(vt_row_size(VT_F32, T * vw));
-    if (!q || !lat || !cn || !kv || !o) { rc = vt_errf(err, VT_ENOMEM, "mla layer %d: out of memory", layer); goto done; }
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    float *q = vt_ws_alloc(s, VT_F32, T * kw, err);
+    float *lat = vt_ws_alloc(s, VT_F32, T * (r + rope), err);
+    float *cn = vt_ws_alloc(s, VT_F32, T * r, err);
+    float *kv = vt_ws_alloc(s, VT_F32, T * Nh * (nope + dv), err);
+    float *o = vt_ws_alloc(s, VT_F32, T * vw, err);
+    if (!q || !lat || !cn || !kv || !o) { rc = err->code; goto done; }
 
-    vt_gemm_xwT(s, x, T, D, &w->q, q);
+    const vt_gemm_job proj[2] = {{x, D, T, &w->q, q, kw}, {x, D, T, &w->kva, lat, r + rope}};
+    vt_gemm_jobs(s, proj, 2);
     vt_act_round(s, q, T * kw);
-    vt_gemm_xwT(s, x, T, D, &w->kva, lat);
     vt_act_round(s, lat, T * (r + rope));
     for (int64_t t = 0; t < T; t++) memcpy(cn + t * r, lat + t * (r + rope), vt_row_size(VT_F32, r));
     vt_rmsnorm(s, cn, T, r, w->kvnorm.data, eps, cn);
@@ -71,8 +72,8 @@ int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
      * Tall entries per thread */
     const float scale = 1.0f / sqrtf((float)qk);
     const int nthr = omp_get_max_threads();
-    float *scores = malloc(vt_row_size(VT_F32, (int64_t)nthr * Tall));
-    if (!scores) { rc = vt_errf(err, VT_ENOMEM, "mla layer %d: out of memory", layer); goto done; }
+    float *scores = vt_ws_alloc(s, VT_F32, (int64_t)nthr * Tall, err);
+    if (!scores) { rc = err->code; goto done; }
     #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(nthr)
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < Nh; h++) {
@@ -97,11 +98,10 @@ int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
                 for (int64_t i = 0; i < dv; i++) oh[i] += pj * vj[i];
             }
         }
-    free(scores);
     vt_act_round(s, o, T * vw);
     vt_gemm_xwT(s, o, T, vw, &w->o, out);
     vt_act_round(s, out, T * D);
 done:
-    free(q); free(lat); free(cn); free(kv); free(o);
+    vt_ws_release(s, mk);
     return rc;
 }

@@ -3,9 +3,11 @@
  * per-op entry points shared by forward.c, kda.c, mla.c and moe.c.
  *
  * Shapes are written on every field as in the checkpoint: [out, in] for
- * linear weights. Every weight is held as an owned f32 vt_tensor (bf16 and
- * f16 checkpoints are widened at load, which is exact), so the CPU GEMMs run
- * in f32 through OpenBLAS. Activations are f32 except where a knob puts a
+ * linear weights. Matrix weights are vt_tensor views into the mapped
+ * checkpoint, in its dtype (f32, bf16 or f16): nothing is copied at load, and
+ * the GEMMs (gemm.h) widen bf16/f16 to f32 inside the kernel, which is exact.
+ * The small vectors read element-wise (norm weights, biases, conv kernels,
+ * A_log) are owned f32 copies. Activations are f32 except where a knob puts a
  * buffer in bf16: the residual stream (VT_KIMI_BF16_STREAM) and the expert
  * output path (VT_KIMI_BF16_EXPERT_OUT). Those buffers are vt_tensors with
  * their dtype tag, and every copy between them goes through tensor.c.
@@ -16,6 +18,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "gemm.h"
 #include "knobs.h"
 #include "safetensors.h"
 #include "tensor.h"
@@ -71,6 +74,7 @@ struct vt_model {
     vt_tensor   lm_head;        /* [V, D] */
     vt_layer_w *layers;         /* [n_layers] */
     vt_dtype    weight_dtype;   /* dtype of the checkpoint's large tensors */
+    vt_ckpt    *ck;             /* the open checkpoint: the weight views point into its mappings */
     void       *cuda;           /* CUDA backend (issue 7): device weight sets, owned; NULL until a CUDA session */
 };
 
@@ -81,6 +85,19 @@ typedef struct vt_layer_cache {
     float  *kc, *vc;            /* MLA: [cap][Nh*(nope+rope)], [cap][Nh*dv] */
     int64_t cap;                /* MLA cache capacity in tokens */
 } vt_layer_cache;
+
+/* The session's scratch memory: a stack of 64-byte-aligned blocks reused by
+ * every forward, so a forward allocates nothing once the session has run one
+ * of that length. A block that does not fit is malloc'ed on its own (listed in
+ * `extra`); the next forward starts with one base block of the peak size. */
+typedef struct vt_ws {
+    char   *base;
+    size_t  cap, used, peak, extra_bytes;
+    void  **extra;
+    size_t *extra_size;
+    int64_t nextra, extra_cap;
+} vt_ws;
+typedef struct vt_ws_mark { size_t used; int64_t nextra; } vt_ws_mark;
 
 struct vt_session {
     vt_model   *m;
@@ -97,13 +114,25 @@ struct vt_session {
     float      *captured;       /* [n_layers][2][T][D] when capture is on */
     int64_t     captured_T;
     double      fwd_sec, gemm_sec;
+    vt_ws       ws;
     void       *cuda;           /* CUDA backend (issue 7): device state when VT_BACKEND=cuda, else NULL */
 };
 
 /* ------------------------------------------------------------ ops.c */
 
-/* y[M, N] = x[M, K] · W[N, K]ᵀ, W f32 (timed into s->gemm_sec). */
+/* y[M, N] = x[M, K] · W[N, K]ᵀ, W in its checkpoint dtype (timed into s->gemm_sec). */
 void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_tensor *W, float *y);
+/* Several products in one parallel region (gemm.h's vt_gemm_batch), timed. */
+void vt_gemm_jobs(vt_session *s, const vt_gemm_job *jobs, int64_t njobs);
+
+/* Scratch of n elements of dtype dt from the session's workspace, 64-byte
+ * aligned, uninitialised; NULL (err set) when memory runs out. Valid until
+ * vt_ws_release of a mark taken before it, or the next forward. */
+void      *vt_ws_alloc(vt_session *s, vt_dtype dt, int64_t n, vt_err *err);
+vt_ws_mark vt_ws_mark_now(const vt_session *s);
+void       vt_ws_release(vt_session *s, vt_ws_mark mk);
+void       vt_ws_reset(vt_session *s);   /* forward.c, at the start of each forward */
+void       vt_ws_free(vt_session *s);
 /* RMSNorm of each row of x[M, n] into y (may alias x). With bf16 activations
  * the normalised value is rounded before and after the weight multiply, as
  * the public bf16 implementations do. */

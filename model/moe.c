@@ -25,21 +25,30 @@
 
 #include "model.h"
 
+/* a <- silu(a) * b over n elements, with the activation rounding of each step */
+static void swiglu_inplace(const vt_session *s, float *a, const float *b, int64_t n) {
+    const int act = s->k.bf16_act;
+    #pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) {
+        float x = a[i], y = b[i];
+        if (act) x = vt_round_bf16(x), y = vt_round_bf16(y);
+        float z = vt_silu(x) * y;
+        a[i] = act ? vt_round_bf16(z) : z;
+    }
+}
+
 int vt_mlp_forward(vt_session *s, int layer, const vt_swiglu_w *w, const float *x, int64_t T, float *out, vt_err *err) {
     (void)layer;
     int64_t D = w->gate.shape[1], I = w->gate.shape[0];
-    float *a = malloc(vt_row_size(VT_F32, T * I)), *b = malloc(vt_row_size(VT_F32, T * I));
-    if (!a || !b) { free(a); free(b); return vt_errf(err, VT_ENOMEM, "mlp: out of memory"); }
-    vt_gemm_xwT(s, x, T, D, &w->gate, a);
-    vt_gemm_xwT(s, x, T, D, &w->up, b);
-    vt_act_round(s, a, T * I);
-    vt_act_round(s, b, T * I);
-    for (int64_t i = 0; i < T * I; i++) a[i] = vt_silu(a[i]) * b[i];
-    vt_act_round(s, a, T * I);
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    float *a = vt_ws_alloc(s, VT_F32, T * I, err), *b = vt_ws_alloc(s, VT_F32, T * I, err);
+    if (!a || !b) { vt_ws_release(s, mk); return err->code; }
+    const vt_gemm_job gu[2] = {{x, D, T, &w->gate, a, I}, {x, D, T, &w->up, b, I}};
+    vt_gemm_jobs(s, gu, 2);
+    swiglu_inplace(s, a, b, T * I);
     vt_gemm_xwT(s, a, T, I, &w->down, out);
     vt_act_round(s, out, T * D);
-    free(a);
-    free(b);
+    vt_ws_release(s, mk);
     return VT_OK;
 }
 
@@ -64,27 +73,80 @@ static void topk(const float *sc, int64_t E, int64_t K, int64_t *idx) {
     }
 }
 
+/* The experts' SwiGLUs as grouped products: every expert's gate and up (and
+ * the shared expert's) in one parallel region, then every down projection in
+ * another. Expert e's rows are xg rows [count[e], count[e+1]); its outputs go
+ * to the same rows of yf. The shared expert's output goes to sh [N, D]. */
+static int experts_forward(vt_session *s, const vt_ffn_w *w, const vt_tensor *xg, const int64_t *count,
+                           const float *x, int64_t N, vt_tensor *yf, float *sh, vt_err *err) {
+    const vt_config *cfg = &s->m->cfg;
+    const int64_t D = cfg->hidden_size, E = cfg->num_experts, Im = cfg->moe_intermediate_size;
+    const int64_t NK = vt_tensor_nrows(xg), Is = w->has_shared ? w->shared.gate.shape[0] : 0;
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    float *a = vt_ws_alloc(s, VT_F32, NK * Im + N * Is, err), *b = vt_ws_alloc(s, VT_F32, NK * Im + N * Is, err);
+    vt_gemm_job *jobs = vt_ws_alloc(s, VT_U8, (int64_t)((2 * E + 2) * sizeof *jobs), err);
+    if (!a || !b || !jobs) { vt_ws_release(s, mk); return err->code; }
+    float *as = a + NK * Im, *bs = b + NK * Im;   /* the shared expert's part */
+    int64_t nj = 0;
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t r0 = count[e], n = count[e + 1] - count[e];
+        const float *xe = n ? vt_tensor_row(xg, r0) : NULL;
+        jobs[nj++] = (vt_gemm_job){xe, D, n, &w->experts[e].gate, a + r0 * Im, Im};
+        jobs[nj++] = (vt_gemm_job){xe, D, n, &w->experts[e].up, b + r0 * Im, Im};
+    }
+    if (w->has_shared) {
+        jobs[nj++] = (vt_gemm_job){x, D, N, &w->shared.gate, as, Is};
+        jobs[nj++] = (vt_gemm_job){x, D, N, &w->shared.up, bs, Is};
+    }
+    vt_gemm_jobs(s, jobs, nj);
+    swiglu_inplace(s, a, b, NK * Im + N * Is);
+    nj = 0;
+    for (int64_t e = 0; e < E; e++) {
+        const int64_t r0 = count[e], n = count[e + 1] - count[e];
+        jobs[nj++] = (vt_gemm_job){a + r0 * Im, Im, n, &w->experts[e].down, n ? vt_tensor_row(yf, r0) : NULL, D};
+    }
+    if (w->has_shared) jobs[nj++] = (vt_gemm_job){as, Is, N, &w->shared.down, sh, D};
+    vt_gemm_jobs(s, jobs, nj);
+    vt_act_round(s, yf->data, NK * D);
+    if (w->has_shared) vt_act_round(s, sh, N * D);
+    vt_ws_release(s, mk);
+    return VT_OK;
+}
+
 int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, int64_t N, float *out,
                    vt_moe_trace *trace, vt_err *err) {
     const vt_config *cfg = &s->m->cfg;
     const int64_t D = cfg->hidden_size, E = cfg->num_experts, K = cfg->num_experts_per_token;
-    const int64_t NK = N * K, Im = cfg->moe_intermediate_size;
+    const int64_t NK = N * K;
     const int audit = s->k.probe == VT_PROBE_AUDIT;
     int rc = VT_OK;
     vt_tensor xt = {0}, xg = {0}, yf = {0}, ybuf = {0}, eo = {0};
     const vt_tensor *y = NULL;
-    float *logits = malloc(vt_row_size(VT_F32, N * E));
-    float *wts = malloc(vt_row_size(VT_F32, NK));
-    int64_t *sel = malloc((size_t)NK * sizeof *sel);
-    int64_t *count = calloc((size_t)E + 1, sizeof *count);
-    int64_t *order = malloc((size_t)NK * sizeof *order);     /* order[i]: pair index p = t*K+k of sorted row i */
-    int64_t *src_tok = malloc((size_t)NK * sizeof *src_tok);
-    float *a = malloc(vt_row_size(VT_F32, NK * Im)), *b = malloc(vt_row_size(VT_F32, NK * Im));
-    float *row = malloc(vt_row_size(VT_F32, D));
-    if (!logits || !wts || !sel || !count || !order || !src_tok || !a || !b || !row) {
-        rc = vt_errf(err, VT_ENOMEM, "moe layer %d: out of memory", layer);
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    float *logits = vt_ws_alloc(s, VT_F32, N * E, err);
+    float *wts = vt_ws_alloc(s, VT_F32, NK, err);
+    int64_t *sel = vt_ws_alloc(s, VT_I64, NK, err);
+    int64_t *count = vt_ws_alloc(s, VT_I64, E + 1, err);
+    int64_t *fill = vt_ws_alloc(s, VT_I64, E, err);
+    int64_t *order = vt_ws_alloc(s, VT_I64, NK, err);     /* order[i]: pair index p = t*K+k of sorted row i */
+    int64_t *src_tok = vt_ws_alloc(s, VT_I64, NK, err);
+    float *row = vt_ws_alloc(s, VT_F32, D, err);
+    float *sh = w->has_shared ? vt_ws_alloc(s, VT_F32, N * D, err) : NULL;
+    int64_t shp_x[2] = {N, D}, shp_nk[2] = {NK, D};
+    void *xgb = vt_ws_alloc(s, VT_F32, NK * D, err), *yfb = vt_ws_alloc(s, VT_F32, NK * D, err);
+    void *eob = vt_ws_alloc(s, s->expert_dtype, NK * D, err);
+    void *ybb = s->expert_dtype != VT_F32 ? vt_ws_alloc(s, s->expert_dtype, NK * D, err) : yfb;
+    if (!logits || !wts || !sel || !count || !fill || !order || !src_tok || !row || (w->has_shared && !sh) || !xgb ||
+        !yfb || !eob || !ybb) {
+        rc = err->code;
         goto done;
     }
+    memset(count, 0, vt_row_size(VT_I64, E + 1));
+    if ((rc = vt_tensor_view(&xg, VT_F32, 2, shp_nk, xgb, vt_row_size(VT_F32, NK * D), err)) ||
+        (rc = vt_tensor_view(&yf, VT_F32, 2, shp_nk, yfb, vt_row_size(VT_F32, NK * D), err)) ||
+        (rc = vt_tensor_view(&eo, s->expert_dtype, 2, shp_nk, eob, vt_row_size(s->expert_dtype, NK * D), err)))
+        goto done;
+    memset(eo.data, 0, eo.nbytes);   /* a defective scatter (the replayed fault) leaves zeros, never old data */
 
     /* route */
     vt_gemm_xwT(s, x, N, D, &w->router, logits);
@@ -115,52 +177,30 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     /* sort pairs by expert (counting sort, stable in p) */
     for (int64_t p = 0; p < NK; p++) count[sel[p] + 1]++;
     for (int64_t e = 0; e < E; e++) count[e + 1] += count[e];
-    {
-        int64_t *fill = malloc((size_t)E * sizeof *fill);
-        if (!fill) { rc = vt_errf(err, VT_ENOMEM, "moe: out of memory"); goto done; }
-        memcpy(fill, count, (size_t)E * sizeof *fill);
-        for (int64_t p = 0; p < NK; p++) order[fill[sel[p]]++] = p;
-        free(fill);
-    }
+    memcpy(fill, count, vt_row_size(VT_I64, E));
+    for (int64_t p = 0; p < NK; p++) order[fill[sel[p]]++] = p;
     for (int64_t i = 0; i < NK; i++) src_tok[i] = order[i] / K;
 
     /* gather */
-    int64_t shp_x[2] = {N, D}, shp_nk[2] = {NK, D};
     vt_copy_stats st;
     if ((rc = vt_tensor_view(&xt, VT_F32, 2, shp_x, (void *)x, vt_row_size(VT_F32, N * D), err))) goto done;
-    if ((rc = vt_tensor_alloc(&xg, VT_F32, 2, shp_nk, err))) goto done;
     if (audit) vt_tensor_fill_sentinel(&xg);
     if ((rc = vt_rows_gather(&xg, &xt, src_tok, NK, &st, err))) goto done;
     vt_probe_copy(s, "moe.gather", layer, &st, 0, audit ? vt_tensor_rows_unwritten(&xg, NULL) : -1);
 
-    /* experts: y rows of expert e are rows [count[e], count[e+1]) */
-    if ((rc = vt_tensor_alloc(&yf, VT_F32, 2, shp_nk, err))) goto done;
-    for (int64_t e = 0; e < E; e++) {
-        int64_t r0 = count[e], n = count[e + 1] - count[e];
-        if (n == 0) continue;
-        const vt_swiglu_w *ew = &w->experts[e];
-        const float *xe = vt_tensor_row(&xg, r0);
-        vt_gemm_xwT(s, xe, n, D, &ew->gate, a);
-        vt_gemm_xwT(s, xe, n, D, &ew->up, b);
-        vt_act_round(s, a, n * Im);
-        vt_act_round(s, b, n * Im);
-        for (int64_t i = 0; i < n * Im; i++) a[i] = vt_silu(a[i]) * b[i];
-        vt_act_round(s, a, n * Im);
-        float *ye = vt_tensor_row(&yf, r0);
-        vt_gemm_xwT(s, a, n, Im, &ew->down, ye);
-        vt_act_round(s, ye, n * D);
-    }
+    /* experts (and the shared expert) */
+    if ((rc = experts_forward(s, w, &xg, count, x, N, &yf, sh, err))) goto done;
     if (s->expert_dtype == VT_F32) {
         y = &yf;
     } else {
-        if ((rc = vt_tensor_alloc(&ybuf, s->expert_dtype, 2, shp_nk, err))) goto done;
+        if ((rc = vt_tensor_view(&ybuf, s->expert_dtype, 2, shp_nk, ybb, vt_row_size(s->expert_dtype, NK * D), err)))
+            goto done;
         if ((rc = vt_rows_convert(&ybuf, &yf, &st, err))) goto done;
         y = &ybuf;
     }
     vt_probe_buffer(s, "moe.expert.y", layer, y->dtype, NK, D);
 
     /* scatter */
-    if ((rc = vt_tensor_alloc(&eo, s->expert_dtype, 2, shp_nk, err))) goto done;
     if (audit) vt_tensor_fill_sentinel(&eo);
 #ifdef VT_MUTATE_SCATTER_STREAM_DTYPE
     /* mutation (a) of `make mutation`: the scatter sizes rows from the stream dtype */
@@ -192,14 +232,8 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
                          .dst_row_bytes = vt_row_size(VT_F32, D), .src_dtype = eo.dtype, .dst_dtype = VT_F32};
     vt_probe_copy(s, "moe.combine", layer, &st, 1, -1);
 
-    if (w->has_shared) {
-        float *sh = malloc(vt_row_size(VT_F32, N * D));
-        if (!sh) { rc = vt_errf(err, VT_ENOMEM, "moe: out of memory"); goto done; }
-        rc = vt_mlp_forward(s, layer, &w->shared, x, N, sh, err);
-        if (!rc) for (int64_t i = 0; i < N * D; i++) out[i] += sh[i];
-        free(sh);
-        if (rc) goto done;
-    }
+    if (w->has_shared)
+        for (int64_t i = 0; i < N * D; i++) out[i] += sh[i];
     vt_act_round(s, out, N * D);
 
     if (trace) {
@@ -213,7 +247,6 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         rc = vt_rows_copy(&trace->expert_out, 0, &eo, 0, NK, NULL, err);
     }
 done:
-    vt_tensor_free(&xg); vt_tensor_free(&yf); vt_tensor_free(&ybuf); vt_tensor_free(&eo);
-    free(logits); free(wts); free(sel); free(count); free(order); free(src_tok); free(a); free(b); free(row);
+    vt_ws_release(s, mk);
     return rc;
 }

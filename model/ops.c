@@ -1,39 +1,93 @@
 /*
  * ops.c — the small numeric building blocks of the CPU forward pass: the one
- * GEMM entry point (OpenBLAS, timed so the benchmark can report the GEMM
- * share), RMSNorm, bf16 activation rounding and scalar activations.
+ * GEMM entry points (gemm.h, timed so the benchmark can report the GEMM
+ * share), the session's workspace, RMSNorm, bf16 activation rounding and scalar activations.
  */
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "model.h"
 
-/* One thread pool: OpenBLAS runs single-threaded (set in vt_session_new) and
- * a large GEMM is split over OpenMP threads by blocks of output columns (rows
- * of W). OpenBLAS's results depend on the shape it is given (its kernels
- * treat edges and small sizes differently: measured, a 33x1024x192 sgemm
- * split in two column halves differs from the whole in 10% of its outputs),
- * so the blocks are a fixed size, never "N / threads": the same GEMM is cut
- * the same way at any VT_THREADS, and the numbers do not depend on it. */
-#define VT_GEMM_COL_BLOCK 128
+void vt_gemm_jobs(vt_session *s, const vt_gemm_job *jobs, int64_t njobs) {
+    double t0 = omp_get_wtime();
+    vt_gemm_batch(jobs, njobs);
+    s->gemm_sec += omp_get_wtime() - t0;
+}
 
 void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_tensor *W, float *y) {
-    int64_t N = W->shape[0];
-    double t0 = omp_get_wtime();
-    if (N < 2 * VT_GEMM_COL_BLOCK || M * N * K < (int64_t)1 << 18) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
-                    1.0f, x, (int)K, (const float *)W->data, (int)K, 0.0f, y, (int)N);
+    vt_gemm_job j = {x, K, M, W, y, W->shape[0]};
+    vt_gemm_jobs(s, &j, 1);
+}
+
+/* ------------------------------------------------------------ workspace */
+
+enum { WS_ALIGN = 64 };
+
+static size_t ws_round(size_t n) { return (n + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN; }
+
+void *vt_ws_alloc(vt_session *s, vt_dtype dt, int64_t n, vt_err *err) {
+    vt_ws *w = &s->ws;
+    size_t bytes = ws_round(vt_row_size(dt, n > 0 ? n : 1));
+    if (bytes == 0) { vt_errf(err, VT_ENOMEM, "workspace: %lld elements of %s overflow", (long long)n, vt_dtype_name(dt)); return NULL; }
+    void *p = NULL;
+    if (w->cap - w->used >= bytes) {
+        p = w->base + w->used;
+        w->used += bytes;
     } else {
-        const int64_t nblk = (N + VT_GEMM_COL_BLOCK - 1) / VT_GEMM_COL_BLOCK;
-        #pragma omp parallel for schedule(static)
-        for (int64_t b = 0; b < nblk; b++) {
-            int64_t j0 = b * VT_GEMM_COL_BLOCK, nb = N - j0 < VT_GEMM_COL_BLOCK ? N - j0 : VT_GEMM_COL_BLOCK;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)nb, (int)K, 1.0f, x, (int)K,
-                        (const float *)W->data + j0 * K, (int)K, 0.0f, y + j0, (int)N);
+        if (w->nextra == w->extra_cap) {
+            int64_t cap = w->extra_cap ? 2 * w->extra_cap : 16;
+            void **e = realloc(w->extra, (size_t)cap * sizeof *e);
+            if (e) w->extra = e;
+            size_t *z = e ? realloc(w->extra_size, (size_t)cap * sizeof *z) : NULL;
+            if (z) w->extra_size = z;
+            if (!e || !z) { vt_errf(err, VT_ENOMEM, "workspace: out of memory"); return NULL; }
+            w->extra_cap = cap;
+        }
+        if (!(p = aligned_alloc(WS_ALIGN, bytes))) { vt_errf(err, VT_ENOMEM, "workspace: out of memory for %zu bytes", bytes); return NULL; }
+        w->extra[w->nextra] = p;
+        w->extra_size[w->nextra++] = bytes;
+        w->extra_bytes += bytes;
+    }
+    if (w->used + w->extra_bytes > w->peak) w->peak = w->used + w->extra_bytes;
+    return p;
+}
+
+vt_ws_mark vt_ws_mark_now(const vt_session *s) { return (vt_ws_mark){s->ws.used, s->ws.nextra}; }
+
+void vt_ws_release(vt_session *s, vt_ws_mark mk) {
+    vt_ws *w = &s->ws;
+    while (w->nextra > mk.nextra) {
+        w->nextra--;
+        w->extra_bytes -= w->extra_size[w->nextra];
+        free(w->extra[w->nextra]);
+    }
+    w->used = mk.used;
+}
+
+/* Start of a forward: everything is released; when the last forward needed
+ * more than the base block, the base grows to its peak (best effort: on
+ * failure the old block stays and blocks are malloc'ed as needed). */
+void vt_ws_reset(vt_session *s) {
+    vt_ws *w = &s->ws;
+    vt_ws_release(s, (vt_ws_mark){0, 0});
+    if (w->peak > w->cap) {
+        void *p = aligned_alloc(WS_ALIGN, ws_round(w->peak));
+        if (p) {
+            free(w->base);
+            w->base = p;
+            w->cap = ws_round(w->peak);
         }
     }
-    s->gemm_sec += omp_get_wtime() - t0;
+}
+
+void vt_ws_free(vt_session *s) {
+    vt_ws_release(s, (vt_ws_mark){0, 0});
+    free(s->ws.base);
+    free(s->ws.extra);
+    free(s->ws.extra_size);
+    memset(&s->ws, 0, sizeof s->ws);
 }
 
 void vt_act_round(const vt_session *s, float *x, int64_t n) {

@@ -93,34 +93,39 @@ void cu_weights_free(cu_weights *w) {
     delete w;
 }
 
-/* Upload state: a host staging buffer for narrowing, and whether any value
+/* Upload state: host staging buffers for widening (the host weights are
+ * views of the checkpoint in its dtype) and narrowing, and whether any value
  * failed the bf16 round trip. */
 typedef struct upload {
     cu_weights           *w;
+    std::vector<float>    wide;
     std::vector<uint16_t> stage;
     int                   inexact;
 } upload;
 
-/* Copies host f32 tensor t into device matrix dst starting at element elem_off. */
+/* Copies host tensor t (f32, bf16 or f16) into device matrix dst starting at element elem_off. */
 static int put(upload *u, const cu_mat *dst, int64_t elem_off, const vt_tensor *t, vt_err *err) {
-    if (t->dtype != VT_F32) return vt_errf(err, VT_EINTERNAL, "cuda upload: host weight is %s", vt_dtype_name(t->dtype));
+    if (!vt_dtype_traits_of(t->dtype) || !vt_dtype_traits_of(t->dtype)->is_float)
+        return vt_errf(err, VT_EINTERNAL, "cuda upload: host weight is %s", vt_dtype_name(t->dtype));
     const int64_t n = vt_tensor_nelem(t);
-    const float *src = (const float *)t->data;
     if (elem_off + n > dst->rows * dst->cols)
         return vt_errf(err, VT_EINTERNAL, "cuda upload: %lld elements at %lld overflow a %lld x %lld matrix",
                        (long long)n, (long long)elem_off, (long long)dst->rows, (long long)dst->cols);
     char *base = (char *)dst->p + vt_row_size(dst->dtype, elem_off);
-    if (dst->dtype == VT_F32) {
-        CUDA_CHECK(cudaMemcpy(base, src, vt_row_size(VT_F32, n), cudaMemcpyHostToDevice));
-        return VT_OK;
-    }
+    const char *src = (const char *)t->data;
     const int64_t chunk = (int64_t)u->stage.size();
     for (int64_t i0 = 0; i0 < n; i0 += chunk) {
         int64_t m = n - i0 < chunk ? n - i0 : chunk;
+        float *wide = u->wide.data();
+        vt_convert(wide, VT_F32, src + vt_row_size(t->dtype, i0), t->dtype, (size_t)m);
+        if (dst->dtype == VT_F32) {
+            CUDA_CHECK(cudaMemcpy(base + vt_row_size(VT_F32, i0), wide, vt_row_size(VT_F32, m), cudaMemcpyHostToDevice));
+            continue;
+        }
         for (int64_t i = 0; i < m; i++) {
-            vt_bf16 h = vt_f32_to_bf16(src[i0 + i]);
+            vt_bf16 h = vt_f32_to_bf16(wide[i]);
             float back = vt_bf16_to_f32(h);
-            if (memcmp(&back, &src[i0 + i], sizeof back) != 0) u->inexact = 1;
+            if (memcmp(&back, &wide[i], sizeof back) != 0) u->inexact = 1;
             u->stage[(size_t)i] = h.bits;
         }
         CUDA_CHECK(cudaMemcpy(base + vt_row_size(VT_BF16, i0), u->stage.data(), vt_row_size(VT_BF16, m),
@@ -212,6 +217,7 @@ static int upload_model(const vt_model *m, vt_dtype dt, cu_weights **out, int *i
     u.w->n_layers = cfg->num_hidden_layers;
     u.w->layers = new cu_layer[cfg->num_hidden_layers]();
     u.stage.resize((size_t)1 << 22);
+    u.wide.resize((size_t)1 << 22);
     u.inexact = 0;
     int rc = up_mat(&u, &m->embed, &u.w->embed, err);
     if (!rc) rc = up_vec(&u, &m->norm, &u.w->norm, err);

@@ -38,7 +38,10 @@ void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_real
 static void arm(long k) { g_countdown = k, g_injected = 0; }
 static void disarm(void) { g_countdown = -1; }
 
-enum { T = 8, MAX_K = 20000 };
+/* T = 64 fills the MLA cache's first capacity (64 positions), so the decode
+ * after the prefill must grow it: with the session's workspace reused across
+ * forwards, that growth is a decode's only allocation. */
+enum { T = 64, MAX_K = 20000 };
 static char g_dir[256];
 static vt_model *g_model;
 static int64_t V;
