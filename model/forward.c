@@ -322,11 +322,16 @@ double vt_session_forward_seconds(const vt_session *s) { return s->fwd_sec; }
 double vt_session_gemm_seconds(const vt_session *s) { return s->gemm_sec; }
 
 /* h <- h + o, in the stream dtype; hf receives the stored value widened to f32. */
-static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o, int64_t n) {
-    for (int64_t i = 0; i < n; i++) hf[i] += o[i];
-    vt_act_round(s, hf, n);
-    vt_convert(h->data, h->dtype, hf, VT_F32, (size_t)n);
-    if (h->dtype != VT_F32) vt_convert(hf, VT_F32, h->data, h->dtype, (size_t)n);   /* read back the rounding */
+static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o, int64_t T, int64_t D) {
+    #pragma omp parallel for schedule(static) if (T > 1)
+    for (int64_t t = 0; t < T; t++) {
+        float *hr = hf + t * D;
+        void *sr = vt_tensor_row(h, t);
+        for (int64_t i = 0; i < D; i++) hr[i] += o[t * D + i];
+        vt_act_round(s, hr, D);
+        vt_convert(sr, h->dtype, hr, VT_F32, (size_t)D);
+        if (h->dtype != VT_F32) vt_convert(hr, VT_F32, sr, h->dtype, (size_t)D);   /* read back the rounding */
+    }
 }
 
 static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
@@ -367,14 +372,14 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
         vt_rmsnorm(s, hf, T, D, Lw->in_norm.data, cfg->rms_norm_eps, x);
         rc = Lw->kind == VT_LAYER_KDA ? vt_kda_forward(s, (int)l, x, T, o, err) : vt_mla_forward(s, (int)l, x, T, o, err);
         if (rc) goto done;
-        residual_add(s, &h, hf, o, T * D);
+        residual_add(s, &h, hf, o, T, D);
         if (capture) memcpy(s->captured + (l * 2 + 0) * T * D, hf, vt_row_size(VT_F32, T * D));
 
         vt_rmsnorm(s, hf, T, D, Lw->post_norm.data, cfg->rms_norm_eps, x);
         rc = Lw->ffn.moe ? vt_moe_forward(s, (int)l, &Lw->ffn, x, T, o, NULL, err)
                          : vt_mlp_forward(s, (int)l, &Lw->ffn.dense, x, T, o, err);
         if (rc) goto done;
-        residual_add(s, &h, hf, o, T * D);
+        residual_add(s, &h, hf, o, T, D);
         if (capture) memcpy(s->captured + (l * 2 + 1) * T * D, hf, vt_row_size(VT_F32, T * D));
         vt_probe_buffer(s, "residual.stream", (int)l, h.dtype, T, D);
     }

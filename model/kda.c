@@ -26,7 +26,7 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
     /* buf[K-1+T][P]: the cached inputs followed by the new ones */
     memcpy(buf, cache, vt_row_size(VT_F32, (K - 1) * P));
     memcpy(buf + (K - 1) * P, x0, vt_row_size(VT_F32, T * P));
-    #pragma omp parallel for schedule(static) if (T * P > 4096)
+    #pragma omp parallel for schedule(static) if (T > 1)
     for (int64_t t = 0; t < T; t++)
         for (int64_t c = 0; c < P; c++) {
             float acc = 0.0f;
@@ -75,27 +75,26 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     short_conv(v0, T, P, K, w->vc.data, c->conv + 2 * (K - 1) * P, v, buf);
     vt_act_round(s, q, T * P); vt_act_round(s, k, T * P); vt_act_round(s, v, T * P);
 
-    /* the forget gate's log decay g, in f32, stored back into f */
+    /* per token, in parallel: the forget gate's log decay g (f32, stored back
+     * into f), beta, and the L2 norm of q and k per head (q scaled by d^-1/2) */
     const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
-    for (int64_t t = 0; t < T; t++)
+    const float qscale = 1.0f / sqrtf((float)d);
+    #pragma omp parallel for schedule(static) if (T > 1)
+    for (int64_t t = 0; t < T; t++) {
         for (int64_t ch = 0; ch < P; ch++)
             f[t * P + ch] = -expf(A_log[ch / d]) * vt_softplus(f[t * P + ch] + dt_bias[ch]);
-
-    /* beta */
-    for (int64_t i = 0; i < T * H; i++) beta[i] = vt_sigmoid(beta[i]);
-
-    /* L2 norm of q and k per head; q scaled by d^-1/2 */
-    const float qscale = 1.0f / sqrtf((float)d);
-    for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
+            beta[t * H + h] = vt_sigmoid(beta[t * H + h]);
             float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
             double sq = 0.0, sk = 0.0;
             for (int64_t i = 0; i < d; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
             float iq = (float)(1.0 / sqrt(sq + 1e-6)) * qscale, ik = (float)(1.0 / sqrt(sk + 1e-6));
             for (int64_t i = 0; i < d; i++) { qh[i] *= iq; kh[i] *= ik; }
         }
+    }
 
     /* the decay exp(g) is the same for every value column: compute it once */
+    #pragma omp parallel for schedule(static) if (T > 1)
     for (int64_t i = 0; i < T * P; i++) f[i] = expf(f[i]);
 
     /* recurrence, state S[h][i][j] row-major. Work is split over (head, block
@@ -134,6 +133,7 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
 
     /* the gated norm (output gate gg from above): norm first, then the gate */
     const float *onw = w->onorm.data;
+    #pragma omp parallel for collapse(2) schedule(static) if (T > 1)
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
             float *oh = o + t * P + h * d;

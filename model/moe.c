@@ -20,6 +20,7 @@
  * Audit mode fills xg and expert_out with a sentinel first and counts the rows
  * a copy failed to write.
  */
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,7 +131,7 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     int64_t *fill = vt_ws_alloc(s, VT_I64, E, err);
     int64_t *order = vt_ws_alloc(s, VT_I64, NK, err);     /* order[i]: pair index p = t*K+k of sorted row i */
     int64_t *src_tok = vt_ws_alloc(s, VT_I64, NK, err);
-    float *row = vt_ws_alloc(s, VT_F32, D, err);
+    float *row = vt_ws_alloc(s, VT_F32, (int64_t)omp_get_max_threads() * D, err);   /* one per thread */
     float *sh = w->has_shared ? vt_ws_alloc(s, VT_F32, N * D, err) : NULL;
     int64_t shp_x[2] = {N, D}, shp_nk[2] = {NK, D};
     void *xgb = vt_ws_alloc(s, VT_F32, NK * D, err), *yfb = vt_ws_alloc(s, VT_F32, NK * D, err);
@@ -219,21 +220,23 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     vt_probe_copy(s, "moe.scatter", layer, &st, 0, unwritten);
 
     /* combine: expert_out is read through an explicit conversion to f32 */
+    #pragma omp parallel for schedule(static) if (N > 1)
     for (int64_t t = 0; t < N; t++) {
-        float *o = out + t * D;
+        float *o = out + t * D, *r = row + (int64_t)omp_get_thread_num() * D;
         memset(o, 0, vt_row_size(VT_F32, D));
         for (int64_t k = 0; k < K; k++) {
-            vt_convert(row, VT_F32, vt_tensor_row(&eo, t * K + k), eo.dtype, (size_t)D);
+            vt_convert(r, VT_F32, vt_tensor_row(&eo, t * K + k), eo.dtype, (size_t)D);
             float wk = wts[t * K + k];
-            for (int64_t i = 0; i < D; i++) o[i] += wk * row[i];
+            for (int64_t i = 0; i < D; i++) o[i] += wk * r[i];
         }
+        if (sh)
+            for (int64_t i = 0; i < D; i++) o[i] += sh[t * D + i];
     }
     st = (vt_copy_stats){.rows = NK, .bytes_per_row = vt_row_size(VT_F32, D), .src_row_bytes = vt_tensor_row_bytes(&eo),
                          .dst_row_bytes = vt_row_size(VT_F32, D), .src_dtype = eo.dtype, .dst_dtype = VT_F32};
     vt_probe_copy(s, "moe.combine", layer, &st, 1, -1);
 
-    if (w->has_shared)
-        for (int64_t i = 0; i < N * D; i++) out[i] += sh[i];
+
     vt_act_round(s, out, N * D);
 
     if (trace) {
