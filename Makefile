@@ -242,7 +242,8 @@ sanitize: deps
 # MACRO:TEST pairs: the library rebuilt with -DMACRO must turn build/.../tests/TEST red.
 MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYTES:test_scatter \
              VT_MUTATE_NO_STALE_GUARD:test_oom VT_MUTATE_PROBE_LOST_UNCOUNTED:test_oom \
-             VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store
+             VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store \
+             VT_MUTATE_GEMM_SPLIT_K:test_gemm
 mutation: deps
 	@for mt in $(MUTATIONS); do m=$${mt%%:*}; t=$${mt#*:}; \
 	  echo "== mutation $$m (guarded by $$t)"; \

@@ -1,0 +1,284 @@
+/*
+ * gemm_avx512.c — the AVX-512 kernels of gemm.h (called only after gemm.c's
+ * runtime check; every function carries its own target attribute, so the
+ * build needs no -march flag).
+ *
+ * The contract forbids reassociating a dot product, so the kernels never
+ * vectorise along k: a vector always holds 16 different output elements
+ * (16 columns j of one row i), and k advances one step at a time, one FMA per
+ * step per accumulator, exactly the scalar chain. Speed comes from keeping
+ * many independent chains in registers, not from splitting one.
+ *
+ *  - block: BLIS-style. W is packed per (32 columns, KC values of k) into a
+ *    thread-local buffer, transposed to [k][32] and widened to f32; the
+ *    micro-kernel keeps a 12x32 tile of y in 24 zmm accumulators, broadcasts
+ *    x[i][k] and does 24 FMAs per k against the two packed vectors. Between
+ *    K blocks the accumulators go through y (an f32 store and reload is exact,
+ *    so the chain continues bit for bit).
+ *  - gemv (decode, few rows): W is read in place, 16 rows x 16 k at a time,
+ *    transposed in registers so that each vector holds one k of 16 columns,
+ *    then 16 FMAs per row of x. No packing: each W element is used M <= 4
+ *    times, packing would cost a second pass over W.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "gemm_kernels.h"
+
+#define VT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define VT_INLINE static inline __attribute__((always_inline)) VT_AVX512
+
+/* Blocking.
+ * MR x NR = 12 x 32: 24 accumulators + 2 W vectors + 1 broadcast = 27 of the
+ *   32 zmm registers; per k 14 loads (12 broadcasts, 2 vectors) feed 24 FMAs,
+ *   under the 2 loads/cycle the core sustains at 2 FMAs/cycle.
+ * KC = 256: the packed panel is KC*NR*4 = 32 KiB, which stays in the 48 KiB
+ *   L1D next to the 12 x KC slice of x (12 KiB) that one micro-kernel call
+ *   streams; the M x KC block of x stays in L2 (2 MiB) across panels. */
+enum { MR = 12, NR = 32, KC = 256 };
+
+/* How a micro-kernel's chains start: at 0, or at y's value (a later K block,
+ * or accumulate = 1). MODE_ADD exists only in the mutation build below. */
+enum { MODE_ZERO = 0, MODE_LOAD = 1, MODE_ADD = 2 };
+#ifdef VT_MUTATE_GEMM_SPLIT_K
+/* Mutation (make mutation): every K block after the first starts a fresh
+ * partial sum at 0 and adds it to y: the reassociation test_gemm must catch. */
+#define MODE_CONTINUE MODE_ADD
+#else
+#define MODE_CONTINUE MODE_LOAD
+#endif
+
+static inline __mmask16 mask_n(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
+/* 16 consecutive weights of one row from element k, widened exactly to f32
+ * (lanes outside m read as 0 and touch no memory). Unaligned loads. */
+VT_INLINE __m512 wload(const char *row, vt_dtype dt, int64_t k, __mmask16 m) {
+    if (dt == VT_F32) return _mm512_maskz_loadu_ps(m, row + 4 * k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+    if (dt == VT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+VT_INLINE __m512 unpacklo_pd(__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+VT_INLINE __m512 unpackhi_pd(__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+/* In-register 16x16 transpose: r[t] = row t (16 k)  ->  r[c] = column c (16 rows). 64 shuffles. */
+VT_INLINE void tr16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {               /* 4-lane groups: (a0 b0 a1 b1), (a2 b2 a3 b3) */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {               /* r[i+c], lane L: rows i..i+3 of column 4L+c */
+        r[i + 0] = unpacklo_pd(t[i + 0], t[i + 2]);
+        r[i + 1] = unpackhi_pd(t[i + 0], t[i + 2]);
+        r[i + 2] = unpacklo_pd(t[i + 1], t[i + 3]);
+        r[i + 3] = unpackhi_pd(t[i + 1], t[i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {                   /* 128-bit lanes: gather the four row groups */
+        t[c + 0] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[c + 4] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+        t[c + 8] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[c + 12] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+    }
+    for (int c = 0; c < 4; c++) {
+        r[c + 0] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0xdd);
+        r[c + 4] = _mm512_shuffle_f32x4(t[c + 4], t[c + 12], 0x88);
+        r[c + 12] = _mm512_shuffle_f32x4(t[c + 4], t[c + 12], 0xdd);
+    }
+}
+
+/* ------------------------------------------------------------ micro-kernel */
+
+/* y[0..mr)[0..32) over kc steps: x row r at x + r*ldx (already at this K
+ * block), W vectors at b + k*ldb (+16), columns outside m0/m1 neither read
+ * nor written. mr is a constant after inlining into ukr_<n>. */
+VT_INLINE void ukr(const int mr, int64_t kc, const float *x, int64_t ldx, const float *b, int64_t ldb, float *y,
+                   int64_t ldy, __mmask16 m0, __mmask16 m1, int mode) {
+    __m512 c0[MR], c1[MR];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        c0[r] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m0, y + r * ldy) : _mm512_setzero_ps();
+        c1[r] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m1, y + r * ldy + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            const __m512 a = _mm512_set1_ps(x[r * ldx + k]);
+            c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        if (mode == MODE_ADD) {
+            c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, y + r * ldy));
+            c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, y + r * ldy + 16));
+        }
+        _mm512_mask_storeu_ps(y + r * ldy, m0, c0[r]);
+        _mm512_mask_storeu_ps(y + r * ldy + 16, m1, c1[r]);
+    }
+}
+
+#define UKR_FN(n)                                                                                        \
+    VT_AVX512 __attribute__((noinline)) static void ukr_##n(int64_t kc, const float *x, int64_t ldx,      \
+                                                            const float *b, int64_t ldb, float *y,        \
+                                                            int64_t ldy, __mmask16 m0, __mmask16 m1, int mode) { \
+        ukr(n, kc, x, ldx, b, ldb, y, ldy, m0, m1, mode);                                                \
+    }
+UKR_FN(1) UKR_FN(2) UKR_FN(3) UKR_FN(4) UKR_FN(5) UKR_FN(6)
+UKR_FN(7) UKR_FN(8) UKR_FN(9) UKR_FN(10) UKR_FN(11) UKR_FN(12)
+
+typedef void (*ukr_fn)(int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, __mmask16,
+                       __mmask16, int);
+static const ukr_fn ukr_by_rows[MR + 1] = {NULL,   ukr_1, ukr_2, ukr_3, ukr_4,  ukr_5, ukr_6,
+                                           ukr_7,  ukr_8, ukr_9, ukr_10, ukr_11, ukr_12};
+
+/* All row blocks of rows [r0, r1) against one W panel of kc k and 32 columns. */
+static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *x, int64_t ldx, const float *b, int64_t ldb,
+                     float *y, int64_t ldy, int64_t nc, int mode) {
+    const __mmask16 m0 = mask_n(nc), m1 = mask_n(nc - 16);
+    for (int64_t i = r0; i < r1; i += MR) {
+        const int mr = r1 - i < MR ? (int)(r1 - i) : MR;
+        ukr_by_rows[mr](kc, x + i * ldx, ldx, b, ldb, y + i * ldy, ldy, m0, m1, mode);
+    }
+}
+
+/* ------------------------------------------------------------------ packing */
+
+/* buf[kk*NR + jj] = W[j0 + jj][k0 + kk] as f32, for jj < nc (nc <= NR), kk < kc.
+ * Lanes past nc hold copies of the last column (computed, never stored), a
+ * 16-column half with no column at all holds zeros. */
+VT_INLINE void pack_dt(const vt_gemm_args *a, vt_dtype dt, int64_t j0, int64_t nc, int64_t k0, int64_t kc,
+                       float *buf) {
+    const size_t es = dt == VT_F32 ? 4 : 2;
+    for (int h = 0; h < NR / 16; h++) {
+        const int64_t jn = nc - 16 * h;
+        const char *rows[16];
+        for (int t = 0; t < 16; t++)
+            rows[t] = (const char *)a->w + (size_t)(j0 + 16 * h + (t < jn ? t : jn - 1)) * a->wstride + (size_t)k0 * es;
+        for (int64_t kk = 0; kk < kc; kk += 16) {
+            const int64_t kn = kc - kk < 16 ? kc - kk : 16;
+            __m512 r[16];
+            for (int t = 0; t < 16; t++) r[t] = jn > 0 ? wload(rows[t], dt, kk, mask_n(kn)) : _mm512_setzero_ps();
+            tr16(r);
+            for (int t = 0; t < kn; t++) _mm512_store_ps(buf + (kk + t) * NR + 16 * h, r[t]);
+        }
+    }
+}
+
+VT_AVX512 static void pack_panel(const vt_gemm_args *a, int64_t j0, int64_t nc, int64_t k0, int64_t kc, float *buf) {
+    switch (a->dt) {
+    case VT_BF16: pack_dt(a, VT_BF16, j0, nc, k0, kc, buf); break;
+    case VT_F16: pack_dt(a, VT_F16, j0, nc, k0, kc, buf); break;
+    default: pack_dt(a, VT_F32, j0, nc, k0, kc, buf); break;
+    }
+}
+
+/* K == 0: every chain is empty, y = 0 (or stays y with accumulate). */
+static void empty_chain(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (a->acc) return;
+    for (int64_t i = r0; i < r1; i++) memset(a->y + i * a->ldy + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+}
+
+VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    static _Thread_local _Alignas(64) float buf[KC * NR];
+    if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
+    for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
+        const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
+        const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
+        for (int64_t p = c0; p < c1; p += NR) {
+            const int64_t nc = c1 - p < NR ? c1 - p : NR;
+            pack_panel(a, p, nc, k0, kc, buf);
+            ukr_rows(r0, r1, kc, a->x + k0, a->ldx, buf, NR, a->y + p, a->ldy, nc, mode);
+        }
+    }
+}
+
+/* --------------------------------------------------------------------- nn */
+
+VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                              int64_t ldb, float *C, int64_t ldc, int accumulate) {
+    if (K == 0) {
+        const vt_gemm_args a = {.y = C, .ldy = ldc, .acc = accumulate};
+        empty_chain(&a, 0, M, 0, N);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {           /* B is already [k][j]: read in place */
+        const int64_t kc = K - k0 < KC ? K - k0 : KC;
+        const int mode = k0 > 0 ? MODE_CONTINUE : accumulate ? MODE_LOAD : MODE_ZERO;
+        for (int64_t p = 0; p < N; p += NR) {
+            const int64_t nc = N - p < NR ? N - p : NR;
+            ukr_rows(0, M, kc, A + k0, lda, B + k0 * ldb + p, ldb, C + p, ldc, nc, mode);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------- gemv */
+
+/* Rows [i0, i0+mr) x columns [j0, j0+nc), nc <= 32, the whole of K. The two
+ * 16-column halves give 2*mr independent chains per k step. */
+VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int64_t i0, int64_t j0, int64_t nc,
+                      int64_t kb, int64_t ke, int mode) {
+    const size_t es = dt == VT_F32 ? 4 : 2;
+    const int nh = nc > 16 ? 2 : 1;
+    const char *rows[32];
+    for (int t = 0; t < 32; t++) rows[t] = (const char *)a->w + (size_t)(j0 + (t < nc ? t : nc - 1)) * a->wstride;
+    const __mmask16 m[2] = {mask_n(nc), mask_n(nc - 16)};
+    const float *x = a->x + i0 * a->ldx;
+    float *y = a->y + i0 * a->ldy + j0;
+    __m512 acc[VT_GEMV_MAX_ROWS][2];
+    for (int i = 0; i < mr; i++)
+        for (int h = 0; h < 2; h++)
+            acc[i][h] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h) : _mm512_setzero_ps();
+    for (int64_t k = kb; k < ke; k += 16) {
+        const int64_t kn = ke - k < 16 ? ke - k : 16;
+        for (int h = 0; h < nh; h++) {
+            __m512 r[16];
+            for (int t = 0; t < 16; t++) r[t] = wload(rows[16 * h + t], dt, k, mask_n(kn));
+            tr16(r);
+            for (int t = 0; t < kn; t++)
+                for (int i = 0; i < mr; i++) acc[i][h] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx + k + t]), r[t], acc[i][h]);
+        }
+    }
+    (void)es;
+    for (int i = 0; i < mr; i++)
+        for (int h = 0; h < nh; h++) {
+            if (mode == MODE_ADD) acc[i][h] = _mm512_add_ps(acc[i][h], _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h));
+            _mm512_mask_storeu_ps(y + i * a->ldy + 16 * h, m[h], acc[i][h]);
+        }
+}
+
+#define GEMV_FN(n)                                                                                          \
+    VT_AVX512 __attribute__((noinline)) static void gemv_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
+                                                             int64_t nc, int64_t kb, int64_t ke, int mode) { \
+        switch (a->dt) {                                                                                   \
+        case VT_BF16: gemv32(n, a, VT_BF16, i0, j0, nc, kb, ke, mode); break;                               \
+        case VT_F16: gemv32(n, a, VT_F16, i0, j0, nc, kb, ke, mode); break;                                 \
+        default: gemv32(n, a, VT_F32, i0, j0, nc, kb, ke, mode); break;                                     \
+        }                                                                                                  \
+    }
+GEMV_FN(1) GEMV_FN(2) GEMV_FN(3) GEMV_FN(4)
+
+typedef void (*gemv_fn)(const vt_gemm_args *, int64_t, int64_t, int64_t, int64_t, int64_t, int);
+static const gemv_fn gemv_by_rows[VT_GEMV_MAX_ROWS + 1] = {NULL, gemv_1, gemv_2, gemv_3, gemv_4};
+
+VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
+    const gemv_fn f = gemv_by_rows[r1 - r0];
+    for (int64_t j = c0; j < c1; j += 32) {
+        const int64_t nc = c1 - j < 32 ? c1 - j : 32;
+#ifdef VT_MUTATE_GEMM_SPLIT_K
+        f(a, r0, j, nc, 0, a->K / 2, a->acc ? MODE_LOAD : MODE_ZERO);   /* two partial sums: the mutation */
+        f(a, r0, j, nc, a->K / 2, a->K, MODE_ADD);
+#else
+        f(a, r0, j, nc, 0, a->K, a->acc ? MODE_LOAD : MODE_ZERO);
+#endif
+    }
+}
