@@ -270,7 +270,11 @@ $(BUILD)/bench: tests/bench/bench.c $(LIBHARNESS) $(LIBMODEL)
 $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 
-bench: deps vtlab $(BUILD)/bench
+# The GEMM kernels against OpenBLAS and a STREAM triad in the same process.
+$(BUILD)/gemm_bench: tests/bench/gemm_bench.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+
+bench: deps vtlab $(BUILD)/bench $(BUILD)/gemm_bench
 	BUILD=$(BUILD) bash tests/bench/run.sh ./vtlab
 
 # The kill campaign as a bounded soak (tests/soak/kill_campaign.sh): SOAK_KILLS

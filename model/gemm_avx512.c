@@ -69,22 +69,26 @@ VT_INLINE __m512 unpackhi_pd(__m512 a, __m512 b) {
 /* In-register 16x16 transpose: r[t] = row t (16 k)  ->  r[c] = column c (16 rows). 64 shuffles. */
 VT_INLINE void tr16(__m512 r[16]) {
     __m512 t[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 2) {               /* 4-lane groups: (a0 b0 a1 b1), (a2 b2 a3 b3) */
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i += 4) {               /* r[i+c], lane L: rows i..i+3 of column 4L+c */
         r[i + 0] = unpacklo_pd(t[i + 0], t[i + 2]);
         r[i + 1] = unpackhi_pd(t[i + 0], t[i + 2]);
         r[i + 2] = unpacklo_pd(t[i + 1], t[i + 3]);
         r[i + 3] = unpackhi_pd(t[i + 1], t[i + 3]);
     }
+#pragma GCC unroll 16
     for (int c = 0; c < 4; c++) {                   /* 128-bit lanes: gather the four row groups */
         t[c + 0] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
         t[c + 4] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
         t[c + 8] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
         t[c + 12] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
     }
+#pragma GCC unroll 16
     for (int c = 0; c < 4; c++) {
         r[c + 0] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0x88);
         r[c + 8] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0xdd);
@@ -140,13 +144,18 @@ typedef void (*ukr_fn)(int64_t, const float *, int64_t, const float *, int64_t, 
 static const ukr_fn ukr_by_rows[MR + 1] = {NULL,   ukr_1, ukr_2, ukr_3, ukr_4,  ukr_5, ukr_6,
                                            ukr_7,  ukr_8, ukr_9, ukr_10, ukr_11, ukr_12};
 
-/* All row blocks of rows [r0, r1) against one W panel of kc k and 32 columns. */
+/* All row blocks of rows [r0, r1) against one W panel of kc k and 32 columns.
+ * The rows are cut into equal blocks (25 = 9+8+8, not 12+12+1): a block of
+ * under 4 rows has under 8 chains, too few to hide the FMA latency (4 cycles
+ * at 2 FMAs per cycle), and would take as long as a full one. */
 static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *x, int64_t ldx, const float *b, int64_t ldb,
                      float *y, int64_t ldy, int64_t nc, int mode) {
     const __mmask16 m0 = mask_n(nc), m1 = mask_n(nc - 16);
-    for (int64_t i = r0; i < r1; i += MR) {
-        const int mr = r1 - i < MR ? (int)(r1 - i) : MR;
+    const int64_t nb = (r1 - r0 + MR - 1) / MR;
+    for (int64_t q = 0, i = r0; q < nb; q++) {
+        const int mr = (int)((r1 - i) / (nb - q));   /* the remaining rows shared by the remaining blocks */
         ukr_by_rows[mr](kc, x + i * ldx, ldx, b, ldb, y + i * ldy, ldy, m0, m1, mode);
+        i += mr;
     }
 }
 
@@ -166,9 +175,12 @@ VT_INLINE void pack_dt(const vt_gemm_args *a, vt_dtype dt, int64_t j0, int64_t n
         for (int64_t kk = 0; kk < kc; kk += 16) {
             const int64_t kn = kc - kk < 16 ? kc - kk : 16;
             __m512 r[16];
+#pragma GCC unroll 16
             for (int t = 0; t < 16; t++) r[t] = jn > 0 ? wload(rows[t], dt, kk, mask_n(kn)) : _mm512_setzero_ps();
             tr16(r);
-            for (int t = 0; t < kn; t++) _mm512_store_ps(buf + (kk + t) * NR + 16 * h, r[t]);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)   /* a constant t keeps r[t] in a register */
+                if (t < kn) _mm512_store_ps(buf + (kk + t) * NR + 16 * h, r[t]);
         }
     }
 }
@@ -222,6 +234,12 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
 
 /* ------------------------------------------------------------------- gemv */
 
+/* Software prefetch distance of the GEMV, in k: the 32 rows of a tile are 32
+ * interleaved streams, more than the L2 streamer follows at full depth, so
+ * each row is prefetched 256 elements (1 KiB f32, 512 B bf16) ahead. A
+ * prefetch past the end of W is harmless (prefetches do not fault). */
+enum { GEMV_PF = 256 };
+
 /* Rows [i0, i0+mr) x columns [j0, j0+nc), nc <= 32, the whole of K. The two
  * 16-column halves give 2*mr independent chains per k step. */
 VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int64_t i0, int64_t j0, int64_t nc,
@@ -233,6 +251,10 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int64_t 
     const __mmask16 m[2] = {mask_n(nc), mask_n(nc - 16)};
     const float *x = a->x + i0 * a->ldx;
     float *y = a->y + i0 * a->ldy + j0;
+    /* The next 32 rows, when W rows are contiguous: one sequential region,
+     * prefetched in order over this tile's k loop (16 k of 32 rows per step). */
+    const int pf_next = a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K;
+    const char *next = (const char *)a->w + (size_t)(j0 + 32) * a->wstride;
     __m512 acc[VT_GEMV_MAX_ROWS][2];
     for (int i = 0; i < mr; i++)
         for (int h = 0; h < 2; h++)
@@ -241,13 +263,20 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int64_t 
         const int64_t kn = ke - k < 16 ? ke - k : 16;
         for (int h = 0; h < nh; h++) {
             __m512 r[16];
-            for (int t = 0; t < 16; t++) r[t] = wload(rows[16 * h + t], dt, k, mask_n(kn));
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) {
+                if (pf_next) _mm_prefetch(next + ((size_t)(k - kb) * 32 + (size_t)(16 * h + t) * 16) * es, _MM_HINT_T1);
+                r[t] = wload(rows[16 * h + t], dt, k, mask_n(kn));
+            }
             tr16(r);
-            for (int t = 0; t < kn; t++)
-                for (int i = 0; i < mr; i++) acc[i][h] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx + k + t]), r[t], acc[i][h]);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                if (t < kn)
+#pragma GCC unroll 4
+                    for (int i = 0; i < mr; i++)
+                        acc[i][h] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx + k + t]), r[t], acc[i][h]);
         }
     }
-    (void)es;
     for (int i = 0; i < mr; i++)
         for (int h = 0; h < nh; h++) {
             if (mode == MODE_ADD) acc[i][h] = _mm512_add_ps(acc[i][h], _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h));
