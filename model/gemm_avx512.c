@@ -36,6 +36,12 @@
  *   L1D next to the 12 x KC slice of x (12 KiB) that one micro-kernel call
  *   streams; the M x KC block of x stays in L2 (2 MiB) across panels. */
 enum { MR = 12, NR = 32, KC = 256 };
+/* x is packed too, per row block as xp[k*mr + r] (one pointer, one broadcast
+ * stream; x rows 4 KiB apart, as with K = 1024, would all fall in one L1 set).
+ * MC rows of it at a time (96 KiB), packed once per K block and reused by
+ * every panel of the tile. TILE_COLS columns of W are packed per K block
+ * (128 KiB, four panels), once per tile whatever its row count. */
+enum { MC = 96, TILE_COLS = 128 };
 
 /* How a micro-kernel's chains start: at 0, or at y's value (a later K block,
  * or accumulate = 1). MODE_ADD exists only in the mutation build below. */
@@ -99,11 +105,11 @@ VT_INLINE void tr16(__m512 r[16]) {
 
 /* ------------------------------------------------------------ micro-kernel */
 
-/* y[0..mr)[0..32) over kc steps: x row r at x + r*ldx (already at this K
- * block), W vectors at b + k*ldb (+16), columns outside m0/m1 neither read
- * nor written. mr is a constant after inlining into ukr_<n>. */
-VT_INLINE void ukr(const int mr, int64_t kc, const float *x, int64_t ldx, const float *b, int64_t ldb, float *y,
-                   int64_t ldy, __mmask16 m0, __mmask16 m1, int mode) {
+/* y[0..mr)[0..32) over kc steps: x packed as x[k*mr + r], W vectors at
+ * b + k*ldb (+16), columns outside m0/m1 neither read nor written. mr is a
+ * constant after inlining into ukr_<n>. */
+VT_INLINE void ukr(const int mr, int64_t kc, const float *x, const float *b, int64_t ldb, float *y, int64_t ldy,
+                   __mmask16 m0, __mmask16 m1, int mode) {
     __m512 c0[MR], c1[MR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
@@ -114,7 +120,7 @@ VT_INLINE void ukr(const int mr, int64_t kc, const float *x, int64_t ldx, const 
         const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
-            const __m512 a = _mm512_set1_ps(x[r * ldx + k]);
+            const __m512 a = _mm512_set1_ps(x[k * mr + r]);
             c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
             c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
         }
@@ -131,16 +137,15 @@ VT_INLINE void ukr(const int mr, int64_t kc, const float *x, int64_t ldx, const 
 }
 
 #define UKR_FN(n)                                                                                        \
-    VT_AVX512 __attribute__((noinline)) static void ukr_##n(int64_t kc, const float *x, int64_t ldx,      \
-                                                            const float *b, int64_t ldb, float *y,        \
-                                                            int64_t ldy, __mmask16 m0, __mmask16 m1, int mode) { \
-        ukr(n, kc, x, ldx, b, ldb, y, ldy, m0, m1, mode);                                                \
+    VT_AVX512 __attribute__((noinline)) static void ukr_##n(int64_t kc, const float *x, const float *b,  \
+                                                            int64_t ldb, float *y, int64_t ldy,           \
+                                                            __mmask16 m0, __mmask16 m1, int mode) {       \
+        ukr(n, kc, x, b, ldb, y, ldy, m0, m1, mode);                                                     \
     }
 UKR_FN(1) UKR_FN(2) UKR_FN(3) UKR_FN(4) UKR_FN(5) UKR_FN(6)
 UKR_FN(7) UKR_FN(8) UKR_FN(9) UKR_FN(10) UKR_FN(11) UKR_FN(12)
 
-typedef void (*ukr_fn)(int64_t, const float *, int64_t, const float *, int64_t, float *, int64_t, __mmask16,
-                       __mmask16, int);
+typedef void (*ukr_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t, __mmask16, __mmask16, int);
 static const ukr_fn ukr_by_rows[MR + 1] = {NULL,   ukr_1, ukr_2, ukr_3, ukr_4,  ukr_5, ukr_6,
                                            ukr_7,  ukr_8, ukr_9, ukr_10, ukr_11, ukr_12};
 
@@ -148,35 +153,73 @@ static const ukr_fn ukr_by_rows[MR + 1] = {NULL,   ukr_1, ukr_2, ukr_3, ukr_4,  
  * The rows are cut into equal blocks (25 = 9+8+8, not 12+12+1): a block of
  * under 4 rows has under 8 chains, too few to hide the FMA latency (4 cycles
  * at 2 FMAs per cycle), and would take as long as a full one. */
-static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *x, int64_t ldx, const float *b, int64_t ldb,
-                     float *y, int64_t ldy, int64_t nc, int mode) {
+static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *xp, const float *b, int64_t ldb, float *y,
+                     int64_t ldy, int64_t nc, int mode) {
     const __mmask16 m0 = mask_n(nc), m1 = mask_n(nc - 16);
     const int64_t nb = (r1 - r0 + MR - 1) / MR;
     for (int64_t q = 0, i = r0; q < nb; q++) {
         const int mr = (int)((r1 - i) / (nb - q));   /* the remaining rows shared by the remaining blocks */
-        ukr_by_rows[mr](kc, x + i * ldx, ldx, b, ldb, y + i * ldy, ldy, m0, m1, mode);
+        ukr_by_rows[mr](kc, xp + (i - r0) * kc, b, ldb, y + i * ldy, ldy, m0, m1, mode);
+        i += mr;
+    }
+}
+
+/* x rows [r0, r1), k in [k0, k0+kc), into xp in the row blocks of ukr_rows:
+ * block at rows i..i+mr is xp + (i-r0)*kc, laid out [k][mr]. 16 k of up to
+ * 16 rows at a time through the register transpose, stored mr lanes wide. */
+VT_AVX512 static void pack_rows(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k0, int64_t kc,
+                                float *xp) {
+    const int64_t nb = (r1 - r0 + MR - 1) / MR;
+    for (int64_t q = 0, i = r0; q < nb; q++) {
+        const int mr = (int)((r1 - i) / (nb - q));
+        const __mmask16 rm = mask_n(mr);
+        float *dst = xp + (i - r0) * kc;
+        for (int64_t kk = 0; kk < kc; kk += 16) {
+            const __mmask16 km = mask_n(kc - kk);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                r[t] = t < mr ? _mm512_maskz_loadu_ps(km, x + (i + t) * ldx + k0 + kk) : _mm512_setzero_ps();
+            tr16(r);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                if (kk + t < kc) _mm512_mask_storeu_ps(dst + (kk + t) * mr, rm, r[t]);
+        }
         i += mr;
     }
 }
 
 /* ------------------------------------------------------------------ packing */
 
+/* The panel packed after this one, prefetched while this one is packed: W is
+ * read 32 rows at a time, 16 k per row per step, a pattern the hardware
+ * prefetchers do not follow far enough (from memory, packing would wait on
+ * every row). nc = 0: none. */
+typedef struct panel_pf { int64_t j0, nc, k0, kc; } panel_pf;
+
 /* buf[kk*NR + jj] = W[j0 + jj][k0 + kk] as f32, for jj < nc (nc <= NR), kk < kc.
  * Lanes past nc hold copies of the last column (computed, never stored), a
  * 16-column half with no column at all holds zeros. */
 VT_INLINE void pack_dt(const vt_gemm_args *a, vt_dtype dt, int64_t j0, int64_t nc, int64_t k0, int64_t kc,
-                       float *buf) {
+                       float *buf, const panel_pf *pf) {
     const size_t es = dt == VT_F32 ? 4 : 2;
     for (int h = 0; h < NR / 16; h++) {
-        const int64_t jn = nc - 16 * h;
-        const char *rows[16];
-        for (int t = 0; t < 16; t++)
+        const int64_t jn = nc - 16 * h, pn = pf->nc - 16 * h;
+        const char *rows[16], *pfrows[16];
+        for (int t = 0; t < 16; t++) {
             rows[t] = (const char *)a->w + (size_t)(j0 + 16 * h + (t < jn ? t : jn - 1)) * a->wstride + (size_t)k0 * es;
+            pfrows[t] = pn > 0 ? (const char *)a->w + (size_t)(pf->j0 + 16 * h + (t < pn ? t : pn - 1)) * a->wstride +
+                                     (size_t)pf->k0 * es
+                               : NULL;
+        }
         for (int64_t kk = 0; kk < kc; kk += 16) {
             const int64_t kn = kc - kk < 16 ? kc - kk : 16;
             __m512 r[16];
 #pragma GCC unroll 16
-            for (int t = 0; t < 16; t++) r[t] = jn > 0 ? wload(rows[t], dt, kk, mask_n(kn)) : _mm512_setzero_ps();
+            for (int t = 0; t < 16; t++) {
+                if (pfrows[t] && kk < pf->kc) _mm_prefetch(pfrows[t] + (size_t)kk * es, _MM_HINT_T0);
+                r[t] = jn > 0 ? wload(rows[t], dt, kk, mask_n(kn)) : _mm512_setzero_ps();
+            }
             tr16(r);
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++)   /* a constant t keeps r[t] in a register */
@@ -185,11 +228,12 @@ VT_INLINE void pack_dt(const vt_gemm_args *a, vt_dtype dt, int64_t j0, int64_t n
     }
 }
 
-VT_AVX512 static void pack_panel(const vt_gemm_args *a, int64_t j0, int64_t nc, int64_t k0, int64_t kc, float *buf) {
+VT_AVX512 static void pack_panel(const vt_gemm_args *a, int64_t j0, int64_t nc, int64_t k0, int64_t kc, float *buf,
+                                  const panel_pf *pf) {
     switch (a->dt) {
-    case VT_BF16: pack_dt(a, VT_BF16, j0, nc, k0, kc, buf); break;
-    case VT_F16: pack_dt(a, VT_F16, j0, nc, k0, kc, buf); break;
-    default: pack_dt(a, VT_F32, j0, nc, k0, kc, buf); break;
+    case VT_BF16: pack_dt(a, VT_BF16, j0, nc, k0, kc, buf, pf); break;
+    case VT_F16: pack_dt(a, VT_F16, j0, nc, k0, kc, buf, pf); break;
+    default: pack_dt(a, VT_F32, j0, nc, k0, kc, buf, pf); break;
     }
 }
 
@@ -199,18 +243,35 @@ static void empty_chain(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c
     for (int64_t i = r0; i < r1; i++) memset(a->y + i * a->ldy + c0, 0, (size_t)(c1 - c0) * sizeof(float));
 }
 
-VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    static _Thread_local _Alignas(64) float buf[KC * NR];
-    if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
+static _Thread_local _Alignas(64) float xbuf[MC * KC];
+
+/* The columns [c0, c1) of one tile, c1 - c0 <= TILE_COLS: per K block, its
+ * W panels packed once, then x by MC rows, each against every panel. */
+VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
     for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
         const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
         const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
         for (int64_t p = c0; p < c1; p += NR) {
-            const int64_t nc = c1 - p < NR ? c1 - p : NR;
-            pack_panel(a, p, nc, k0, kc, buf);
-            ukr_rows(r0, r1, kc, a->x + k0, a->ldx, buf, NR, a->y + p, a->ldy, nc, mode);
+            panel_pf pf = {p + NR, c1 - p - NR, k0, kc};                /* the next panel, same K block */
+            if (pf.nc <= 0) pf = (panel_pf){c0, c1 - c0, k0 + KC, a->K - k0 - KC};   /* the first, next K block */
+            if (pf.nc > NR) pf.nc = NR;
+            if (pf.kc <= 0) pf.nc = 0;
+            if (pf.kc > KC) pf.kc = KC;
+            pack_panel(a, p, c1 - p < NR ? c1 - p : NR, k0, kc, wbuf[(p - c0) / NR], &pf);
+        }
+        for (int64_t m0 = r0; m0 < r1; m0 += MC) {
+            const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
+            pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
+            for (int64_t p = c0; p < c1; p += NR)
+                ukr_rows(m0, m1, kc, xbuf, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
         }
     }
+}
+
+VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
+    for (int64_t c = c0; c < c1; c += TILE_COLS) block_cols(a, r0, r1, c, c1 - c < TILE_COLS ? c1 : c + TILE_COLS);
 }
 
 /* --------------------------------------------------------------------- nn */
@@ -225,9 +286,11 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
     for (int64_t k0 = 0; k0 < K; k0 += KC) {           /* B is already [k][j]: read in place */
         const int64_t kc = K - k0 < KC ? K - k0 : KC;
         const int mode = k0 > 0 ? MODE_CONTINUE : accumulate ? MODE_LOAD : MODE_ZERO;
-        for (int64_t p = 0; p < N; p += NR) {
-            const int64_t nc = N - p < NR ? N - p : NR;
-            ukr_rows(0, M, kc, A + k0, lda, B + k0 * ldb + p, ldb, C + p, ldc, nc, mode);
+        for (int64_t m0 = 0; m0 < M; m0 += MC) {
+            const int64_t m1 = M - m0 < MC ? M : m0 + MC;
+            pack_rows(A, lda, m0, m1, k0, kc, xbuf);
+            for (int64_t p = 0; p < N; p += NR)
+                ukr_rows(m0, m1, kc, xbuf, B + k0 * ldb + p, ldb, C + p, ldc, N - p < NR ? N - p : NR, mode);
         }
     }
 }
