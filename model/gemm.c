@@ -84,13 +84,13 @@ static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0,
 
 /* ---------------------------------------------------------------- the batch */
 
-/* Tiles. A job is cut into blocks of columns (COLS for the packed kernel: four
- * 32-column panels, so a 12-row x-slice is reused over 128 columns; COLS_GEMV
- * for decode, where the work is one pass over W and small tiles balance
- * best). When all the jobs together give fewer than TILES_PER_THREAD tiles
+/* Tiles. A job is cut into blocks of columns (for the packed kernel COLS_WIDE
+ * when that still gives TILES_PER_THREAD tiles per thread, else COLS: each
+ * tile packs x once, so wider is cheaper; COLS_GEMV for decode, where the
+ * work is one pass over W and small tiles balance best). When all the jobs together give fewer than TILES_PER_THREAD tiles
  * per thread, the rows of the packed jobs are cut too (each row block packs
  * its W panels again, so rows are cut only then). Any cut gives the same bits. */
-enum { COLS = 128, COLS_GEMV = 64, TILES_PER_THREAD = 4, MIN_TILE_ROWS = 24 };
+enum { COLS_WIDE = 256, COLS = 128, COLS_GEMV = 64, TILES_PER_THREAD = 4, MIN_TILE_ROWS = 24 };
 
 typedef struct tile_plan {
     int64_t cols;   /* columns per tile */
@@ -98,11 +98,11 @@ typedef struct tile_plan {
     int64_t ncb, nrb;
 } tile_plan;
 
-static tile_plan plan_job(const vt_gemm_job *g, int64_t row_split) {
+static tile_plan plan_job(const vt_gemm_job *g, int64_t row_split, int64_t cols) {
     tile_plan p = {0, 0, 0, 0};
     if (g->M <= 0) return p;
     const int64_t N = g->W->shape[0];
-    p.cols = g->M <= VT_GEMV_MAX_ROWS ? COLS_GEMV : COLS;
+    p.cols = g->M <= VT_GEMV_MAX_ROWS ? COLS_GEMV : cols;
     p.ncb = N > 0 ? (N + p.cols - 1) / p.cols : 0;
     int64_t nrb = g->M <= VT_GEMV_MAX_ROWS ? 1 : row_split;
     if (nrb > g->M / MIN_TILE_ROWS) nrb = g->M / MIN_TILE_ROWS;
@@ -112,9 +112,9 @@ static tile_plan plan_job(const vt_gemm_job *g, int64_t row_split) {
     return p;
 }
 
-static void run_tile(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t t) {
+static void run_tile(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols, int64_t t) {
     for (int64_t j = 0; j < njobs; j++) {
-        const tile_plan p = plan_job(&jobs[j], row_split);
+        const tile_plan p = plan_job(&jobs[j], row_split, cols);
         if (t >= p.ncb * p.nrb) { t -= p.ncb * p.nrb; continue; }
         const vt_gemm_job *g = &jobs[j];
         const int64_t N = g->W->shape[0], cb = t % p.ncb, rb = t / p.ncb;
@@ -127,10 +127,10 @@ static void run_tile(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, 
     }
 }
 
-static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split) {
+static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols) {
     int64_t n = 0;
     for (int64_t j = 0; j < njobs; j++) {
-        const tile_plan p = plan_job(&jobs[j], row_split);
+        const tile_plan p = plan_job(&jobs[j], row_split, cols);
         n += p.ncb * p.nrb;
     }
     return n;
@@ -138,11 +138,12 @@ static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_s
 
 void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
     const int64_t want = (int64_t)TILES_PER_THREAD * omp_get_max_threads();
-    const int64_t cols_only = count_tiles(jobs, njobs, 1);
+    const int64_t cols = count_tiles(jobs, njobs, 1, COLS_WIDE) >= want ? COLS_WIDE : COLS;
+    const int64_t cols_only = count_tiles(jobs, njobs, 1, cols);
     const int64_t row_split = cols_only > 0 && cols_only < want ? (want + cols_only - 1) / cols_only : 1;
-    const int64_t ntiles = count_tiles(jobs, njobs, row_split);
+    const int64_t ntiles = count_tiles(jobs, njobs, row_split, cols);
     #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1)
-    for (int64_t t = 0; t < ntiles; t++) run_tile(jobs, njobs, row_split, t);
+    for (int64_t t = 0; t < ntiles; t++) run_tile(jobs, njobs, row_split, cols, t);
 }
 
 /* ------------------------------------------------------- single-threaded */

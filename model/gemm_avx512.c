@@ -39,9 +39,11 @@ enum { MR = 12, NR = 32, KC = 256 };
 /* x is packed too, per row block as xp[k*mr + r] (one pointer, one broadcast
  * stream; x rows 4 KiB apart, as with K = 1024, would all fall in one L1 set).
  * MC rows of it at a time (96 KiB), packed once per K block and reused by
- * every panel of the tile. TILE_COLS columns of W are packed per K block
- * (128 KiB, four panels), once per tile whatever its row count. */
-enum { MC = 96, TILE_COLS = 128 };
+ * every panel of the tile. Up to TILE_COLS columns of W are packed per K
+ * block (256 KiB, eight panels), once per tile whatever its row count; x is
+ * packed once per tile, so wide tiles make its packing (a 16x16 transpose per
+ * 256 values) 1/16 of the tile's FMA work at 128 columns, 1/32 at 256. */
+enum { MC = 96, TILE_COLS = 256 };
 
 /* How a micro-kernel's chains start: at 0, or at y's value (a later K block,
  * or accumulate = 1). MODE_ADD exists only in the mutation build below. */
