@@ -242,7 +242,8 @@ sanitize: deps
 # MACRO:TEST pairs: the library rebuilt with -DMACRO must turn build/.../tests/TEST red.
 MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYTES:test_scatter \
              VT_MUTATE_NO_STALE_GUARD:test_oom VT_MUTATE_PROBE_LOST_UNCOUNTED:test_oom \
-             VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store
+             VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store \
+             VT_MUTATE_GEMM_SPLIT_K:test_gemm
 mutation: deps
 	@for mt in $(MUTATIONS); do m=$${mt%%:*}; t=$${mt#*:}; \
 	  echo "== mutation $$m (guarded by $$t)"; \
@@ -269,7 +270,11 @@ $(BUILD)/bench: tests/bench/bench.c $(LIBHARNESS) $(LIBMODEL)
 $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 
-bench: deps vtlab $(BUILD)/bench
+# The GEMM kernels against OpenBLAS and a STREAM triad in the same process.
+$(BUILD)/gemm_bench: tests/bench/gemm_bench.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+
+bench: deps vtlab $(BUILD)/bench $(BUILD)/gemm_bench
 	BUILD=$(BUILD) bash tests/bench/run.sh ./vtlab
 
 # The kill campaign as a bounded soak (tests/soak/kill_campaign.sh): SOAK_KILLS

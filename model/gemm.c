@@ -1,13 +1,17 @@
 /*
- * gemm.c — the matrix products of gemm.h: the reference implementation of the
- * per-element FMA chain. Fast kernels replace the loops below but must give
- * the same bits (tests/unit/test_gemm.c compares them with vt_gemm_ref_dot).
+ * gemm.c — the matrix products of gemm.h: the scalar reference of the
+ * per-element FMA chain, the choice of kernel (AVX-512 when the CPU has it,
+ * else the scalar loops; VT_GEMM_ISA=scalar forces them), and the split of a
+ * batch of products into tiles for OpenMP. The kernels are in gemm_avx512.c;
+ * tests/unit/test_gemm.c checks every path bit for bit against vt_gemm_ref_dot.
  */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemm.h"
+#include "gemm_kernels.h"
 
 static inline float widen(const void *w, vt_dtype dt, int64_t i) {
     switch (dt) {
@@ -27,50 +31,149 @@ __attribute__((target("fma"))) float vt_gemm_ref_dot(const float *x, const void 
     return acc;
 }
 
-const char *vt_gemm_isa(void) { return "scalar"; }
-
-enum { COLS = 64 };   /* columns per work item */
-
-void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
-    int64_t ntiles = 0;
-    for (int64_t j = 0; j < njobs; j++)
-        if (jobs[j].M > 0) ntiles += (jobs[j].W->shape[0] + COLS - 1) / COLS;
-    #pragma omp parallel for schedule(dynamic) if (ntiles > 1)
-    for (int64_t t = 0; t < ntiles; t++) {
-        int64_t j = 0, rem = t;
-        for (;; j++) {
-            if (jobs[j].M <= 0) continue;
-            int64_t nt = (jobs[j].W->shape[0] + COLS - 1) / COLS;
-            if (rem < nt) break;
-            rem -= nt;
+/* The scalar fallback over a block of y: the reference chain, element by element. */
+__attribute__((target("fma"))) static void scalar_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0,
+                                                        int64_t c1) {
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t j = c0; j < c1; j++) {
+            const float *x = a->x + i * a->ldx;
+            const void *w = (const char *)a->w + (size_t)j * a->wstride;
+            float acc = a->acc ? a->y[i * a->ldy + j] : 0.0f;
+            for (int64_t k = 0; k < a->K; k++) acc = fmaf(x[k], widen(w, a->dt, k), acc);
+            a->y[i * a->ldy + j] = acc;
         }
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
+enum { ISA_UNSET = -1, ISA_SCALAR = 0, ISA_AVX512 = 2 };
+static int g_isa = ISA_UNSET;   /* read and written atomically: vt_sgemm_* run inside parallel regions */
+
+static int cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+}
+
+static int isa(void) {
+    int v = __atomic_load_n(&g_isa, __ATOMIC_RELAXED);
+    if (v != ISA_UNSET) return v;
+    const char *e = getenv("VT_GEMM_ISA");   /* read once: every racing thread computes the same value */
+    v = (e && strcmp(e, "scalar") == 0) || !cpu_has_avx512() ? ISA_SCALAR : ISA_AVX512;
+    __atomic_store_n(&g_isa, v, __ATOMIC_RELAXED);
+    return v;
+}
+
+const char *vt_gemm_isa(void) { return isa() == ISA_AVX512 ? "avx512" : "scalar"; }
+
+int vt_gemm_force_isa(const char *name) {
+    if (name && strcmp(name, "scalar") == 0) { __atomic_store_n(&g_isa, ISA_SCALAR, __ATOMIC_RELAXED); return 0; }
+    if (name && strcmp(name, "avx512") == 0 && cpu_has_avx512()) {
+        __atomic_store_n(&g_isa, ISA_AVX512, __ATOMIC_RELAXED);
+        return 0;
+    }
+    return -1;
+}
+
+/* One block of one product with the kernel for this CPU and this row count. */
+static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (isa() != ISA_AVX512) scalar_block(a, r0, r1, c0, c1);
+    else if (r1 - r0 <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(a, r0, r1, c0, c1);
+    else vt_gemm512_block(a, r0, r1, c0, c1);
+}
+
+/* ---------------------------------------------------------------- the batch */
+
+/* Tiles. A job is cut into blocks of columns (for the packed kernel COLS_WIDE
+ * when that still gives TILES_PER_THREAD tiles per thread, else COLS: each
+ * tile packs x once, so wider is cheaper; COLS_GEMV for decode, where the
+ * work is one pass over W and small tiles balance best). When all the jobs together give fewer than TILES_PER_THREAD tiles
+ * per thread, the rows of the packed jobs are cut too (each row block packs
+ * its W panels again, so rows are cut only then). Any cut gives the same bits. */
+enum { COLS_WIDE = 256, COLS = 128, COLS_GEMV = 64, TILES_PER_THREAD = 4, MIN_TILE_ROWS = 24 };
+
+typedef struct tile_plan {
+    int64_t cols;   /* columns per tile */
+    int64_t rows;   /* rows per tile */
+    int64_t ncb, nrb;
+} tile_plan;
+
+static tile_plan plan_job(const vt_gemm_job *g, int64_t row_split, int64_t cols) {
+    tile_plan p = {0, 0, 0, 0};
+    if (g->M <= 0) return p;
+    const int64_t N = g->W->shape[0];
+    p.cols = g->M <= VT_GEMV_MAX_ROWS ? COLS_GEMV : cols;
+    p.ncb = N > 0 ? (N + p.cols - 1) / p.cols : 0;
+    int64_t nrb = g->M <= VT_GEMV_MAX_ROWS ? 1 : row_split;
+    if (nrb > g->M / MIN_TILE_ROWS) nrb = g->M / MIN_TILE_ROWS;
+    if (nrb < 1) nrb = 1;
+    p.rows = (g->M + nrb - 1) / nrb;
+    p.nrb = (g->M + p.rows - 1) / p.rows;
+    return p;
+}
+
+static void run_tile(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols, int64_t t) {
+    for (int64_t j = 0; j < njobs; j++) {
+        const tile_plan p = plan_job(&jobs[j], row_split, cols);
+        if (t >= p.ncb * p.nrb) { t -= p.ncb * p.nrb; continue; }
         const vt_gemm_job *g = &jobs[j];
-        const int64_t N = g->W->shape[0], K = g->W->shape[1], c0 = rem * COLS;
-        const int64_t c1 = c0 + COLS < N ? c0 + COLS : N;
-        const size_t wrow = vt_row_size(g->W->dtype, K);
-        for (int64_t i = 0; i < g->M; i++)
-            for (int64_t c = c0; c < c1; c++)
-                g->y[i * g->ldy + c] =
-                    vt_gemm_ref_dot(g->x + i * g->ldx, (const char *)g->W->data + (size_t)c * wrow, g->W->dtype, K);
+        const int64_t N = g->W->shape[0], cb = t % p.ncb, rb = t / p.ncb;
+        const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
+                                g->W->shape[1], g->y, g->ldy, 0};
+        const int64_t c0 = cb * p.cols, c1 = c0 + p.cols < N ? c0 + p.cols : N;
+        const int64_t r0 = rb * p.rows, r1 = r0 + p.rows < g->M ? r0 + p.rows : g->M;
+        run_block(&a, r0, r1, c0, c1);
+        return;
     }
 }
 
-__attribute__((target("fma"))) void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                                                const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            float acc = accumulate ? C[i * ldc + j] : 0.0f;
-            for (int64_t k = 0; k < K; k++) acc = fmaf(A[i * lda + k], B[j * ldb + k], acc);
-            C[i * ldc + j] = acc;
-        }
+static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols) {
+    int64_t n = 0;
+    for (int64_t j = 0; j < njobs; j++) {
+        const tile_plan p = plan_job(&jobs[j], row_split, cols);
+        n += p.ncb * p.nrb;
+    }
+    return n;
 }
 
-__attribute__((target("fma"))) void vt_sgemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                                                const float *B, int64_t ldb, float *C, int64_t ldc, int accumulate) {
+void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
+    const int64_t want = (int64_t)TILES_PER_THREAD * omp_get_max_threads();
+    const int64_t cols = count_tiles(jobs, njobs, 1, COLS_WIDE) >= want ? COLS_WIDE : COLS;
+    const int64_t cols_only = count_tiles(jobs, njobs, 1, cols);
+    const int64_t row_split = cols_only > 0 && cols_only < want ? (want + cols_only - 1) / cols_only : 1;
+    const int64_t ntiles = count_tiles(jobs, njobs, row_split, cols);
+    #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1)
+    for (int64_t t = 0; t < ntiles; t++) run_tile(jobs, njobs, row_split, cols, t);
+}
+
+/* ------------------------------------------------------- single-threaded */
+
+void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate};
+    if (isa() != ISA_AVX512) { scalar_block(&a, 0, M, 0, N); return; }
+    for (int64_t i = 0; i < M; i += 256) {   /* rows by 256 keep the x block of a K panel in L2 */
+        const int64_t i1 = i + 256 < M ? i + 256 : M;
+        if (i1 - i <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(&a, i, i1, 0, N);
+        else vt_gemm512_block(&a, i, i1, 0, N);
+    }
+}
+
+__attribute__((target("fma"))) static void scalar_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                                                     const float *B, int64_t ldb, float *C, int64_t ldc,
+                                                     int accumulate) {
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
             float acc = accumulate ? C[i * ldc + j] : 0.0f;
             for (int64_t k = 0; k < K; k++) acc = fmaf(A[i * lda + k], B[k * ldb + j], acc);
             C[i * ldc + j] = acc;
         }
+}
+
+void vt_sgemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float *C, int64_t ldc, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    if (isa() != ISA_AVX512) scalar_nn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    else vt_sgemm512_nn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }

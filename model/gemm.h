@@ -55,7 +55,14 @@ void vt_sgemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
 /* The scalar reference of the contract (tests and fallbacks): one output element. */
 float vt_gemm_ref_dot(const float *x, const void *w, vt_dtype wdtype, int64_t K);
 
-/* Which kernels this CPU runs ("avx512", "avx2" or "scalar"), for the bench. */
+/* Which kernels this CPU runs ("avx512" or "scalar"), for the bench. The
+ * choice is made once, from the CPU (__builtin_cpu_supports) and the
+ * environment: VT_GEMM_ISA=scalar forces the scalar reference loops. */
 const char *vt_gemm_isa(void);
+
+/* Tests and the bench: switch every later call to the kernels named
+ * ("avx512" or "scalar"). Returns 0, or -1 when this CPU cannot run them (the
+ * choice is then unchanged). Not to be called while a product is running. */
+int vt_gemm_force_isa(const char *name);
 
 #endif

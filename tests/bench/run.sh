@@ -17,5 +17,7 @@ bench tiny model/configs/kimi-linear-tiny.json 128
 if [ "${BENCH_SMALL:-0}" = 1 ]; then
   bench small model/configs/kimi-linear-small.json 256
 fi
+# The GEMM kernels against OpenBLAS sgemm and a STREAM triad (tests/bench/gemm_bench.c).
+"$BUILD/gemm_bench" --rounds "${GEMM_BENCH_ROUNDS:-5}"
 # The engine protocol's overhead against the builtin path (issue 11).
 bash tests/bench/engine_overhead.sh "$VTLAB" 3

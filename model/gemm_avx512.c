@@ -1,0 +1,378 @@
+/*
+ * gemm_avx512.c — the AVX-512 kernels of gemm.h (called only after gemm.c's
+ * runtime check; every function carries its own target attribute, so the
+ * build needs no -march flag).
+ *
+ * The contract forbids reassociating a dot product, so the kernels never
+ * vectorise along k: a vector always holds 16 different output elements
+ * (16 columns j of one row i), and k advances one step at a time, one FMA per
+ * step per accumulator, exactly the scalar chain. Speed comes from keeping
+ * many independent chains in registers, not from splitting one.
+ *
+ *  - block: BLIS-style. W is packed per (32 columns, KC values of k) into a
+ *    thread-local buffer, transposed to [k][32] and widened to f32; the
+ *    micro-kernel keeps a 12x32 tile of y in 24 zmm accumulators, broadcasts
+ *    x[i][k] and does 24 FMAs per k against the two packed vectors. Between
+ *    K blocks the accumulators go through y (an f32 store and reload is exact,
+ *    so the chain continues bit for bit).
+ *  - gemv (decode, few rows): W is read in place, 16 rows x 16 k at a time,
+ *    transposed in registers so that each vector holds one k of 16 columns,
+ *    then 16 FMAs per row of x. No packing: each W element is used M <= 4
+ *    times, packing would cost a second pass over W.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "gemm_kernels.h"
+
+#define VT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define VT_INLINE static inline __attribute__((always_inline)) VT_AVX512
+
+/* Blocking.
+ * MR x NR = 12 x 32: 24 accumulators + 2 W vectors + 1 broadcast = 27 of the
+ *   32 zmm registers; per k 14 loads (12 broadcasts, 2 vectors) feed 24 FMAs,
+ *   under the 2 loads/cycle the core sustains at 2 FMAs/cycle.
+ * KC = 256: the packed panel is KC*NR*4 = 32 KiB, which stays in the 48 KiB
+ *   L1D next to the 12 x KC slice of x (12 KiB) that one micro-kernel call
+ *   streams; the M x KC block of x stays in L2 (2 MiB) across panels. */
+enum { MR = 12, NR = 32, KC = 256 };
+/* x is packed too, per row block as xp[k*mr + r] (one pointer, one broadcast
+ * stream; x rows 4 KiB apart, as with K = 1024, would all fall in one L1 set).
+ * MC rows of it at a time (96 KiB), packed once per K block and reused by
+ * every panel of the tile. Up to TILE_COLS columns of W are packed per K
+ * block (256 KiB, eight panels), once per tile whatever its row count; x is
+ * packed once per tile, so wide tiles make its packing (a 16x16 transpose per
+ * 256 values) 1/16 of the tile's FMA work at 128 columns, 1/32 at 256. */
+enum { MC = 96, TILE_COLS = 256 };
+
+/* How a micro-kernel's chains start: at 0, or at y's value (a later K block,
+ * or accumulate = 1). MODE_ADD exists only in the mutation build below. */
+enum { MODE_ZERO = 0, MODE_LOAD = 1, MODE_ADD = 2 };
+#ifdef VT_MUTATE_GEMM_SPLIT_K
+/* Mutation (make mutation): every K block after the first starts a fresh
+ * partial sum at 0 and adds it to y: the reassociation test_gemm must catch. */
+#define MODE_CONTINUE MODE_ADD
+#else
+#define MODE_CONTINUE MODE_LOAD
+#endif
+
+static inline __mmask16 mask_n(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+
+/* 16 consecutive weights of one row from element k, widened exactly to f32
+ * (lanes outside m read as 0 and touch no memory). Unaligned loads. */
+VT_INLINE __m512 wload(const char *row, vt_dtype dt, int64_t k, __mmask16 m) {
+    if (dt == VT_F32) return _mm512_maskz_loadu_ps(m, row + 4 * k);
+    __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+    if (dt == VT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+VT_INLINE __m512 unpacklo_pd(__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+VT_INLINE __m512 unpackhi_pd(__m512 a, __m512 b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+}
+
+/* In-register 16x16 transpose: r[t] = row t (16 k)  ->  r[c] = column c (16 rows). 64 shuffles. */
+VT_INLINE void tr16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 2) {               /* 4-lane groups: (a0 b0 a1 b1), (a2 b2 a3 b3) */
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i += 4) {               /* r[i+c], lane L: rows i..i+3 of column 4L+c */
+        r[i + 0] = unpacklo_pd(t[i + 0], t[i + 2]);
+        r[i + 1] = unpackhi_pd(t[i + 0], t[i + 2]);
+        r[i + 2] = unpacklo_pd(t[i + 1], t[i + 3]);
+        r[i + 3] = unpackhi_pd(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < 4; c++) {                   /* 128-bit lanes: gather the four row groups */
+        t[c + 0] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[c + 4] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xdd);
+        t[c + 8] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[c + 12] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xdd);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < 4; c++) {
+        r[c + 0] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(t[c], t[c + 8], 0xdd);
+        r[c + 4] = _mm512_shuffle_f32x4(t[c + 4], t[c + 12], 0x88);
+        r[c + 12] = _mm512_shuffle_f32x4(t[c + 4], t[c + 12], 0xdd);
+    }
+}
+
+/* ------------------------------------------------------------ micro-kernel */
+
+/* y[0..mr)[0..32) over kc steps: x packed as x[k*mr + r], W vectors at
+ * b + k*ldb (+16), columns outside m0/m1 neither read nor written. mr is a
+ * constant after inlining into ukr_<n>. */
+VT_INLINE void ukr(const int mr, int64_t kc, const float *x, const float *b, int64_t ldb, float *y, int64_t ldy,
+                   __mmask16 m0, __mmask16 m1, int mode) {
+    __m512 c0[MR], c1[MR];
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        c0[r] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m0, y + r * ldy) : _mm512_setzero_ps();
+        c1[r] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m1, y + r * ldy + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < mr; r++) {
+            const __m512 a = _mm512_set1_ps(x[k * mr + r]);
+            c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < mr; r++) {
+        if (mode == MODE_ADD) {
+            c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, y + r * ldy));
+            c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, y + r * ldy + 16));
+        }
+        _mm512_mask_storeu_ps(y + r * ldy, m0, c0[r]);
+        _mm512_mask_storeu_ps(y + r * ldy + 16, m1, c1[r]);
+    }
+}
+
+#define UKR_FN(n)                                                                                        \
+    VT_AVX512 __attribute__((noinline)) static void ukr_##n(int64_t kc, const float *x, const float *b,  \
+                                                            int64_t ldb, float *y, int64_t ldy,           \
+                                                            __mmask16 m0, __mmask16 m1, int mode) {       \
+        ukr(n, kc, x, b, ldb, y, ldy, m0, m1, mode);                                                     \
+    }
+UKR_FN(1) UKR_FN(2) UKR_FN(3) UKR_FN(4) UKR_FN(5) UKR_FN(6)
+UKR_FN(7) UKR_FN(8) UKR_FN(9) UKR_FN(10) UKR_FN(11) UKR_FN(12)
+
+typedef void (*ukr_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t, __mmask16, __mmask16, int);
+static const ukr_fn ukr_by_rows[MR + 1] = {NULL,   ukr_1, ukr_2, ukr_3, ukr_4,  ukr_5, ukr_6,
+                                           ukr_7,  ukr_8, ukr_9, ukr_10, ukr_11, ukr_12};
+
+/* All row blocks of rows [r0, r1) against one W panel of kc k and 32 columns.
+ * The rows are cut into equal blocks (25 = 9+8+8, not 12+12+1): a block of
+ * under 4 rows has under 8 chains, too few to hide the FMA latency (4 cycles
+ * at 2 FMAs per cycle), and would take as long as a full one. */
+static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *xp, const float *b, int64_t ldb, float *y,
+                     int64_t ldy, int64_t nc, int mode) {
+    const __mmask16 m0 = mask_n(nc), m1 = mask_n(nc - 16);
+    const int64_t nb = (r1 - r0 + MR - 1) / MR;
+    for (int64_t q = 0, i = r0; q < nb; q++) {
+        const int mr = (int)((r1 - i) / (nb - q));   /* the remaining rows shared by the remaining blocks */
+        ukr_by_rows[mr](kc, xp + (i - r0) * kc, b, ldb, y + i * ldy, ldy, m0, m1, mode);
+        i += mr;
+    }
+}
+
+/* x rows [r0, r1), k in [k0, k0+kc), into xp in the row blocks of ukr_rows:
+ * block at rows i..i+mr is xp + (i-r0)*kc, laid out [k][mr]. 16 k of up to
+ * 16 rows at a time through the register transpose, stored mr lanes wide. */
+VT_AVX512 static void pack_rows(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k0, int64_t kc,
+                                float *xp) {
+    const int64_t nb = (r1 - r0 + MR - 1) / MR;
+    for (int64_t q = 0, i = r0; q < nb; q++) {
+        const int mr = (int)((r1 - i) / (nb - q));
+        const __mmask16 rm = mask_n(mr);
+        float *dst = xp + (i - r0) * kc;
+        for (int64_t kk = 0; kk < kc; kk += 16) {
+            const __mmask16 km = mask_n(kc - kk);
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                r[t] = t < mr ? _mm512_maskz_loadu_ps(km, x + (i + t) * ldx + k0 + kk) : _mm512_setzero_ps();
+            tr16(r);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                if (kk + t < kc) _mm512_mask_storeu_ps(dst + (kk + t) * mr, rm, r[t]);
+        }
+        i += mr;
+    }
+}
+
+/* ------------------------------------------------------------------ packing */
+
+/* The panel packed after this one, prefetched while this one is packed: W is
+ * read 32 rows at a time, 16 k per row per step, a pattern the hardware
+ * prefetchers do not follow far enough (from memory, packing would wait on
+ * every row). nc = 0: none. */
+typedef struct panel_pf { int64_t j0, nc, k0, kc; } panel_pf;
+
+/* buf[kk*NR + jj] = W[j0 + jj][k0 + kk] as f32, for jj < nc (nc <= NR), kk < kc.
+ * Lanes past nc hold copies of the last column (computed, never stored), a
+ * 16-column half with no column at all holds zeros. */
+VT_INLINE void pack_dt(const vt_gemm_args *a, vt_dtype dt, int64_t j0, int64_t nc, int64_t k0, int64_t kc,
+                       float *buf, const panel_pf *pf) {
+    const size_t es = dt == VT_F32 ? 4 : 2;
+    for (int h = 0; h < NR / 16; h++) {
+        const int64_t jn = nc - 16 * h, pn = pf->nc - 16 * h;
+        const char *rows[16], *pfrows[16];
+        for (int t = 0; t < 16; t++) {
+            rows[t] = (const char *)a->w + (size_t)(j0 + 16 * h + (t < jn ? t : jn - 1)) * a->wstride + (size_t)k0 * es;
+            pfrows[t] = pn > 0 ? (const char *)a->w + (size_t)(pf->j0 + 16 * h + (t < pn ? t : pn - 1)) * a->wstride +
+                                     (size_t)pf->k0 * es
+                               : NULL;
+        }
+        for (int64_t kk = 0; kk < kc; kk += 16) {
+            const int64_t kn = kc - kk < 16 ? kc - kk : 16;
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) {
+                if (pfrows[t] && kk < pf->kc) _mm_prefetch(pfrows[t] + (size_t)kk * es, _MM_HINT_T0);
+                r[t] = jn > 0 ? wload(rows[t], dt, kk, mask_n(kn)) : _mm512_setzero_ps();
+            }
+            tr16(r);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)   /* a constant t keeps r[t] in a register */
+                if (t < kn) _mm512_store_ps(buf + (kk + t) * NR + 16 * h, r[t]);
+        }
+    }
+}
+
+VT_AVX512 static void pack_panel(const vt_gemm_args *a, int64_t j0, int64_t nc, int64_t k0, int64_t kc, float *buf,
+                                  const panel_pf *pf) {
+    switch (a->dt) {
+    case VT_BF16: pack_dt(a, VT_BF16, j0, nc, k0, kc, buf, pf); break;
+    case VT_F16: pack_dt(a, VT_F16, j0, nc, k0, kc, buf, pf); break;
+    default: pack_dt(a, VT_F32, j0, nc, k0, kc, buf, pf); break;
+    }
+}
+
+/* K == 0: every chain is empty, y = 0 (or stays y with accumulate). */
+static void empty_chain(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (a->acc) return;
+    for (int64_t i = r0; i < r1; i++) memset(a->y + i * a->ldy + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+}
+
+static _Thread_local _Alignas(64) float xbuf[MC * KC];
+
+/* The columns [c0, c1) of one tile, c1 - c0 <= TILE_COLS: per K block, its
+ * W panels packed once, then x by MC rows, each against every panel. */
+VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
+    for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
+        const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
+        const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
+        for (int64_t p = c0; p < c1; p += NR) {
+            panel_pf pf = {p + NR, c1 - p - NR, k0, kc};                /* the next panel, same K block */
+            if (pf.nc <= 0) pf = (panel_pf){c0, c1 - c0, k0 + KC, a->K - k0 - KC};   /* the first, next K block */
+            if (pf.nc > NR) pf.nc = NR;
+            if (pf.kc <= 0) pf.nc = 0;
+            if (pf.kc > KC) pf.kc = KC;
+            pack_panel(a, p, c1 - p < NR ? c1 - p : NR, k0, kc, wbuf[(p - c0) / NR], &pf);
+        }
+        for (int64_t m0 = r0; m0 < r1; m0 += MC) {
+            const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
+            pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
+            for (int64_t p = c0; p < c1; p += NR)
+                ukr_rows(m0, m1, kc, xbuf, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
+        }
+    }
+}
+
+VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
+    for (int64_t c = c0; c < c1; c += TILE_COLS) block_cols(a, r0, r1, c, c1 - c < TILE_COLS ? c1 : c + TILE_COLS);
+}
+
+/* --------------------------------------------------------------------- nn */
+
+VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                              int64_t ldb, float *C, int64_t ldc, int accumulate) {
+    if (K == 0) {
+        const vt_gemm_args a = {.y = C, .ldy = ldc, .acc = accumulate};
+        empty_chain(&a, 0, M, 0, N);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {           /* B is already [k][j]: read in place */
+        const int64_t kc = K - k0 < KC ? K - k0 : KC;
+        const int mode = k0 > 0 ? MODE_CONTINUE : accumulate ? MODE_LOAD : MODE_ZERO;
+        for (int64_t m0 = 0; m0 < M; m0 += MC) {
+            const int64_t m1 = M - m0 < MC ? M : m0 + MC;
+            pack_rows(A, lda, m0, m1, k0, kc, xbuf);
+            for (int64_t p = 0; p < N; p += NR)
+                ukr_rows(m0, m1, kc, xbuf, B + k0 * ldb + p, ldb, C + p, ldc, N - p < NR ? N - p : NR, mode);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------- gemv */
+
+/* Software prefetch distance of the GEMV, in k: the 32 rows of a tile are 32
+ * interleaved streams, more than the L2 streamer follows at full depth, so
+ * each row is prefetched 256 elements (1 KiB f32, 512 B bf16) ahead. A
+ * prefetch past the end of W is harmless (prefetches do not fault). */
+enum { GEMV_PF = 256 };
+
+/* Rows [i0, i0+mr) x columns [j0, j0+nc), nc <= 32, the whole of K. The two
+ * 16-column halves give 2*mr independent chains per k step. */
+VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int64_t i0, int64_t j0, int64_t nc,
+                      int64_t kb, int64_t ke, int mode) {
+    const size_t es = dt == VT_F32 ? 4 : 2;
+    const int nh = nc > 16 ? 2 : 1;
+    const char *rows[32];
+    for (int t = 0; t < 32; t++) rows[t] = (const char *)a->w + (size_t)(j0 + (t < nc ? t : nc - 1)) * a->wstride;
+    const __mmask16 m[2] = {mask_n(nc), mask_n(nc - 16)};
+    const float *x = a->x + i0 * a->ldx;
+    float *y = a->y + i0 * a->ldy + j0;
+    /* The next 32 rows, when W rows are contiguous: one sequential region,
+     * prefetched in order over this tile's k loop (16 k of 32 rows per step). */
+    const int pf_next = a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K;
+    const char *next = (const char *)a->w + (size_t)(j0 + 32) * a->wstride;
+    __m512 acc[VT_GEMV_MAX_ROWS][2];
+    for (int i = 0; i < mr; i++)
+        for (int h = 0; h < 2; h++)
+            acc[i][h] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h) : _mm512_setzero_ps();
+    for (int64_t k = kb; k < ke; k += 16) {
+        const int64_t kn = ke - k < 16 ? ke - k : 16;
+        for (int h = 0; h < nh; h++) {
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) {
+                if (pf_next) _mm_prefetch(next + ((size_t)(k - kb) * 32 + (size_t)(16 * h + t) * 16) * es, _MM_HINT_T1);
+                r[t] = wload(rows[16 * h + t], dt, k, mask_n(kn));
+            }
+            tr16(r);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                if (t < kn)
+#pragma GCC unroll 4
+                    for (int i = 0; i < mr; i++)
+                        acc[i][h] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx + k + t]), r[t], acc[i][h]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int h = 0; h < nh; h++) {
+            if (mode == MODE_ADD) acc[i][h] = _mm512_add_ps(acc[i][h], _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h));
+            _mm512_mask_storeu_ps(y + i * a->ldy + 16 * h, m[h], acc[i][h]);
+        }
+}
+
+#define GEMV_FN(n)                                                                                          \
+    VT_AVX512 __attribute__((noinline)) static void gemv_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
+                                                             int64_t nc, int64_t kb, int64_t ke, int mode) { \
+        switch (a->dt) {                                                                                   \
+        case VT_BF16: gemv32(n, a, VT_BF16, i0, j0, nc, kb, ke, mode); break;                               \
+        case VT_F16: gemv32(n, a, VT_F16, i0, j0, nc, kb, ke, mode); break;                                 \
+        default: gemv32(n, a, VT_F32, i0, j0, nc, kb, ke, mode); break;                                     \
+        }                                                                                                  \
+    }
+GEMV_FN(1) GEMV_FN(2) GEMV_FN(3) GEMV_FN(4)
+
+typedef void (*gemv_fn)(const vt_gemm_args *, int64_t, int64_t, int64_t, int64_t, int64_t, int);
+static const gemv_fn gemv_by_rows[VT_GEMV_MAX_ROWS + 1] = {NULL, gemv_1, gemv_2, gemv_3, gemv_4};
+
+VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
+    const gemv_fn f = gemv_by_rows[r1 - r0];
+    for (int64_t j = c0; j < c1; j += 32) {
+        const int64_t nc = c1 - j < 32 ? c1 - j : 32;
+#ifdef VT_MUTATE_GEMM_SPLIT_K
+        f(a, r0, j, nc, 0, a->K / 2, a->acc ? MODE_LOAD : MODE_ZERO);   /* two partial sums: the mutation */
+        f(a, r0, j, nc, a->K / 2, a->K, MODE_ADD);
+#else
+        f(a, r0, j, nc, 0, a->K, a->acc ? MODE_LOAD : MODE_ZERO);
+#endif
+    }
+}

@@ -1,0 +1,44 @@
+/*
+ * gemm_kernels.h — the internal interface between gemm.c (dispatch, work
+ * split, scalar fallback) and the instruction-set kernels (gemm_avx512.c).
+ * Every kernel computes, for each output element it owns, exactly the chain
+ * of gemm.h; none of them is allowed to reassociate.
+ */
+#ifndef VT_GEMM_KERNELS_H
+#define VT_GEMM_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+/* One product y[M,N] (+)= x[M,K] · W[N,K]ᵀ as the kernels see it: W row j is
+ * at (const char *)w + j * wstride, in dtype dt (f32, bf16 or f16), with no
+ * alignment beyond the element's. acc = 1: each chain starts at y's value. */
+typedef struct vt_gemm_args {
+    const float *x;
+    int64_t      ldx;
+    const void  *w;
+    size_t       wstride;
+    vt_dtype     dt;
+    int64_t      K;
+    float       *y;
+    int64_t      ldy;
+    int          acc;
+} vt_gemm_args;
+
+/* Rows at or below this go to the GEMV kernel (W read in place, no packing);
+ * above it, to the packed micro-kernel. Measured: see gemm_avx512.c. */
+#define VT_GEMV_MAX_ROWS 4
+
+/* AVX-512 kernels over the block rows [r0, r1) x columns [c0, c1) of y.
+ * block: packs W per (32 columns, KC) and runs the register-blocked
+ * micro-kernel; any row count. gemv: r1 - r0 <= VT_GEMV_MAX_ROWS. */
+void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
+/* C[M,N] (+)= A[M,K] · B[K,N] (B row-major [K][N], read in place). */
+void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                    float *C, int64_t ldc, int accumulate);
+
+#endif

@@ -1,0 +1,295 @@
+/* test_gemm.c — every GEMM path gives the bits of the reference chain of
+ * gemm.h (vt_gemm_ref_dot): the AVX-512 micro-kernel and GEMV, the scalar
+ * fallback, any thread count, any split, every remainder of M, N and K,
+ * unaligned W and x, padded ldx/ldy, bf16 and f16 weights, accumulate = 1.
+ * The data mixes magnitudes over 2^-12..2^12, so a reassociated sum differs
+ * (test_data_detects_reassociation proves it; make mutation builds a kernel
+ * that splits K in two partial sums and this test must go red). */
+#include "tests/unit/vt_test.h"
+
+#include <math.h>
+#include <omp.h>
+
+#include "model/gemm.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rng(void) {
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+/* +-(1 + u) * 2^e, e in [-12, 12]: representable in f16 and bf16 after rounding. */
+static float mixed(void) {
+    float u = (float)(rng() & 0xFFFFFF) / 16777216.0f;
+    int e = (int)(rng() % 25) - 12;
+    return ldexpf((rng() & 1) ? -(1.0f + u) : (1.0f + u), e);
+}
+
+static const vt_dtype DTYPES[3] = {VT_F32, VT_BF16, VT_F16};
+
+/* A weight matrix [N][K] in dt, one element past a malloc'd (aligned) start. */
+typedef struct wmat { char *base; vt_tensor t; } wmat;
+static wmat make_w(vt_dtype dt, int64_t N, int64_t K) {
+    wmat m;
+    size_t es = vt_dtype_size(dt), n = (size_t)(N * K);
+    m.base = malloc((n + 1) * es + 64);
+    assert_non_null(m.base);
+    memset(&m.t, 0, sizeof m.t);
+    m.t.dtype = dt; m.t.ndim = 2; m.t.shape[0] = N; m.t.shape[1] = K;
+    m.t.stride[1] = es; m.t.stride[0] = es * (size_t)K; m.t.nbytes = es * n;
+    m.t.data = m.base + es;                    /* unaligned by one element */
+    for (size_t i = 0; i < n; i++) {
+        float v = mixed();
+        char *p = (char *)m.t.data + i * es;
+        if (dt == VT_F32) memcpy(p, &v, 4);
+        else if (dt == VT_BF16) { vt_bf16 h = vt_f32_to_bf16(v); memcpy(p, &h, 2); }
+        else { vt_f16 h = vt_f32_to_f16(v); memcpy(p, &h, 2); }
+    }
+    return m;
+}
+static float wval(const vt_tensor *W, int64_t j, int64_t k) {
+    const char *p = (const char *)W->data + (size_t)(j * W->shape[1] + k) * vt_dtype_size(W->dtype);
+    if (W->dtype == VT_F32) { float v; memcpy(&v, p, 4); return v; }
+    uint16_t b; memcpy(&b, p, 2);
+    return W->dtype == VT_BF16 ? vt_bf16_to_f32((vt_bf16){b}) : vt_f16_to_f32((vt_f16){b});
+}
+
+/* x [M][ldx] one float past an aligned start, filled (padding too). */
+static float *make_x(int64_t M, int64_t ldx, float **base) {
+    *base = malloc((size_t)(M * ldx + 1) * sizeof(float) + 64);
+    assert_non_null(*base);
+    for (int64_t i = 0; i < M * ldx + 1; i++) (*base)[i] = mixed();
+    return *base + 1;
+}
+
+static void expect_equal(const float *got, const float *want, int64_t M, int64_t N, int64_t ld, const char *what) {
+    for (int64_t i = 0; i < M; i++)
+        if (memcmp(got + i * ld, want + i * ld, (size_t)N * sizeof(float)) != 0)
+            for (int64_t j = 0; j < N; j++)
+                if (memcmp(&got[i * ld + j], &want[i * ld + j], 4) != 0)
+                    fail_msg("%s: y[%lld][%lld] = %a, reference %a", what, (long long)i, (long long)j,
+                             got[i * ld + j], want[i * ld + j]);
+}
+
+/* The reference of one job, through vt_gemm_ref_dot. */
+static void ref_job(const vt_gemm_job *g, float *y) {
+    const int64_t N = g->W->shape[0], K = g->W->shape[1];
+    const size_t row = vt_row_size(g->W->dtype, K);
+    for (int64_t i = 0; i < g->M; i++)
+        for (int64_t j = 0; j < N; j++)
+            y[i * g->ldy + j] = vt_gemm_ref_dot(g->x + i * g->ldx, (const char *)g->W->data + (size_t)j * row,
+                                                g->W->dtype, K);
+}
+
+/* One job of shape M x N x K in dt: the batch with 1 and 2 threads, and the
+ * forced scalar fallback, all equal to the reference, padding untouched. */
+static void check_one(vt_dtype dt, int64_t M, int64_t N, int64_t K) {
+    const int64_t ldx = K + 3, ldy = N + 5;
+    float *xb, *x = make_x(M, ldx, &xb);
+    wmat w = make_w(dt, N, K);
+    size_t ny = (size_t)(M * ldy + 1);
+    float *want = malloc(ny * 4), *got = malloc(ny * 4);
+    for (size_t i = 0; i < ny; i++) want[i] = got[i] = -7.0f;   /* padding sentinel */
+    vt_gemm_job g = {x, ldx, M, &w.t, want, ldy};
+    ref_job(&g, want);
+    const char *isas[2] = {"avx512", "scalar"};
+    for (int s = 0; s < 2; s++) {
+        if (vt_gemm_force_isa(isas[s]) != 0) continue;
+        for (int th = 1; th <= 2; th++) {
+            omp_set_num_threads(th);
+            for (size_t i = 0; i < ny; i++) got[i] = -7.0f;
+            g.y = got;
+            vt_gemm_batch(&g, 1);
+            char what[128];
+            snprintf(what, sizeof what, "%s %s M=%lld N=%lld K=%lld threads=%d", isas[s], vt_dtype_name(dt),
+                     (long long)M, (long long)N, (long long)K, th);
+            expect_equal(got, want, M, ldy, ldy, what);   /* the whole row: padding must stay -7 */
+        }
+    }
+    vt_gemm_force_isa("avx512");
+    free(xb); free(w.base); free(want); free(got);
+}
+
+static void test_batch_every_remainder(void **state) {
+    (void)state;
+    const int64_t Ms[] = {1, 2, 3, 5, 8, 13, 31, 64, 257};
+    const int64_t Ns[] = {1, 15, 16, 17, 33, 100, 1024};
+    const int64_t Ks[] = {1, 7, 16, 100, 1029};
+    for (int d = 0; d < 3; d++)
+        for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+            for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+                for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+                    int64_t M = Ms[a], N = Ns[b], K = Ks[c];
+                    if (M * N * K > 4000000 && !(M == 257 && N == 100 && K == 1029)) continue;   /* keep it quick */
+                    check_one(DTYPES[d], M, N, K);
+                }
+}
+
+/* The big shapes once each: several K blocks, many panels, row splits. */
+static void test_batch_large(void **state) {
+    (void)state;
+    check_one(VT_F32, 257, 1024, 1029);
+    check_one(VT_BF16, 64, 1024, 1029);
+    check_one(VT_F16, 13, 1024, 1029);
+    check_one(VT_BF16, 3, 1024, 1029);
+}
+
+/* A MoE-like batch: many jobs sharing x, M from 0 to 70, mixed dtypes, one
+ * parallel region; 1 and 2 threads give the reference bits. */
+static void test_batch_many_jobs(void **state) {
+    (void)state;
+    enum { NJ = 20, K = 300, LDX = 310 };
+    const int64_t Ms[NJ] = {0, 1, 2, 4, 5, 8, 12, 13, 24, 0, 31, 3, 64, 70, 9, 1, 0, 17, 40, 6};
+    float *xb, *x = make_x(70, LDX, &xb);
+    wmat w[NJ];
+    vt_gemm_job jobs[NJ];
+    float *want[NJ], *got[NJ];
+    for (int j = 0; j < NJ; j++) {
+        const int64_t N = j % 3 == 0 ? 256 : j % 3 == 1 ? 100 : 33;
+        w[j] = make_w(DTYPES[j % 3], N, K);
+        want[j] = calloc((size_t)(Ms[j] * N + 1), 4);
+        got[j] = calloc((size_t)(Ms[j] * N + 1), 4);
+        jobs[j] = (vt_gemm_job){x + (j % 4), LDX, Ms[j], &w[j].t, want[j], N};   /* shared, shifted x */
+        ref_job(&jobs[j], want[j]);
+        jobs[j].y = got[j];
+    }
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        for (int j = 0; j < NJ; j++) memset(got[j], 0, (size_t)(Ms[j] * jobs[j].W->shape[0]) * 4);
+        vt_gemm_batch(jobs, NJ);
+        for (int j = 0; j < NJ; j++) expect_equal(got[j], want[j], Ms[j], w[j].t.shape[0], w[j].t.shape[0], "many jobs");
+    }
+    vt_gemm_batch(jobs, 0);   /* no jobs: nothing to do */
+    for (int j = 0; j < NJ; j++) { free(w[j].base); free(want[j]); free(got[j]); }
+    free(xb);
+}
+
+/* The reference loops of vt_sgemm_nt / vt_sgemm_nn (gemm.h). */
+static void ref_sgemm(int nn, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float *C, int64_t ldc, int accumulate) {
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            float acc = accumulate ? C[i * ldc + j] : 0.0f;
+            for (int64_t k = 0; k < K; k++) acc = fmaf(A[i * lda + k], nn ? B[k * ldb + j] : B[j * ldb + k], acc);
+            C[i * ldc + j] = acc;
+        }
+}
+
+static void check_sgemm(int nn, int64_t M, int64_t N, int64_t K, int accumulate) {
+    const int64_t lda = K + 1, ldb = (nn ? N : K) + 2, ldc = N + 3;
+    float *ab, *A = make_x(M, lda, &ab), *bb, *B = make_x(nn ? K : N, ldb, &bb);
+    float *C0b, *C0 = make_x(M, ldc, &C0b);   /* the starting C (accumulate) and padding */
+    float *want = malloc((size_t)(M * ldc) * 4), *got = malloc((size_t)(M * ldc) * 4);
+    memcpy(want, C0, (size_t)(M * ldc) * 4);
+    ref_sgemm(nn, M, N, K, A, lda, B, ldb, want, ldc, accumulate);
+    const char *isas[2] = {"avx512", "scalar"};
+    for (int s = 0; s < 2; s++) {
+        if (vt_gemm_force_isa(isas[s]) != 0) continue;
+        memcpy(got, C0, (size_t)(M * ldc) * 4);
+        (nn ? vt_sgemm_nn : vt_sgemm_nt)(M, N, K, A, lda, B, ldb, got, ldc, accumulate);
+        char what[128];
+        snprintf(what, sizeof what, "%s sgemm_%s M=%lld N=%lld K=%lld acc=%d", isas[s], nn ? "nn" : "nt",
+                 (long long)M, (long long)N, (long long)K, accumulate);
+        expect_equal(got, want, M, ldc, ldc, what);
+    }
+    vt_gemm_force_isa("avx512");
+    free(ab); free(bb); free(C0b); free(want); free(got);
+}
+
+static void test_sgemm_nt_nn(void **state) {
+    (void)state;
+    const int64_t Ms[] = {1, 2, 3, 5, 8, 13, 31, 64, 257};
+    const int64_t Ns[] = {1, 15, 16, 17, 33, 64, 100, 128};
+    const int64_t Ks[] = {0, 1, 7, 16, 64, 100, 128, 1029};
+    for (int nn = 0; nn < 2; nn++)
+        for (int acc = 0; acc < 2; acc++)
+            for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+                for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+                    for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++)
+                        if (Ms[a] * Ns[b] * Ks[c] <= 2000000) check_sgemm(nn, Ms[a], Ns[b], Ks[c], acc);
+}
+
+/* Inside a parallel region (how chunked attention calls them): each thread's
+ * product is the reference. */
+static void test_sgemm_in_parallel_region(void **state) {
+    (void)state;
+    enum { M = 64, N = 64, K = 128 };
+    float *ab, *A = make_x(M, K, &ab), *bb, *B = make_x(N, K, &bb);
+    float want[M * N], got[2][M * N];
+    ref_sgemm(0, M, N, K, A, K, B, K, want, N, 0);
+    omp_set_num_threads(2);
+    #pragma omp parallel for
+    for (int t = 0; t < 2; t++) vt_sgemm_nt(M, N, K, A, K, B, K, got[t], N, 0);
+    expect_equal(got[0], want, M, N, N, "parallel thread 0");
+    expect_equal(got[1], want, M, N, N, "parallel thread 1");
+    free(ab); free(bb);
+}
+
+/* Independent of the chain: the result is within the rounding bound of an
+ * f64 dot product, |y - exact| <= (K+1) u sum|x w|, u = 2^-24. */
+static void test_against_f64(void **state) {
+    (void)state;
+    enum { M = 37, N = 70, K = 1029 };
+    for (int d = 0; d < 3; d++) {
+        float *xb, *x = make_x(M, K, &xb);
+        wmat w = make_w(DTYPES[d], N, K);
+        float *y = malloc(M * N * 4);
+        vt_gemm_job g = {x, K, M, &w.t, y, N};
+        vt_gemm_batch(&g, 1);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0, a = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double p = (double)x[i * K + k] * wval(&w.t, j, k);
+                    s += p; a += fabs(p);
+                }
+                double bound = (K + 1) * ldexp(1.0, -24) * a;
+                if (fabs(y[i * N + j] - s) > bound)
+                    fail_msg("%s y[%lld][%lld] = %.9g, f64 %.9g, bound %.3g", vt_dtype_name(DTYPES[d]), (long long)i,
+                             (long long)j, y[i * N + j], s, bound);
+            }
+        free(xb); free(w.base); free(y);
+    }
+}
+
+/* The data is sensitive to the order of the sum: two partial sums split at
+ * k = 256 (a K block) differ from the chain in many elements. */
+static void test_data_detects_reassociation(void **state) {
+    (void)state;
+    enum { K = 1029, N = 64 };
+    float *xb, *x = make_x(1, K, &xb), *wb, *w = make_x(N, K, &wb);
+    int differ = 0;
+    for (int j = 0; j < N; j++) {
+        float chain = vt_gemm_ref_dot(x, w + j * K, VT_F32, K);
+        float lo = vt_gemm_ref_dot(x, w + j * K, VT_F32, 256);
+        float hi = vt_gemm_ref_dot(x + 256, w + j * K + 256, VT_F32, K - 256);
+        differ += memcmp(&chain, &(float){lo + hi}, 4) != 0;
+    }
+    if (differ < N / 4) fail_msg("only %d of %d split sums differ from the chain", differ, N);
+    free(xb); free(wb);
+}
+
+static void test_isa_name(void **state) {
+    (void)state;
+    const char *s = vt_gemm_isa();
+    assert_true(strcmp(s, "avx512") == 0 || strcmp(s, "scalar") == 0);
+    assert_int_equal(vt_gemm_force_isa("scalar"), 0);
+    assert_string_equal(vt_gemm_isa(), "scalar");
+    assert_int_equal(vt_gemm_force_isa("no-such-isa"), -1);
+    assert_string_equal(vt_gemm_isa(), "scalar");
+    vt_gemm_force_isa(s);
+    assert_string_equal(vt_gemm_isa(), s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_isa_name),
+        cmocka_unit_test(test_data_detects_reassociation),
+        cmocka_unit_test(test_batch_every_remainder),
+        cmocka_unit_test(test_batch_large),
+        cmocka_unit_test(test_batch_many_jobs),
+        cmocka_unit_test(test_sgemm_nt_nn),
+        cmocka_unit_test(test_sgemm_in_parallel_region),
+        cmocka_unit_test(test_against_f64),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
