@@ -370,8 +370,8 @@ static int cmd_faults(void) {
 /* OpenMP threads that wait for work sleep instead of spinning. libgomp spins
  * by default (OMP_WAIT_POLICY=active); on a shared 2-core runner the
  * spinning threads take the cores from the ones with work, and the default
- * thread count ran slower than one thread. (OpenBLAS itself runs
- * single-threaded inside vt_gemm_xwT, so it has no threads to spin.) libgomp
+ * thread count ran slower than one thread. (OpenBLAS is not used by the
+ * model: gemm.c computes every product, so it has no threads to spin.) libgomp
  * reads the policy when it is loaded, before main, so when the user has not
  * set it vtlab sets it and execs itself once (VTLAB_NO_REEXEC=1 turns this
  * off); a user's own setting is kept. Measured with `vtlab logits` of the
