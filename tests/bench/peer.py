@@ -204,7 +204,7 @@ def _load_file_as(modname, path):
     return mod
 
 
-def import_file(path, pkgname="_vtpeer"):
+def import_file(path):
     """Imports a modeling/configuration file so that its relative imports resolve: by its
     dotted name when it sits in a transformers source tree, else as a module of a synthetic
     package of its directory (siblings such as .configuration_kimi resolve), else, when
@@ -217,6 +217,7 @@ def import_file(path, pkgname="_vtpeer"):
         if os.path.exists(os.path.join(root, "transformers", "__init__.py")):
             sys.path.insert(0, root)
             return importlib.import_module(".".join(parts[i:]))
+    pkgname = "_vtpeer_%s" % re.sub(r"\W", "_", os.path.dirname(path))   # one package per directory
     if pkgname not in sys.modules:
         pkg = types.ModuleType(pkgname)
         pkg.__path__ = [os.path.dirname(path)]
