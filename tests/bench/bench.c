@@ -115,6 +115,15 @@ static int64_t checkpoint_bytes(const char *dir) {
 
 static double mb(double bytes) { return bytes / 1e6; }
 
+/* The 1-minute load average: other processes on a shared machine take cores
+ * the N-thread phases count on (printed before and after, to read them by). */
+static double loadavg(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
+    return l;
+}
+
 /* ------------------------------------------------------------ STREAM triad */
 
 /* a[i] = b[i] + s * c[i] over three f64 arrays of n elements, at 1 and at 2
@@ -485,6 +494,8 @@ int main(int argc, char **argv) {
            "= %.2f x the checkpoint)\n",
            mb((double)ckpt), mb((double)rss_open), mb((double)(rss_open - rss0)), mb((double)rss0),
            ckpt > 0 ? (double)(rss_open - rss0) / (double)ckpt : 0.0);
+    printf("load: 1-minute load average %.2f on %d cores before the phases (above ~0: other processes share "
+           "the cores; the %d-thread figures pay for it first)\n", loadavg(), ndef, ndef);
     print_flops(&cfg, T);
     print_bytes(&cfg, info.weight_dtype, wsize);
 
@@ -627,6 +638,8 @@ int main(int argc, char **argv) {
            per_call * 1e9, (long long)calls_per_fwd, per_call * (double)calls_per_fwd / med[0], med[0] * 1e3);
     for (int k = 0; k < 3; k++) vt_session_free(ss[k]);
 
+    printf("load: 1-minute load average %.2f after the forward phases (this bench's own threads included)\n",
+           loadavg());
     /* peak RSS of everything above, before the triad's arrays */
     int64_t rss_pk = rss_peak();
     printf("memory: peak RSS %.1f MB (getrusage ru_maxrss, all phases above) = %.2f x the checkpoint's %.1f MB\n",
