@@ -241,12 +241,12 @@ def _config_class(mod):
 
 
 def load_peer(modeling, config_file, model_dir, threads):
+    if not modeling:
+        raise NotRun("PEER_MODELING is not set (make bench PEER_MODELING=/path/to/modeling_kimi_linear.py)")
     try:
         import torch
     except ImportError:
         raise NotRun("python3-torch is not installed (make bench PEER_MODELING=... installs it with apt)")
-    if not modeling:
-        raise NotRun("PEER_MODELING is not set (make bench PEER_MODELING=/path/to/modeling_kimi_linear.py)")
     if not os.path.isfile(modeling):
         raise NotRun("PEER_MODELING=%s: no such file" % modeling)
     try:
