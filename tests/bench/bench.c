@@ -462,6 +462,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (serve_mode) return serve(dir);
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* progress shows in a log file as it happens */
     if (T < 1) { fprintf(stderr, "bench: T must be >= 1\n"); return 2; }
     int tmax = env_int("BENCH_TMAX", 4096), triad_mib = env_int("BENCH_TRIAD_MIB", 512);
     int ndef = omp_get_num_procs();   /* VT_THREADS=0: all cores */
