@@ -274,8 +274,30 @@ $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 $(BUILD)/gemm_bench: tests/bench/gemm_bench.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 
+# make bench [PEER_MODELING=/path/to/modeling_kimi_linear.py] [PEER_CONFIG=FILE]
+#            [BENCH_SMALL=1] [BENCH_TMAX=N] [BENCH_BUSY=0] [BENCH_DB=PATH]  (docs/bench.md)
+# python3-torch is installed only when PEER_MODELING is set (the official
+# peer needs it); without it, or without the file, the peer says why it did
+# not run and the bench still passes.
+PEER_MODELING ?=
+PEER_CONFIG   ?=
 bench: deps vtlab $(BUILD)/bench $(BUILD)/gemm_bench
-	BUILD=$(BUILD) bash tests/bench/run.sh ./vtlab
+	@if [ -n "$(PEER_MODELING)" ]; then $(MAKE) --no-print-directory deps-peer; fi
+	BUILD=$(BUILD) PEER_MODELING="$(PEER_MODELING)" PEER_CONFIG="$(PEER_CONFIG)" bash tests/bench/run.sh ./vtlab
+
+# python3-torch for the peer mode, when missing; a failure is reported, not fatal.
+.PHONY: deps-peer bench-test
+deps-peer:
+	@dpkg -s python3-torch >/dev/null 2>&1 || { echo "make deps-peer: installing python3-torch"; \
+	  if [ "$$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi; \
+	  $$SUDO apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends python3-torch >/dev/null \
+	  || echo "make deps-peer: apt-get install python3-torch failed; the peer will not run" >&2; }
+
+# The peer mode end to end with the stand-in modeling file (tests/bench/
+# test_peer_mode.sh; skipped when python3-torch is absent; not in `make test`).
+bench-test: deps vtlab $(BUILD)/bench
+	bash tests/bench/test_peer_mode.sh ./vtlab
 
 # The kill campaign as a bounded soak (tests/soak/kill_campaign.sh): SOAK_KILLS
 # random SIGKILLs over a small sweep, report, nightly and reopen, each checked,

@@ -86,6 +86,14 @@ int vt_bench_write(const char *path, const vt_bench_report *r, vt_err *err) {
         cJSON_AddItemToObject(knobs, r->knob_names[i], cJSON_CreateString(r->knob_values[i]));
     cJSON_AddItemToObject(o, "knobs", knobs);
     knobs = NULL;
+    if (r->rss_open_bytes > 0 || r->rss_peak_bytes > 0 || r->checkpoint_bytes > 0) {
+        cJSON *mem = cJSON_CreateObject();
+        if (!mem) goto oom;
+        cJSON_AddItemToObject(o, "memory", mem);
+        cJSON_AddItemToObject(mem, "rss_open_bytes", cJSON_CreateNumber((double)r->rss_open_bytes));
+        cJSON_AddItemToObject(mem, "rss_peak_bytes", cJSON_CreateNumber((double)r->rss_peak_bytes));
+        cJSON_AddItemToObject(mem, "checkpoint_bytes", cJSON_CreateNumber((double)r->checkpoint_bytes));
+    }
     for (int64_t i = 0; i < r->n_phases; i++) {
         const vt_bench_phase *p = &r->phases[i];
         cJSON *q = cJSON_CreateObject();

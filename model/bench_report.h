@@ -51,11 +51,17 @@ typedef struct vt_bench_report {
     const char *const *knob_names, *const *knob_values;
     int64_t     n_phases;
     const vt_bench_phase *phases;
+    /* Memory of the measuring process, bytes; 0 = not measured. When any is
+     * set the report gets a "memory" object (kept verbatim in results.db with
+     * the report; record-bench does not read it). */
+    int64_t     rss_open_bytes;     /* resident after the model was opened */
+    int64_t     rss_peak_bytes;     /* peak resident (getrusage ru_maxrss) over the forward phases */
+    int64_t     checkpoint_bytes;   /* the checkpoint's safetensors files on disk */
 } vt_bench_report;
 
 /* Writes r as JSON to path (atomically). Adds "format", "version",
  * "code_version" (vt_build_info()), "measured_at" (UTC), "host", and per phase tokens_per_s, flops_per_s,
- * bytes_per_s and their fractions of the peaks. Refuses (VT_EINPUT) a phase
+ * bytes_per_s and their fractions of the peaks, and "memory" when measured. Refuses (VT_EINPUT) a phase
  * with seconds <= 0, tokens < 1, a bad name or a duplicate name. */
 int vt_bench_write(const char *path, const vt_bench_report *r, vt_err *err);
 

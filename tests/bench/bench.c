@@ -1,26 +1,55 @@
 /*
  * bench.c — `make bench`: forward-pass throughput on the CPU backend, measured
- * against OpenBLAS's own sgemm peak in the same process, and the cost of the
- * probes.
+ * against the machine's own peaks (OpenBLAS sgemm and a STREAM triad) in the
+ * same process, its memory, and the cost of the probes. docs/bench.md says
+ * what every printed figure means.
  *
  * Prints, for the model directory given (a synthetic tiny model by default):
+ *   - the checkpoint's size on disk, the RSS after the model is opened and
+ *     the peak RSS (getrusage ru_maxrss) of the forward phases;
+ *   - the FLOPs per prefill token and the bytes of active weights per decode
+ *     token, each with its arithmetic (flops_per_token, active_bytes_per_token);
  *   - OpenBLAS sgemm GFLOP/s on a square GEMM (the machine's reachable peak);
- *   - prefill and decode tokens/s at 1 and 2 threads, the achieved GFLOP/s
- *     (2 x active multiply-adds per token, from the config) and its ratio to
- *     the sgemm peak, and the share of forward time spent inside GEMM calls;
- *   - prefill time with VT_PROBE=on and =audit relative to off (median of
- *     interleaved repeats, so drift hits every mode alike).
+ *   - prefill and decode tokens/s at 1 and 2 threads, the achieved GFLOP/s and
+ *     its ratio to the sgemm peak, and the share of forward time inside GEMMs;
+ *   - prefill ms/token at T = 256, 1024, 4096 (2 threads; BENCH_TMAX caps T),
+ *     so a cost that grows faster than linearly in T shows as a rising column;
+ *   - with --busy: prefill and decode at the default thread count (all cores)
+ *     against 1 thread while a child process spins on one core;
+ *   - prefill time with VT_PROBE=on and =audit relative to off;
+ *   - a STREAM triad (3 arrays of BENCH_TRIAD_MIB MiB, default 512, far beyond
+ *     the last-level cache) at 1 and 2 threads, and decode's achieved
+ *     bandwidth (tok/s x active bytes per token) as a fraction of it.
  *
- * With --json OUT it also writes the throughput phases as a benchmark report
+ * With --json OUT it also writes every phase as a benchmark report
  * (model/bench_report.h), which `vtlab record-bench OUT` stores in results.db
  * as runs (tests/bench/run.sh does both).
+ *
+ * `bench MODEL_DIR --serve` answers commands on stdin, one per line, for the
+ * peer mode (tests/bench/peer.py, which times the official implementation in
+ * its own process in rounds interleaved with these):
+ *   tokens T               -> ok ID,ID,...   the T input tokens every phase uses
+ *   prefill T THREADS      -> ok SECONDS     wall time of one prefill of T tokens
+ *   logits T PATH          -> ok             the prefill's logits, raw f32 LE [T, vocab]
+ *   peak THREADS           -> ok GFLOPS      sgemm 1024^3 peak, best of 5
+ *   flops T                -> ok FLOPS       FLOPs per prefill token at length T
+ *   phase NAME T THREADS SECONDS PEAK_GFLOPS -> ok   a prefill phase for the report
+ *   write PATH             -> ok             the report of the phases given
+ *   quit
+ * Errors answer "err MESSAGE".
  */
 #include <cblas.h>
+#include <dirent.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness/runner.h"
 #include "model/bench_report.h"
@@ -47,28 +76,191 @@ static double sgemm_gflops(int n, int threads) {
     return 2.0 * n * (double)n * n / best / 1e9;
 }
 
-/* Multiply-adds per token of the linear layers actually used (active experts
- * only), plus the KDA recurrence; attention's T-dependent part is added for
- * a context of `ctx` tokens. */
-static double flops_per_token(const vt_config *c, double ctx) {
-    double D = (double)c->hidden_size, f = 0;
-    double H = (double)c->kda_num_heads, d = (double)c->kda_head_dim, P = H * d;
-    double Nh = (double)c->num_attention_heads, qk = (double)(c->qk_nope_head_dim + c->qk_rope_head_dim);
-    double r = (double)c->kv_lora_rank, rope = (double)c->qk_rope_head_dim, dv = (double)c->v_head_dim;
-    for (int64_t i = 0; i < c->num_hidden_layers; i++) {
-        if (c->layer_kind[i] == VT_LAYER_KDA)
-            f += 3 * D * P + 2 * (D * d + d * P) + D * H + P * D + 4 * H * d * d;
-        else
-            f += D * Nh * qk + D * (r + rope) + r * Nh * (qk - rope + dv) + Nh * dv * D + ctx * Nh * (qk + dv);
-        if (vt_config_layer_is_moe(c, i))
-            f += D * (double)c->num_experts +
-                 3 * D * (double)c->moe_intermediate_size * (double)(c->num_experts_per_token + c->num_shared_experts);
-        else
-            f += 3 * D * (double)c->intermediate_size;
-    }
-    f += D * (double)c->vocab_size;
-    return 2 * f;
+/* ------------------------------------------------------------------ memory */
+
+/* Resident bytes now (/proc/self/statm, field 2, in pages). */
+static int64_t rss_now(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long long size = 0, res = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%lld %lld", &size, &res) != 2) res = 0;
+    fclose(f);
+    return (int64_t)res * (int64_t)sysconf(_SC_PAGESIZE);
 }
+
+/* Peak resident bytes of this process so far (ru_maxrss is in KiB on Linux). */
+static int64_t rss_peak(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (int64_t)ru.ru_maxrss * 1024;
+}
+
+/* Bytes of the checkpoint's *.safetensors files in dir. */
+static int64_t checkpoint_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int64_t total = 0;
+    struct dirent *e;
+    char p[4096];
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(p, &st) == 0) total += (int64_t)st.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+static double mb(double bytes) { return bytes / 1e6; }
+
+/* The 1-minute load average: other processes on a shared machine take cores
+ * the N-thread phases count on (printed before and after, to read them by). */
+static double loadavg(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
+    return l;
+}
+
+/* ------------------------------------------------------------ STREAM triad */
+
+/* a[i] = b[i] + s * c[i] over three f64 arrays of n elements, at 1 and at 2
+ * threads, interleaved, best of `reps`; bytes counted as STREAM does:
+ * 3 x 8 x n per pass (two reads and a write; the write-allocate read of a is
+ * not counted). Returns 0 on success, -1 when the arrays cannot be allocated. */
+static int triad(size_t n, int reps, double gbs[3]) {
+    double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
+    if (!a || !b || !c) { free(a); free(b); free(c); return -1; }
+    #pragma omp parallel for num_threads(2) schedule(static)
+    for (size_t i = 0; i < n; i++) { a[i] = 0; b[i] = 1.0 + (double)(i & 7); c[i] = 0.5; }
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int r = 0; r < reps; r++)
+        for (int th = 1; th <= 2; th++) {
+            double t0 = now();
+            #pragma omp parallel for num_threads(th) schedule(static)
+            for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0 * c[i];
+            double t = now() - t0;
+            if (t < best[th]) best[th] = t;
+        }
+    volatile double sink = a[n / 2];   /* the stores are used */
+    (void)sink;
+    for (int th = 1; th <= 2; th++) gbs[th] = 3.0 * 8.0 * (double)n / best[th] / 1e9;
+    free(a); free(b); free(c);
+    return 0;
+}
+
+/* ------------------------------------------------------ FLOPs and bytes */
+
+/* Multiply-adds per token, by part, for a context of ctx tokens.
+ *
+ * Per KDA layer (P = H*d projection width, K the conv kernel):
+ *   q, k, v projections 3*D*P, depthwise conv 3*P*K, forget gate low rank
+ *   D*d + d*P, output gate low rank D*d + d*P, beta D*H, o_proj P*D, and the
+ *   delta-rule recurrence 4*H*d*d (decay, the prediction k.S, the rank-1
+ *   update, the read q.S: one d x d pass each per head).
+ * Per MLA layer (qk = nope + rope):
+ *   q_proj D*Nh*qk, kv_a D*(r + rope), kv_b r*Nh*(nope + dv), o_proj Nh*dv*D,
+ *   and attention ctx*Nh*(qk + dv) (scores, then the weighted sum of values).
+ * Per MoE layer: router D*E, and SwiGLU (gate, up, down: 3*D*Im) for the
+ *   top-k routed experts and the shared ones: 3*D*Im*(k + S).
+ * Per dense layer: 3*D*I. Once: lm_head D*V (prefill computes every
+ * position's logits). Norms, activations and the softmax are not counted.
+ * FLOPs = 2 x multiply-adds. */
+typedef struct parts {
+    int    n_kda, n_mla, n_moe, n_dense;
+    double kda, mla, mla_per_ctx, moe, dense, lm_head;   /* multiply-adds per token, one layer each */
+} parts;
+
+static parts flop_parts(const vt_config *c) {
+    double D = (double)c->hidden_size, H = (double)c->kda_num_heads, d = (double)c->kda_head_dim, P = H * d;
+    double K = (double)c->short_conv_kernel_size;
+    double Nh = (double)c->num_attention_heads, nope = (double)c->qk_nope_head_dim, rope = (double)c->qk_rope_head_dim;
+    double r = (double)c->kv_lora_rank, dv = (double)c->v_head_dim;
+    parts p = {0};
+    for (int64_t i = 0; i < c->num_hidden_layers; i++) {
+        if (c->layer_kind[i] == VT_LAYER_KDA) p.n_kda++; else p.n_mla++;
+        if (vt_config_layer_is_moe(c, i)) p.n_moe++; else p.n_dense++;
+    }
+    p.kda = 3 * D * P + 3 * P * K + 2 * (D * d + d * P) + D * H + P * D + 4 * H * d * d;
+    p.mla = D * Nh * (nope + rope) + D * (r + rope) + r * Nh * (nope + dv) + Nh * dv * D;
+    p.mla_per_ctx = Nh * (nope + rope + dv);
+    p.moe = D * (double)c->num_experts +
+            3 * D * (double)c->moe_intermediate_size * (double)(c->num_experts_per_token + c->num_shared_experts);
+    p.dense = 3 * D * (double)c->intermediate_size;
+    p.lm_head = D * (double)c->vocab_size;
+    return p;
+}
+
+static double flops_per_token(const vt_config *c, double ctx) {
+    parts p = flop_parts(c);
+    return 2 * (p.n_kda * p.kda + p.n_mla * (p.mla + ctx * p.mla_per_ctx) + p.n_moe * p.moe + p.n_dense * p.dense +
+                p.lm_head);
+}
+
+static void print_flops(const vt_config *c, int T) {
+    parts p = flop_parts(c);
+    double ctx = T / 2.0;
+    printf("prefill FLOPs/token at T=%d (2 x multiply-adds, attention at the mean context %.0f): "
+           "KDA %d x %.3f + MLA %d x (%.3f + %.0f x %.6f) + MoE %d x %.3f + dense MLP %d x %.3f + lm_head %.3f "
+           "= %.3f MFLOP\n",
+           T, ctx, p.n_kda, 2e-6 * p.kda, p.n_mla, 2e-6 * p.mla, ctx, 2e-6 * p.mla_per_ctx, p.n_moe, 2e-6 * p.moe,
+           p.n_dense, 2e-6 * p.dense, 2e-6 * p.lm_head, 1e-6 * flops_per_token(c, ctx));
+}
+
+/* Bytes of weights one decode token must read (batch 1: every weight it uses
+ * is read once per token), with w bytes per element of the checkpoint's large
+ * tensors (A_log, dt_bias and the router bias are f32 in every checkpoint):
+ *   KDA layer: q, k, v 3*P*D, convs 3*P*K, A_log H (f32), dt_bias P (f32),
+ *     f_a/g_a 2*d*D, f_b/g_b 2*P*d, b H*D, o_norm d, o_proj D*P;
+ *   MLA layer: q Nh*qk*D, kv_a (r + rope)*D, kv_a norm r, kv_b Nh*(nope + dv)*r,
+ *     o_proj D*Nh*dv;
+ *   every layer: two RMSNorm weights 2*D;
+ *   MoE layer: router E*D, its bias E (f32), and the top-k routed experts
+ *     plus the shared ones, 3*Im*D each (gate, up, down);
+ *   dense layer: 3*I*D;
+ *   once: one embedding row D, the final norm D, lm_head V*D.
+ * Not counted: the KDA state (H*d*d f32 per layer) and the MLA cache (ctx x
+ * Nh*(qk + dv) f32 per layer), which are activations, not weights. */
+typedef struct bparts {
+    double kda, mla, moe_router, expert, dense, once;   /* bytes; one layer / one expert each */
+} bparts;
+
+static bparts byte_parts(const vt_config *c, double w) {
+    double D = (double)c->hidden_size, H = (double)c->kda_num_heads, d = (double)c->kda_head_dim, P = H * d;
+    double K = (double)c->short_conv_kernel_size, E = (double)c->num_experts;
+    double Nh = (double)c->num_attention_heads, nope = (double)c->qk_nope_head_dim, rope = (double)c->qk_rope_head_dim;
+    double r = (double)c->kv_lora_rank, dv = (double)c->v_head_dim;
+    bparts b;
+    b.kda = w * (3 * P * D + 3 * P * K + 2 * d * D + 2 * P * d + H * D + d + D * P + 2 * D) + 4 * (H + P);
+    b.mla = w * (Nh * (nope + rope) * D + (r + rope) * D + r + Nh * (nope + dv) * r + D * Nh * dv + 2 * D);
+    b.moe_router = w * E * D + 4 * E;
+    b.expert = w * 3 * (double)c->moe_intermediate_size * D;
+    b.dense = w * 3 * (double)c->intermediate_size * D;
+    b.once = w * (D + D + (double)c->vocab_size * D);
+    return b;
+}
+
+static double active_bytes_per_token(const vt_config *c, double w) {
+    parts p = flop_parts(c);
+    bparts b = byte_parts(c, w);
+    double k = (double)(c->num_experts_per_token + c->num_shared_experts);
+    return p.n_kda * b.kda + p.n_mla * b.mla + p.n_moe * (b.moe_router + k * b.expert) + p.n_dense * b.dense + b.once;
+}
+
+static void print_bytes(const vt_config *c, const char *dtype, double w) {
+    parts p = flop_parts(c);
+    bparts b = byte_parts(c, w);
+    printf("decode active weight bytes/token (%s, %.0f B/element): KDA %d x %.4f + MLA %d x %.4f + "
+           "MoE %d x (router %.4f + (%lld routed + %lld shared) x %.4f) + dense MLP %d x %.4f + "
+           "lm_head, final norm, embedding row %.4f = %.4f MB\n",
+           dtype, w, p.n_kda, mb(b.kda), p.n_mla, mb(b.mla), p.n_moe, mb(b.moe_router),
+           (long long)c->num_experts_per_token, (long long)c->num_shared_experts, mb(b.expert), p.n_dense,
+           mb(b.dense), mb(b.once), mb(active_bytes_per_token(c, w)));
+}
+
+/* ---------------------------------------------------------------- sessions */
 
 static vt_session *session(vt_model *m, int threads, const char *probe) {
     vt_knobset *ks;
@@ -83,62 +275,340 @@ static vt_session *session(vt_model *m, int threads, const char *probe) {
     return s;
 }
 
+static void must(int rc, const char *err) {
+    if (rc) { fprintf(stderr, "bench: %s\n", err); exit(1); }
+}
+
+/* Forward seconds of one prefill of T tokens. */
+static double prefill_s(vt_session *s, const int32_t *tok, int T, float *logits) {
+    char err[1024];
+    double f0 = vt_session_forward_seconds(s);
+    must(vt_session_prefill(s, tok, T, logits, err, sizeof err), err);
+    return vt_session_forward_seconds(s) - f0;
+}
+
+/* Forward seconds of n decode steps (after a prefill). */
+static double decode_s(vt_session *s, const int32_t *tok, int n, float *logits) {
+    char err[1024];
+    double f0 = vt_session_forward_seconds(s);
+    for (int i = 0; i < n; i++) must(vt_session_decode(s, tok[i], logits, err, sizeof err), err);
+    return vt_session_forward_seconds(s) - f0;
+}
+
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The input tokens every phase uses (and the peer mode's `tokens`). */
+static int32_t *make_tokens(int64_t vocab, int n) {
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)(3 + ((int64_t)i * 7919) % (vocab - 3));
+    return tok;
+}
+
+/* ------------------------------------------------------------------ report */
+
+enum { MAX_PH = 48 };
+typedef struct phases {
+    int            n;
+    vt_bench_phase ph[MAX_PH];
+    char           name[MAX_PH][32];
+} phases;
+
+static vt_bench_phase *add_phase(phases *P, const char *name) {
+    if (P->n >= MAX_PH) { fprintf(stderr, "bench: more than %d phases\n", MAX_PH); exit(1); }
+    snprintf(P->name[P->n], 32, "%s", name);
+    vt_bench_phase *p = &P->ph[P->n];
+    memset(p, 0, sizeof *p);
+    p->name = P->name[P->n++];
+    p->batch = 1;
+    p->gemm_seconds = -1;
+    return p;
+}
+
+static int write_report(const char *json, const char *dir, const int32_t *tok, int ntok, const phases *P,
+                        int64_t rss_open, int64_t rss_pk, int64_t ckpt) {
+    char msha[65], tsha[65], dev[256], err[1024];
+    if (lab_model_sha256(dir, msha, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 2; }
+    vt_bench_tokens_sha256(tok, ntok, tsha);
+    vt_device_name("cpu", dev, sizeof dev);
+    const char *kn[] = {"VT_BACKEND", "VT_PROBE"}, *kv[] = {"cpu", "off"};   /* VT_THREADS: per phase */
+    vt_bench_report r = {"cpu", dev, dir, msha, tsha, "the checkpoint in the model directory",
+                         "OpenBLAS sgemm peak (1024^3, best of 5) measured in the same process at the phase's "
+                         "threads (peer-torch-*: torch.mm 1024^3 in the peer's process); bytes: STREAM triad, "
+                         "same process, same threads",
+                         "2 x multiply-adds of the active linear layers, the KDA convs and recurrence, attention at "
+                         "the mean context (docs/bench.md)",
+                         "decode phases: active weight bytes per token (checkpoint dtype) x tokens; others: not "
+                         "counted",
+                         2, kn, kv, P->n, P->ph, rss_open, rss_pk, ckpt};
+    vt_err we = {0};
+    if (vt_bench_write(json, &r, &we)) { fprintf(stderr, "bench: %s\n", we.msg); return 1; }
+    return 0;
+}
+
+/* ------------------------------------------------------------------- serve */
+
+static int serve(const char *dir) {
+    vt_config cfg;
+    vt_err e = {0};
+    char path[4096], err[1024], line[8192];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (vt_config_load(path, &cfg, &e)) { fprintf(stderr, "bench: %s\n", e.msg); return 2; }
+    vt_model *m;
+    if (vt_model_open(&m, dir, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 2; }
+    vt_session *ss[65] = {0};
+    int32_t *tok = NULL;
+    float *logits = NULL;
+    int cap = 0, last_T = 0;
+    phases P = {0};
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("ready\n");
+    while (fgets(line, sizeof line, stdin)) {
+        char cmd[32] = "", arg[4096] = "", name[64] = "";
+        int T = 0, th = 0;
+        double sec = 0, pk = 0;
+        if (sscanf(line, "%31s", cmd) != 1) continue;
+        if (!strcmp(cmd, "quit")) break;
+        if (!strcmp(cmd, "peak") && sscanf(line, "%*s %d", &th) == 1 && th >= 1 && th <= 64) {
+            printf("ok %.3f\n", sgemm_gflops(1024, th));
+            continue;
+        }
+        if (!strcmp(cmd, "phase") && sscanf(line, "%*s %63s %d %d %lf %lf", name, &T, &th, &sec, &pk) == 5) {
+            if (!vt_bench_name_ok(name) || T < 1 || th < 0 || !(sec > 0) || !(pk >= 0)) { printf("err bad phase\n"); continue; }
+            vt_bench_phase *p = add_phase(&P, name);
+            p->threads = th, p->tokens = T, p->seconds = sec, p->flops = T * flops_per_token(&cfg, T / 2.0);
+            p->peak_flops = pk * 1e9;
+            last_T = T > last_T ? T : last_T;
+            printf("ok\n");
+            continue;
+        }
+        if (!strcmp(cmd, "write") && sscanf(line, "%*s %4095s", arg) == 1) {
+            if (P.n < 1) { printf("err no phases\n"); continue; }
+            int32_t *t = make_tokens(cfg.vocab_size, last_T);
+            int rc = write_report(arg, dir, t, last_T, &P, 0, 0, 0);
+            free(t);
+            printf(rc ? "err could not write %s\n" : "ok\n", arg);
+            continue;
+        }
+        int nf = sscanf(line, "%*s %d %4095s", &T, arg);
+        if (nf < 1 || T < 1 || T > 1 << 20) { printf("err unknown or malformed command: %s", line); continue; }
+        if (T > cap) {
+            free(tok); free(logits);
+            cap = T;
+            tok = make_tokens(cfg.vocab_size, cap);
+            logits = malloc(sizeof(float) * (size_t)cap * (size_t)cfg.vocab_size);
+            if (!logits) { printf("err out of memory\n"); cap = 0; continue; }
+        }
+        if (!strcmp(cmd, "tokens")) {
+            printf("ok");
+            for (int i = 0; i < T; i++) printf("%c%d", i ? ',' : ' ', tok[i]);
+            printf("\n");
+        } else if (!strcmp(cmd, "flops")) {
+            printf("ok %.6e\n", flops_per_token(&cfg, T / 2.0));
+        } else if (!strcmp(cmd, "prefill") && nf == 2 && (th = atoi(arg)) >= 1 && th <= 64) {
+            if (!ss[th]) ss[th] = session(m, th, "off");
+            double t0 = now();
+            if (vt_session_prefill(ss[th], tok, T, logits, err, sizeof err)) { printf("err %s\n", err); continue; }
+            printf("ok %.9f\n", now() - t0);
+        } else if (!strcmp(cmd, "logits") && nf == 2) {
+            int d = omp_get_num_procs();
+            if (d > 64) d = 64;
+            if (!ss[d]) ss[d] = session(m, d, "off");
+            if (vt_session_prefill(ss[d], tok, T, logits, err, sizeof err)) { printf("err %s\n", err); continue; }
+            FILE *f = fopen(arg, "wb");
+            size_t n = (size_t)T * (size_t)cfg.vocab_size;
+            if (!f || fwrite(logits, sizeof(float), n, f) != n || fclose(f)) { printf("err cannot write %s\n", arg); continue; }
+            printf("ok\n");
+        } else {
+            printf("err unknown or malformed command: %s", line);
+        }
+    }
+    for (int i = 0; i <= 64; i++) if (ss[i]) vt_session_free(ss[i]);
+    vt_model_free(m);
+    free(tok); free(logits);
+    return 0;
+}
+
+/* -------------------------------------------------------------------- main */
+
+static int env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
 int main(int argc, char **argv) {
-    const char *json = NULL;
-    if (argc >= 3 && !strcmp(argv[argc - 2], "--json")) { json = argv[argc - 1]; argc -= 2; }
-    if (argc < 2 || argc > 3) { fprintf(stderr, "usage: bench MODEL_DIR [T] [--json OUT.json]\n"); return 2; }
-    const char *dir = argv[1];
-    int T = argc > 2 ? atoi(argv[2]) : 128, NDEC = 64;
+    const char *json = NULL, *dir = NULL;
+    int T = 128, NDEC = 64, busy = 0, serve_mode = 0, npos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--busy")) busy = 1;
+        else if (!strcmp(argv[i], "--serve")) serve_mode = 1;
+        else if (argv[i][0] != '-' && npos == 0) dir = argv[i], npos++;
+        else if (argv[i][0] != '-' && npos == 1) T = atoi(argv[i]), npos++;
+        else { dir = NULL; break; }
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: bench MODEL_DIR [T] [--json OUT.json] [--busy]\n"
+                        "       bench MODEL_DIR --serve      (commands on stdin; see tests/bench/bench.c)\n"
+                        "env: BENCH_TMAX (largest T of the T-scaling table, default 4096), "
+                        "BENCH_TRIAD_MIB (MiB per triad array, default 512)\n");
+        return 2;
+    }
+    if (serve_mode) return serve(dir);
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* progress shows in a log file as it happens */
     if (T < 1) { fprintf(stderr, "bench: T must be >= 1\n"); return 2; }
-    vt_bench_phase ph[4];
-    char phname[4][32], dev[256];
-    memset(ph, 0, sizeof ph);
+    int tmax = env_int("BENCH_TMAX", 4096), triad_mib = env_int("BENCH_TRIAD_MIB", 512);
+    int ndef = omp_get_num_procs();   /* VT_THREADS=0: all cores */
+    phases P = {0};
     char err[1024], path[4096];
     vt_config cfg;
     vt_err e = {0};
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (vt_config_load(path, &cfg, &e)) { fprintf(stderr, "bench: %s\n", e.msg); return 2; }
+    int64_t rss0 = rss_now();
     vt_model *m;
     if (vt_model_open(&m, dir, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 2; }
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(T + NDEC));
-    for (int i = 0; i < T + NDEC; i++) tok[i] = (int32_t)(3 + (i * 7919) % (cfg.vocab_size - 3));
-    float *logits = malloc(sizeof(float) * (size_t)T * (size_t)cfg.vocab_size);
+    int64_t rss_open = rss_now(), ckpt = checkpoint_bytes(dir);
+    vt_model_info info;
+    vt_model_get_info(m, &info);
+    vt_dtype wdt = VT_F32;
+    if (vt_dtype_from_name(info.weight_dtype, &wdt) != 0) wdt = VT_F32;
+    double wsize = (double)vt_dtype_size(wdt), bpt = active_bytes_per_token(&cfg, wsize);
 
-    printf("model %s: hidden %lld, %lld layers, vocab %lld; prefill T=%d, decode %d tokens\n", dir,
-           (long long)cfg.hidden_size, (long long)cfg.num_hidden_layers, (long long)cfg.vocab_size, T, NDEC);
+    int tlong = tmax >= 4096 ? 4096 : tmax >= 1024 ? 1024 : 256, tbuf = T > tlong ? T : tlong;
+    int32_t *tok = make_tokens(cfg.vocab_size, tbuf + NDEC);
+    float *logits = malloc(sizeof(float) * (size_t)tbuf * (size_t)cfg.vocab_size);
+    if (!logits) { fprintf(stderr, "bench: out of memory\n"); return 1; }
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+
+    printf("model %s: hidden %lld, %lld layers, vocab %lld, weights %s; prefill T=%d, decode %d tokens\n", dir,
+           (long long)cfg.hidden_size, (long long)cfg.num_hidden_layers, (long long)cfg.vocab_size, info.weight_dtype,
+           T, NDEC);
+    printf("memory: checkpoint %.1f MB on disk; RSS %.1f MB after opening the model (+%.1f MB over %.1f MB before "
+           "= %.2f x the checkpoint)\n",
+           mb((double)ckpt), mb((double)rss_open), mb((double)(rss_open - rss0)), mb((double)rss0),
+           ckpt > 0 ? (double)(rss_open - rss0) / (double)ckpt : 0.0);
+    printf("load: 1-minute load average %.2f on %d cores before the phases (above ~0: other processes share "
+           "the cores; the %d-thread figures pay for it first)\n", loadavg(), ndef, ndef);
+    print_flops(&cfg, T);
+    print_bytes(&cfg, info.weight_dtype, wsize);
+
+    double peak[3] = {0}, dec_toks[3] = {0}, pre_toks[3] = {0};
+    vt_bench_phase *dec_ph[3] = {0};
     for (int threads = 1; threads <= 2; threads++) {
-        double peak = sgemm_gflops(1024, threads);
+        char nm[32];
+        peak[threads] = sgemm_gflops(1024, threads);
         vt_session *s = session(m, threads, "off");
-        if (vt_session_prefill(s, tok, T, logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
-        double f0 = vt_session_forward_seconds(s), g0 = vt_session_gemm_seconds(s);
+        prefill_s(s, tok, T, logits);   /* warm-up */
+        double g0 = vt_session_gemm_seconds(s), pf = 0;
         int reps = 3;
-        for (int r = 0; r < reps; r++)
-            if (vt_session_prefill(s, tok, T, logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
-        double pf = (vt_session_forward_seconds(s) - f0) / reps, pg = (vt_session_gemm_seconds(s) - g0) / reps;
+        for (int r = 0; r < reps; r++) pf += prefill_s(s, tok, T, logits);
+        pf /= reps;
+        double pg = (vt_session_gemm_seconds(s) - g0) / reps;
         double ptoks = T / pf, pgf = ptoks * flops_per_token(&cfg, T / 2.0) / 1e9;
-        double f1 = vt_session_forward_seconds(s), g1 = vt_session_gemm_seconds(s);
-        for (int i = 0; i < NDEC; i++)
-            if (vt_session_decode(s, tok[T + i], logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
-        double df = vt_session_forward_seconds(s) - f1, dg = vt_session_gemm_seconds(s) - g1;
+        double g1 = vt_session_gemm_seconds(s);
+        double df = decode_s(s, tok + T, NDEC, logits), dg = vt_session_gemm_seconds(s) - g1;
         double dtoks = NDEC / df, dgf = dtoks * flops_per_token(&cfg, T + NDEC / 2.0) / 1e9;
-        vt_bench_phase *pp = &ph[2 * (threads - 1)], *pd = pp + 1;
-        snprintf(phname[2 * (threads - 1)], 32, "prefill-t%d", threads);
-        snprintf(phname[2 * (threads - 1) + 1], 32, "decode-t%d", threads);
-        *pp = (vt_bench_phase){phname[2 * (threads - 1)], 1, 0, threads, T, pf, (double)T * flops_per_token(&cfg, T / 2.0),
-                               0, peak * 1e9, 0, pg};
-        *pd = (vt_bench_phase){phname[2 * (threads - 1) + 1], 1, T, threads, NDEC, df,
-                               NDEC * flops_per_token(&cfg, T + NDEC / 2.0), 0, peak * 1e9, 0, dg};
-        printf("threads %d: sgemm peak %.1f GFLOP/s\n", threads, peak);
+        pre_toks[threads] = ptoks, dec_toks[threads] = dtoks;
+        snprintf(nm, sizeof nm, "prefill-t%d", threads);
+        vt_bench_phase *p = add_phase(&P, nm);
+        p->threads = threads, p->tokens = T, p->seconds = pf, p->flops = T * flops_per_token(&cfg, T / 2.0);
+        p->peak_flops = peak[threads] * 1e9, p->gemm_seconds = pg;
+        snprintf(nm, sizeof nm, "decode-t%d", threads);
+        p = dec_ph[threads] = add_phase(&P, nm);
+        p->context = T, p->threads = threads, p->tokens = NDEC, p->seconds = df;
+        p->flops = NDEC * flops_per_token(&cfg, T + NDEC / 2.0), p->bytes = NDEC * bpt;
+        p->peak_flops = peak[threads] * 1e9, p->gemm_seconds = dg;
+        printf("threads %d: sgemm peak %.1f GFLOP/s\n", threads, peak[threads]);
         printf("  prefill %8.1f tok/s  %6.2f GFLOP/s = %5.1f%% of sgemm peak, GEMM share %4.1f%%\n", ptoks, pgf,
-               100 * pgf / peak, 100 * pg / pf);
+               100 * pgf / peak[threads], 100 * pg / pf);
         printf("  decode  %8.1f tok/s  %6.2f GFLOP/s = %5.1f%% of sgemm peak, GEMM share %4.1f%%\n", dtoks, dgf,
-               100 * dgf / peak, 100 * dg / df);
+               100 * dgf / peak[threads], 100 * dg / df);
         vt_session_free(s);
+    }
+
+    /* T-scaling: prefill ms/token at T = 256, 1024, 4096 (up to BENCH_TMAX),
+     * 2 threads, median of interleaved rounds. Constant ms/token is linear
+     * cost; a rising column is the T^2 of attention (or worse). */
+    {
+        int Ts[3] = {256, 1024, 4096}, nT = 0;
+        while (nT < 3 && Ts[nT] <= tmax) nT++;
+        if (nT == 0) printf("T-scaling: skipped (BENCH_TMAX=%d < 256)\n", tmax);
+        else {
+            enum { RS = 3 };
+            double t[3][RS];
+            vt_session *s = session(m, 2, "off");
+            prefill_s(s, tok, Ts[0], logits);   /* warm-up */
+            for (int r = 0; r < RS; r++)
+                for (int i = 0; i < nT; i++) t[i][r] = prefill_s(s, tok, Ts[i], logits);
+            vt_session_free(s);
+            printf("T-scaling (prefill, 2 threads, median of %d interleaved rounds; BENCH_TMAX=%d):\n", RS, tmax);
+            printf("  %6s %10s %12s %9s %11s\n", "T", "ms/token", "x ms/token", "GFLOP/s", "% of peak");
+            double base = 0;
+            for (int i = 0; i < nT; i++) {
+                double sec = median(t[i], RS), mspt = 1e3 * sec / Ts[i];
+                double fl = Ts[i] * flops_per_token(&cfg, Ts[i] / 2.0);
+                if (i == 0) base = mspt;
+                printf("  %6d %10.3f %11.2fx %9.2f %10.1f%%\n", Ts[i], mspt, mspt / base, fl / sec / 1e9,
+                       100 * fl / sec / 1e9 / peak[2]);
+                char nm[32];
+                snprintf(nm, sizeof nm, "prefill-len%d-t2", Ts[i]);
+                vt_bench_phase *p = add_phase(&P, nm);
+                p->threads = 2, p->tokens = Ts[i], p->seconds = sec, p->flops = fl, p->peak_flops = peak[2] * 1e9;
+            }
+        }
+    }
+
+    /* Contention: a child process spins on one core while prefill and decode
+     * run at the default thread count (all cores) and at 1 thread, in
+     * interleaved rounds. An OpenMP team that waits at barriers for a thread
+     * whose core is taken can fall far below the 1-thread speed. */
+    if (busy) {
+        pid_t child = fork();
+        if (child == 0) {
+            volatile unsigned long x = 0;
+            for (;;) x++;
+        }
+        if (child < 0) { perror("bench: fork"); return 1; }
+        enum { RB = 5, NB = 32 };
+        int ths[2] = {ndef, 1};
+        double tp[2][RB], td[2][RB];
+        vt_session *s[2] = {session(m, ths[0], "off"), session(m, ths[1], "off")};
+        for (int k = 0; k < 2; k++) prefill_s(s[k], tok, T, logits);   /* warm-up */
+        for (int r = 0; r < RB; r++)
+            for (int k = 0; k < 2; k++) {
+                tp[k][r] = prefill_s(s[k], tok, T, logits);
+                td[k][r] = decode_s(s[k], tok + T, NB, logits);
+            }
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        for (int k = 0; k < 2; k++) vt_session_free(s[k]);
+        double mp[2], md[2];
+        for (int k = 0; k < 2; k++) { mp[k] = median(tp[k], RB); md[k] = median(td[k], RB); }
+        printf("contention (a busy child process on one core; median of %d interleaved rounds):\n", RB);
+        printf("  prefill T=%d: %d threads %8.1f tok/s, 1 thread %8.1f tok/s: t%d/t1 = %.2f (idle: %.2f)\n", T, ndef,
+               T / mp[0], T / mp[1], ndef, mp[1] / mp[0], ndef == 2 ? pre_toks[2] / pre_toks[1] : NAN);
+        printf("  decode %d:   %d threads %8.1f tok/s, 1 thread %8.1f tok/s: t%d/t1 = %.2f (idle: %.2f)\n", NB, ndef,
+               NB / md[0], NB / md[1], ndef, md[1] / md[0], ndef == 2 ? dec_toks[2] / dec_toks[1] : NAN);
+        for (int k = 0; k < 2; k++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "busy-prefill-t%d", ths[k]);
+            vt_bench_phase *p = add_phase(&P, nm);
+            p->threads = ths[k], p->tokens = T, p->seconds = mp[k], p->flops = T * flops_per_token(&cfg, T / 2.0);
+            p->peak_flops = ths[k] <= 2 ? peak[ths[k]] * 1e9 : 0;
+            snprintf(nm, sizeof nm, "busy-decode-t%d", ths[k]);
+            p = add_phase(&P, nm);
+            p->context = T, p->threads = ths[k], p->tokens = NB, p->seconds = md[k];
+            p->flops = NB * flops_per_token(&cfg, T + NB / 2.0), p->bytes = NB * bpt;
+            p->peak_flops = ths[k] <= 2 ? peak[ths[k]] * 1e9 : 0;
+        }
     }
 
     /* probe overhead: interleave off / on / audit, median of per-mode times */
@@ -148,11 +618,7 @@ int main(int argc, char **argv) {
     vt_session *ss[3];
     for (int k = 0; k < 3; k++) ss[k] = session(m, 2, modes[k]);
     for (int r = 0; r < R; r++)
-        for (int k = 0; k < 3; k++) {
-            double t0 = vt_session_forward_seconds(ss[k]);
-            if (vt_session_prefill(ss[k], tok, T, logits, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 1; }
-            t[k][r] = vt_session_forward_seconds(ss[k]) - t0;
-        }
+        for (int k = 0; k < 3; k++) t[k][r] = prefill_s(ss[k], tok, T, logits);
     double med[3];
     for (int k = 0; k < 3; k++) { qsort(t[k], R, sizeof t[k][0], cmp); med[k] = t[k][R / 2]; }
     double spread = (t[0][R - 2] - t[0][1]) / med[0];
@@ -172,20 +638,36 @@ int main(int argc, char **argv) {
            "(not measurable against the forward's own spread)\n",
            per_call * 1e9, (long long)calls_per_fwd, per_call * (double)calls_per_fwd / med[0], med[0] * 1e3);
     for (int k = 0; k < 3; k++) vt_session_free(ss[k]);
+
+    printf("load: 1-minute load average %.2f after the forward phases (this bench's own threads included)\n",
+           loadavg());
+    /* peak RSS of everything above, before the triad's arrays */
+    int64_t rss_pk = rss_peak();
+    printf("memory: peak RSS %.1f MB (getrusage ru_maxrss, all phases above) = %.2f x the checkpoint's %.1f MB\n",
+           mb((double)rss_pk), ckpt > 0 ? (double)rss_pk / (double)ckpt : 0.0, mb((double)ckpt));
+
+    double gbs[3] = {0};
+    if (triad_mib < 1) printf("STREAM triad: skipped (BENCH_TRIAD_MIB=%d)\n", triad_mib);
+    else if (triad((size_t)triad_mib * 1024 * 1024 / sizeof(double), 5, gbs) != 0)
+        printf("STREAM triad: skipped (cannot allocate 3 x %d MiB)\n", triad_mib);
+    else {
+        printf("STREAM triad (a = b + s*c, 3 x %d MiB f64 arrays, 24 B/element, best of 5): "
+               "1 thread %.2f GB/s, 2 threads %.2f GB/s\n", triad_mib, gbs[1], gbs[2]);
+        for (int th = 1; th <= 2; th++) {
+            double bw = dec_toks[th] * bpt / 1e9;
+            printf("  decode t%d: %.1f tok/s x %.4f MB/token = %.2f GB/s = %.1f%% of triad%s\n", th, dec_toks[th],
+                   mb(bpt), bw, 100 * bw / gbs[th],
+                   llc > 0 && bpt < (double)llc ? " (the active weights fit in the last-level cache: can exceed 100%)"
+                                                : "");
+            dec_ph[th]->peak_bytes = gbs[th] * 1e9;
+        }
+    }
+
     int rc = 0;
     if (json) {
-        char msha[65], tsha[65];
-        if (lab_model_sha256(dir, msha, err, sizeof err)) { fprintf(stderr, "bench: %s\n", err); return 2; }
-        vt_bench_tokens_sha256(tok, T + NDEC, tsha);
-        vt_device_name("cpu", dev, sizeof dev);
-        const char *kn[] = {"VT_BACKEND", "VT_PROBE"}, *kv[] = {"cpu", "off"};   /* VT_THREADS: per phase */
-        vt_bench_report r = {"cpu", dev, dir, msha, tsha, "the checkpoint in the model directory",
-                             "OpenBLAS sgemm peak (1024^3, best of 5) measured in the same process at the phase's threads",
-                             "2 x multiply-adds of the active linear layers and the KDA recurrence, attention at the mean context",
-                             "not counted", 2, kn, kv, 4, ph};
-        vt_err we = {0};
-        if (vt_bench_write(json, &r, &we)) { fprintf(stderr, "bench: %s\n", we.msg); rc = 1; }
-        else printf("bench: wrote %s\n", json);
+        int ntok = T + NDEC;
+        rc = write_report(json, dir, tok, ntok, &P, rss_open, rss_pk, ckpt);
+        if (!rc) printf("bench: wrote %s\n", json);
     }
     vt_model_free(m);
     free(tok); free(logits);

@@ -102,7 +102,7 @@ static void test_bench_report_refuses_before_writing(void **state) {
     sha[64] = 0;
     vt_bench_phase ph[2] = {{"prefill", 1, 0, 1, 16, 0.5, 1e9, 0, 1e11, 0, -1},
                             {"decode", 1, 16, 1, 8, 0.25, 1e8, 0, 1e11, 0, 0.1}};
-    vt_bench_report r = {"cpu", "cpu: test", "m", sha, sha, "w", "p", "f", "b", 1, kn, kv, 2, ph};
+    vt_bench_report r = {"cpu", "cpu: test", "m", sha, sha, "w", "p", "f", "b", 1, kn, kv, 2, ph, 0, 0, 0};
     vt_err e = {0};
     VT_ASSERT_OK(vt_bench_write(path, &r, &e), e);
     char *t = slurp(path);

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# test_peer_mode.sh - the bench's peer mode end to end (make bench-test; by hand:
+# bash tests/bench/test_peer_mode.sh ./vtlab). Uses tests/bench/standin_modeling.py,
+# a stand-in for the official modeling file (NOT the official peer), on a synthesised
+# tiny checkpoint. Skipped, with the reason, when python3-torch is absent. Not part of
+# `make test` (torch is big).
+# Checks: the ratio, tok/s and GFLOP/s lines; logits agreement printed and within 1e-4
+# (which also proves the loading path), with the fused expert names (mapped) and the
+# checkpoint's own names; a missing parameter reported; a peer that computes something
+# else flagged MISMATCH (exit 1 under --strict); the "not run" path for a bogus
+# PEER_MODELING and for a file whose import fails; and `make bench`'s script wiring
+# (run.sh records the peer phases).
+set -u
+VTLAB=${1:-./vtlab}
+case $VTLAB in /*) ;; *) VTLAB=$PWD/$VTLAB ;; esac
+BUILD=${BUILD:-build}
+BENCH=$PWD/$BUILD/bench
+PY=/usr/bin/python3
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+STANDIN=$HERE/standin_modeling.py
+pass=0 fail=0
+ok()    { echo "ok - $*"; pass=$((pass + 1)); }
+notok() { echo "not ok - $*"; fail=$((fail + 1)); }
+check() { if eval "$2"; then ok "$1"; else notok "$1"; sed 's/^/#   /' "$OUT"; fi; }
+
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  echo "test_peer_mode: skipped: python3-torch is not installed (apt-get install python3-torch, or make deps-peer)"
+  exit 0
+fi
+if [ ! -x "$BENCH" ] || [ ! -x "$VTLAB" ]; then echo "not ok - build $BENCH and $VTLAB first (make vtlab $BUILD/bench)"; exit 1; fi
+W=$(mktemp -d "${TMPDIR:-/tmp}/vtpeer.XXXXXX"); trap 'rm -rf "$W"' EXIT
+OUT=$W/out
+"$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 1 --out "$W/tiny" >/dev/null || { echo "not ok - synth"; exit 1; }
+peer() { "$PY" "$HERE/peer.py" --bench "$BENCH" --model "$W/tiny" --rounds 3 "$@" >"$OUT" 2>&1; echo $? >"$W/rc"; }
+delta_ok() {   # the printed max |delta| is a number <= 1e-4
+  "$PY" - "$OUT" <<'PYEOF'
+import re, sys
+m = re.search(r"logits max \|delta\| vs vtlab = ([0-9.e+-]+)", open(sys.argv[1]).read())
+sys.exit(0 if m and float(m.group(1)) <= 1e-4 else 1)
+PYEOF
+}
+RATIO='^prefill ratio vtlab/peer \(tok/s, per round; > 1: vtlab faster\): min [0-9.]+ median [0-9.]+ max [0-9.]+$'
+
+# 1. the stand-in with fused expert names: mapping, logits, ratio, figures
+peer --modeling "$STANDIN" --strict --json "$W/p.json"
+check "stand-in (fused names): exit 0" '[ "$(cat $W/rc)" = 0 ]'
+check "stand-in (fused names): every tensor mapped, none left over" \
+  'grep -q "experts stacked .*missing: none, unexpected: none" "$OUT"'
+check "stand-in (fused names): logits max |delta| printed and <= 1e-4" 'grep -q "agree within" "$OUT" && delta_ok'
+check "stand-in: ratio line min/median/max" 'grep -Eq "$RATIO" "$OUT"'
+check "stand-in: vtlab and peer tok/s, GFLOP/s and fraction of peak" \
+  'grep -Eq "^vtlab: prefill [0-9.]+ tok/s .* GFLOP/s = [0-9.]+% of its sgemm peak" "$OUT" &&
+   grep -Eq "^peer:  prefill [0-9.]+ tok/s .* GFLOP/s = [0-9.]+% of its torch.mm peak" "$OUT" &&
+   grep -Eq "^vtlab: sgemm peak [0-9.]+ GFLOP/s" "$OUT" && grep -Eq "^peer:  torch.mm peak [0-9.]+ GFLOP/s" "$OUT"'
+check "stand-in: the report records both sides" \
+  '"$VTLAB" record-bench "$W/p.json" --db "$W/r.db" >"$W/rec" 2>&1 && grep -q "peer-torch-prefill" "$W/rec" &&
+   grep -q "peer-vtlab-prefill" "$W/rec"'
+
+# 2. the checkpoint's own names (identity mapping)
+STANDIN_NAMING=checkpoint peer --modeling "$STANDIN" --strict
+check "stand-in (checkpoint names): same names, logits within 1e-4" \
+  '[ "$(cat $W/rc)" = 0 ] && grep -q "(same name [0-9]*); missing: none, unexpected: none" "$OUT" && delta_ok'
+
+# 3. a peer with a parameter the checkpoint lacks, and one that computes something else
+cat >"$W/extra_modeling.py" <<PYEOF
+import sys; sys.path.insert(0, "$HERE")
+import torch
+from standin_modeling import KimiLinearConfig, KimiLinearForCausalLM as _Base
+class KimiLinearForCausalLM(_Base):
+    def __init__(self, c):
+        super().__init__(c)
+        self.extra_scale = torch.nn.Parameter(torch.full((3,), 0.01))
+    def forward(self, input_ids, **kw):
+        out = _Base.forward(self, input_ids, **kw)
+        out.logits = out.logits + self.extra_scale[0]
+        return out
+PYEOF
+peer --modeling "$W/extra_modeling.py" --strict
+check "a parameter the checkpoint lacks is reported by name" 'grep -q "missing: extra_scale (3,)" "$OUT"'
+check "a peer that computes something else: MISMATCH, exit 1 under --strict" \
+  'grep -q "MISMATCH" "$OUT" && [ "$(cat $W/rc)" = 1 ] && grep -q "WARNING: the checkpoint did not map" "$OUT"'
+
+# 4. not run: a bogus PEER_MODELING, a file whose import fails, no PEER_MODELING
+PEER_MODELING=$W/no/such/modeling_kimi_linear.py peer
+check "bogus PEER_MODELING: 'peer: not run - ... no such file', exit 0, vtlab's figures alone" \
+  '[ "$(cat $W/rc)" = 0 ] && grep -q "^peer: not run - PEER_MODELING=.*: no such file" "$OUT" &&
+   grep -q "^vtlab: prefill" "$OUT" && ! grep -q "^prefill ratio" "$OUT"'
+printf 'from ...activations import ACT2FN\n' >"$W/modeling_kimi_linear.py"
+peer --modeling "$W/modeling_kimi_linear.py"
+check "a file that needs transformers: 'not run - import ... failed', exit 0" \
+  '[ "$(cat $W/rc)" = 0 ] && grep -q "^peer: not run - import of .* failed: ImportError" "$OUT" && grep -q "^vtlab: prefill" "$OUT"'
+PEER_MODELING= peer
+check "no PEER_MODELING: 'not run - PEER_MODELING is not set', exit 0" \
+  '[ "$(cat $W/rc)" = 0 ] && grep -q "^peer: not run - PEER_MODELING is not set" "$OUT"'
+
+# 5. make bench's script: the peer runs on the benched checkpoint and its phases are recorded
+BUILD=$BUILD BENCH_DB=$W/bench.db BENCH_TMAX=256 BENCH_BUSY=0 BENCH_TRIAD_MIB=64 PEER_ROUNDS=3 \
+  PEER_MODELING=$STANDIN bash "$HERE/run.sh" "$VTLAB" >"$OUT" 2>&1
+check "run.sh with PEER_MODELING: ratio printed, peer phases recorded" \
+  'grep -Eq "$RATIO" "$OUT" && grep -q "bench-tiny peer-torch-prefill" "$OUT" && grep -q "bench-tiny decode-t2" "$OUT"'
+BUILD=$BUILD BENCH_DB= BENCH_TMAX=0 BENCH_BUSY=0 BENCH_TRIAD_MIB=0 PEER_MODELING=/bogus/modeling.py \
+  bash "$HERE/run.sh" "$VTLAB" >"$OUT" 2>&1; echo $? >"$W/rc"
+check "run.sh with a bogus PEER_MODELING: exit 0, 'peer: not run'" '[ "$(cat $W/rc)" = 0 ] && grep -q "^peer: not run - " "$OUT"'
+
+echo "test_peer_mode: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
