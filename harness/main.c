@@ -367,17 +367,8 @@ static int cmd_faults(void) {
     return 0;
 }
 
-/* OpenMP threads that wait for work sleep instead of spinning. libgomp spins
- * by default (OMP_WAIT_POLICY=active); on a shared 2-core runner the
- * spinning threads take the cores from the ones with work, and the default
- * thread count ran slower than one thread. (OpenBLAS is not used by the
- * model: gemm.c computes every product, so it has no threads to spin.) libgomp
- * reads the policy when it is loaded, before main, so when the user has not
- * set it vtlab sets it and execs itself once (VTLAB_NO_REEXEC=1 turns this
- * off); a user's own setting is kept. Measured with `vtlab logits` of the
- * tiny model, T = 1024, at load 9-10 on 2 cores, 3 interleaved rounds:
- * spinning (OMP_WAIT_POLICY=ACTIVE) 1.74-1.91 s, one thread 1.09-1.32 s, the
- * default now 0.90-1.13 s. */
+/* Idle OpenMP threads sleep instead of spinning (vt_openmp_wait_passively,
+ * model/omp_wait.c, says why and what was measured). */
 static void wait_passively(char **argv) {
     /* only the commands that run forward passes have threads to wait: the
      * others (runs, show, report, --help, ...) would pay the second start
@@ -386,9 +377,7 @@ static void wait_passively(char **argv) {
                                                "engine", NULL};
     int computes = 0;
     for (int i = 0; argv[1] && computing[i]; i++) computes |= !strcmp(argv[1], computing[i]);
-    if (!computes || getenv("OMP_WAIT_POLICY") || getenv("VTLAB_NO_REEXEC")) return;
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);   /* returns only on failure: run as we are */
+    if (computes) vt_openmp_wait_passively(argv);
 }
 
 int main(int argc, char **argv) {

@@ -151,6 +151,12 @@ void vt_model_get_info(const vt_model *m, vt_model_info *out);
  * weight: flat memory whatever the checkpoint's size. */
 int  vt_model_validate(const char *dir, vt_model_info *out, char *err, size_t errlen);
 
+/* For a program's main, before anything else: unless OMP_WAIT_POLICY is set
+ * (or VTLAB_NO_REEXEC), sets OMP_WAIT_POLICY=PASSIVE and execs the program
+ * again with argv, so idle OpenMP threads sleep instead of spinning (libgomp
+ * reads the policy only when it loads). Returns only when no exec happened. */
+void vt_openmp_wait_passively(char **argv);
+
 /* ------------------------------------------------------------------ session */
 
 typedef struct vt_session vt_session;

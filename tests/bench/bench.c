@@ -444,6 +444,7 @@ static int env_int(const char *name, int dflt) {
 }
 
 int main(int argc, char **argv) {
+    vt_openmp_wait_passively(argv);   /* as vtlab does: idle threads sleep */
     const char *json = NULL, *dir = NULL;
     int T = 128, NDEC = 64, busy = 0, serve_mode = 0, npos = 0;
     for (int i = 1; i < argc; i++) {
