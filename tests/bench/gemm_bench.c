@@ -25,6 +25,7 @@
 
 #include "model/gemm.h"
 #include "model/gemm_kernels.h"
+#include "model/vt.h"
 
 enum { MAXR = 15 };
 static int ROUNDS = 5;
@@ -265,6 +266,7 @@ static void bench_threshold(char *pool) {
 }
 
 int main(int argc, char **argv) {
+    vt_openmp_wait_passively(argv);   /* as vtlab does: idle threads sleep */
     int quick = 0;
     const char *only = "";   /* --only prefill|decode|threshold: one part (while tuning) */
     for (int i = 1; i < argc; i++) {
