@@ -266,6 +266,14 @@ run: deps vtlab
 $(BUILD)/bench: tests/bench/bench.c $(LIBHARNESS) $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) $(LDLIBS) -o $@
 
+# Causal attention, reference loop vs blocked (tests/bench/attn_bench.c; not in
+# `make test`). attn_bench_cblas: the same with OpenBLAS in place of
+# vt_sgemm_nt/nn, a timing preview of fast matrix kernels.
+$(BUILD)/attn_bench: tests/bench/attn_bench.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+$(BUILD)/attn_bench_cblas: tests/bench/attn_bench.c tests/bench/attn_cblas_preview.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $(filter %.c,$^) $(LIBMODEL) $(LDLIBS) -o $@
+
 # The full-size CUDA benchmark (weights generated on the device); run by scripts/gpu-check.sh.
 $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@

@@ -36,6 +36,7 @@
  * thread count, so the result is bit-identical for any number of threads.
  * Items are scheduled dynamically, costliest (last) query blocks first.
  */
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -85,7 +86,8 @@ void vt_attn_causal_ref(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t 
 
 enum {
     BQ = 64,               /* queries per block */
-    BK = 64,               /* keys per block */
+    BK = 64,               /* keys per block, T >= BQ; fewer query rows get longer key blocks (kblock) */
+    SBUF = BQ * BK,        /* floats of the score block */
     LANES = 16,            /* f32 lanes of the in-block sum */
     MIN_ITEMS = 32,        /* split keys when (head, query block) items are fewer */
     MIN_SPLIT_KEYS = 512,  /* ... but never into ranges shorter than this */
@@ -118,11 +120,12 @@ typedef struct {
     float scale;
     const float *q, *kc, *vc;
     float *o;
-    int64_t nqb, nsplit;
+    int64_t nqb, nsplit, bk;
+    int avx512;
 } attn_args;
 
 typedef struct {
-    float *S;       /* [BQ][BK] scores, then probabilities */
+    float *S;       /* [rows][bk] scores, then probabilities (SBUF floats) */
     float *m;       /* [BQ] running max */
     double *l;      /* [BQ] running sum */
 } attn_scratch;
@@ -131,7 +134,16 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
 
 static size_t scratch_bytes(void) {
-    return up(sizeof(float) * BQ * BK) + up(sizeof(float) * BQ) + up(sizeof(double) * BQ);
+    return up(sizeof(float) * SBUF) + up(sizeof(float) * BQ) + up(sizeof(double) * BQ);
+}
+
+/* Keys per block: BK for full query blocks; a decode step (1 row) or a short
+ * chunk fills the same score buffer with up to 512 keys per block instead,
+ * fewer and longer products. A function of T only. */
+static int64_t kblock(int64_t T) {
+    int64_t rows = T < BQ ? T : BQ, bk = BK;
+    while (bk < 512 && rows * bk * 2 <= SBUF) bk *= 2;
+    return bk;
 }
 
 /* The key splits (T, p0, Nh) need; a function of the shapes only. */
@@ -158,7 +170,7 @@ size_t vt_attn_causal_work_bytes(int64_t T, int64_t p0, int64_t Nh, int64_t dqk,
 /* One row of a score block: scale, mask (keys >= nv), online-softmax update.
  * Leaves p in row[0..nk) (0 where masked) and returns the factor a the row's
  * accumulated output must be multiplied by. */
-static float softmax_row(float *row, int64_t nv, int64_t nk, float scale, float *m, double *l) {
+static float softmax_row_scalar(float *row, int64_t nv, int64_t nk, float scale, float *m, double *l) {
     if (nv <= 0) {   /* all of this block is in the row's future */
         memset(row, 0, sizeof(float) * (size_t)nk);
         return 1.0f;
@@ -184,6 +196,91 @@ static float softmax_row(float *row, int64_t nv, int64_t nk, float scale, float 
     return a;
 }
 
+/* The same row pass with AVX-512: the same operations on 16 lanes at once
+ * (the exp's polynomial, the in-block sum's lane j % 16 and its tree), so the
+ * same bits as softmax_row_scalar (test_attn checks both). Not contracted into
+ * FMAs: -std=c11 sets -ffp-contract=off, and the optimize attribute keeps it so. */
+#define AVX512 __attribute__((target("avx512f"), optimize("fp-contract=off")))
+
+AVX512 static inline __m512 attn_exp16(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f), magic = _mm512_set1_ps(12582912.0f);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    const __m512 xc = _mm512_mask_blend_ps(under, x, lo);
+    const __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), magic), magic);
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(y, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
+}
+
+AVX512 static float softmax_row_avx512(float *row, int64_t nv, int64_t nk, float scale, float *m, double *l) {
+    if (nv <= 0) {
+        memset(row, 0, sizeof(float) * (size_t)nk);
+        return 1.0f;
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    __m512 vmx = _mm512_set1_ps(*m);
+    int64_t j = 0;
+    for (; j + 16 <= nv; j += 16) {
+        __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + j), vs);
+        _mm512_storeu_ps(row + j, x);
+        vmx = _mm512_max_ps(vmx, x);
+    }
+    const __mmask16 tail = (__mmask16)((1u << (nv - j)) - 1);
+    if (j < nv) {
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row + j), vs);
+        _mm512_mask_storeu_ps(row + j, tail, x);
+        vmx = _mm512_mask_max_ps(vmx, tail, vmx, x);
+    }
+    const float mx = _mm512_reduce_max_ps(vmx);
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512 acc = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= nv; j += 16) {
+        __m512 p = attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
+        _mm512_storeu_ps(row + j, p);
+        acc = _mm512_add_ps(acc, p);
+    }
+    if (j < nv) {
+        __m512 p = _mm512_maskz_mov_ps(tail, attn_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + j), vm)));
+        _mm512_mask_storeu_ps(row + j, tail, p);
+        acc = _mm512_add_ps(acc, p);
+    }
+    for (int64_t c = nv; c < nk; c++) row[c] = 0.0f;
+    float lane[LANES];
+    _mm512_storeu_ps(lane, acc);
+    for (int w = LANES / 2; w; w /= 2)
+        for (int i = 0; i < w; i++) lane[i] += lane[i + w];
+    float a = attn_expf(*m - mx);
+    *l = *l * a + lane[0];
+    *m = mx;
+    return a;
+}
+
+/* 1: AVX-512 row pass, 0: scalar; decided once from the CPU (vt_attn_use_avx512 overrides). */
+static int use_avx512 = -1;
+
+int vt_attn_use_avx512(int on) {
+    int prev = __atomic_load_n(&use_avx512, __ATOMIC_RELAXED);
+    if (prev < 0) {
+        __builtin_cpu_init();
+        prev = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __atomic_store_n(&use_avx512, prev, __ATOMIC_RELAXED);
+    }
+    if (on == 0 || (on == 1 && __builtin_cpu_supports("avx512f"))) __atomic_store_n(&use_avx512, on, __ATOMIC_RELAXED);
+    return prev;
+}
+
+static inline float softmax_row(int avx512, float *row, int64_t nv, int64_t nk, float scale, float *m, double *l) {
+    return avx512 ? softmax_row_avx512(row, nv, nk, scale, m, l) : softmax_row_scalar(row, nv, nk, scale, m, l);
+}
+
 /* Query block qb of head h over key blocks [kb0, kb1): leaves the unnormalised
  * O (rows of ldO floats), m and l of its rows. */
 static void attn_block(const attn_args *A, int64_t h, int64_t qb, int64_t kb0, int64_t kb1, float *O, int64_t ldO,
@@ -197,9 +294,9 @@ static void attn_block(const attn_args *A, int64_t h, int64_t qb, int64_t kb0, i
         memset(O + i * ldO, 0, sizeof(float) * (size_t)dv);
     }
     for (int64_t kb = kb0; kb < kb1; kb++) {
-        const int64_t j0 = kb * BK, nk = nkeys - j0 < BK ? nkeys - j0 : BK;
+        const int64_t bk = A->bk, j0 = kb * bk, nk = nkeys - j0 < bk ? nkeys - j0 : bk;
         const int diag = j0 + nk - 1 > lim0;   /* some row of the block must not see some key */
-        vt_sgemm_nt(mq, nk, dqk, Q, A->ldq, A->kc + j0 * A->ldk + h * dqk, A->ldk, S, BK, 0);
+        vt_sgemm_nt(mq, nk, dqk, Q, A->ldq, A->kc + j0 * A->ldk + h * dqk, A->ldk, S, bk, 0);
         for (int64_t i = 0; i < mq; i++) {
             int64_t nv = nk;
             if (diag) {
@@ -209,20 +306,20 @@ static void attn_block(const attn_args *A, int64_t h, int64_t qb, int64_t kb0, i
                 nv = nk;   /* deliberate defect: the diagonal block is not masked */
 #endif
             }
-            float a = softmax_row(S + i * BK, nv, nk, A->scale, &m[i], &l[i]);
+            float a = softmax_row(A->avx512, S + i * bk, nv, nk, A->scale, &m[i], &l[i]);
             if (a != 1.0f) {
                 float *Oi = O + i * ldO;
                 for (int64_t c = 0; c < dv; c++) Oi[c] *= a;
             }
         }
-        vt_sgemm_nn(mq, dv, nk, S, BK, A->vc + j0 * A->ldv + h * dv, A->ldv, O, ldO, 1);
+        vt_sgemm_nn(mq, dv, nk, S, bk, A->vc + j0 * A->ldv + h * dv, A->ldv, O, ldO, 1);
     }
 }
 
 /* Key blocks [kb0, kb1) of split s of query block qb. */
 static void split_range(const attn_args *A, int64_t qb, int64_t s, int64_t *kb0, int64_t *kb1) {
     const int64_t t0 = qb * BQ, mq = A->T - t0 < BQ ? A->T - t0 : BQ;
-    const int64_t nkb = cdiv(A->p0 + t0 + mq, BK);   /* blocks up to the last row's own position */
+    const int64_t nkb = cdiv(A->p0 + t0 + mq, A->bk);   /* blocks up to the last row's own position */
     *kb0 = s * nkb / A->nsplit;
     *kb1 = (s + 1) * nkb / A->nsplit;
 }
@@ -233,7 +330,8 @@ int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, f
     if (T < 1 || p0 < 0 || Nh < 1 || dqk < 1 || dv < 1 || ldq < Nh * dqk || ldk < Nh * dqk || ldv < Nh * dv ||
         ldo < Nh * dv || !q || !kc || !vc || !o || !work)
         return -1;
-    attn_args A = {T, p0, Nh, dqk, dv, ldq, ldk, ldv, ldo, scale, q, kc, vc, o, cdiv(T, BQ), plan_splits(T, p0, Nh)};
+    attn_args A = {T, p0, Nh, dqk, dv, ldq, ldk, ldv, ldo, scale, q, kc, vc, o, cdiv(T, BQ), plan_splits(T, p0, Nh),
+                    kblock(T), vt_attn_use_avx512(-1)};
     /* carve the workspace: partials, then one scratch per thread */
     uintptr_t base = ((uintptr_t)work + ALIGN - 1) / ALIGN * ALIGN;
     size_t skip = base - (uintptr_t)work, pb = partial_bytes(T, Nh, dv, A.nsplit), sb = scratch_bytes();
@@ -255,8 +353,8 @@ int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, f
     #pragma omp parallel num_threads((int)nthr)
     {
         char *sc = scratch + (size_t)omp_get_thread_num() * sb;
-        attn_scratch X = {(float *)sc, (float *)(sc + up(sizeof(float) * BQ * BK)),
-                          (double *)(sc + up(sizeof(float) * BQ * BK) + up(sizeof(float) * BQ))};
+        attn_scratch X = {(float *)sc, (float *)(sc + up(sizeof(float) * SBUF)),
+                          (double *)(sc + up(sizeof(float) * SBUF) + up(sizeof(float) * BQ))};
         #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < nitems; it++) {
             const int64_t qb = A.nqb - 1 - it / (Nh * ns), h = it / ns % Nh, s = it % ns;

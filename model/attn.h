@@ -45,4 +45,10 @@ int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, f
                    float *work, size_t work_bytes);
 size_t vt_attn_causal_work_bytes(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv);
 
+/* The softmax row pass of vt_attn_causal has an AVX-512 form and a scalar one
+ * of the same bits (the CPU decides). on = 1 / 0 selects one (1 only where the
+ * CPU has AVX-512F), -1 only asks; returns the setting before the call. For
+ * tests and benchmarks; not to be changed while vt_attn_causal runs. */
+int vt_attn_use_avx512(int on);
+
 #endif
