@@ -84,6 +84,15 @@ void vt_attn_causal_ref(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t 
 
 /* -------------------------------------------------------------- blocked */
 
+/* No a*b+c fused into an FMA anywhere below (the reference above compiles as
+ * mla.c does): the scalar and the AVX-512 row pass must round alike, whatever
+ * -std or -march the build uses. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 enum {
     BQ = 64,               /* queries per block */
     BK = 64,               /* keys per block, T >= BQ; fewer query rows get longer key blocks (kblock) */
@@ -198,9 +207,9 @@ static float softmax_row_scalar(float *row, int64_t nv, int64_t nk, float scale,
 
 /* The same row pass with AVX-512: the same operations on 16 lanes at once
  * (the exp's polynomial, the in-block sum's lane j % 16 and its tree), so the
- * same bits as softmax_row_scalar (test_attn checks both). Not contracted into
- * FMAs: -std=c11 sets -ffp-contract=off, and the optimize attribute keeps it so. */
-#define AVX512 __attribute__((target("avx512f"), optimize("fp-contract=off")))
+ * same bits as softmax_row_scalar (test_attn checks both; no FMA contraction,
+ * see the pragma above). */
+#define AVX512 __attribute__((target("avx512f")))
 
 AVX512 static inline __m512 attn_exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(-87.0f), magic = _mm512_set1_ps(12582912.0f);
