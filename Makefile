@@ -243,7 +243,7 @@ sanitize: deps
 MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYTES:test_scatter \
              VT_MUTATE_NO_STALE_GUARD:test_oom VT_MUTATE_PROBE_LOST_UNCOUNTED:test_oom \
              VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store \
-             VT_MUTATE_GEMM_SPLIT_K:test_gemm
+             VT_MUTATE_GEMM_SPLIT_K:test_gemm VT_MUTATE_ATTN_NO_CAUSAL_MASK:test_attn
 mutation: deps
 	@for mt in $(MUTATIONS); do m=$${mt%%:*}; t=$${mt#*:}; \
 	  echo "== mutation $$m (guarded by $$t)"; \
@@ -265,6 +265,14 @@ run: deps vtlab
 
 $(BUILD)/bench: tests/bench/bench.c $(LIBHARNESS) $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) $(LDLIBS) -o $@
+
+# Causal attention, reference loop vs blocked (tests/bench/attn_bench.c; not in
+# `make test`). attn_bench_cblas: the same with OpenBLAS in place of
+# vt_sgemm_nt/nn, a timing preview of fast matrix kernels.
+$(BUILD)/attn_bench: tests/bench/attn_bench.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+$(BUILD)/attn_bench_cblas: tests/bench/attn_bench.c tests/bench/attn_cblas_preview.c $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $(filter %.c,$^) $(LIBMODEL) $(LDLIBS) -o $@
 
 # The full-size CUDA benchmark (weights generated on the device); run by scripts/gpu-check.sh.
 $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
