@@ -6,13 +6,15 @@
  * expanded per head into k_nope and v) and k_rot, a few extra key dims shared
  * by all heads. No rotation is applied anywhere. The cache keeps the expanded
  * keys [Nh, nope+rope] and values [Nh, dv] of every position, so a call with
- * T new tokens attends over the cached positions plus its own, causally.
+ * T new tokens attends over the cached positions plus its own, causally
+ * (attn.c: blocked products, the same code for prefill and decode).
  */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "model.h"
 
 static int grow(vt_layer_cache *c, int64_t need, int64_t kw, int64_t vw, vt_err *err) {
@@ -68,36 +70,16 @@ int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
         }
     }
 
-    /* causal softmax attention, f32 scores, f64 normaliser; one score row of
-     * Tall entries per thread */
+    /* causal softmax attention as blocked products (attn.c): f32 scores, an
+     * online softmax with an f64 running sum */
     const float scale = 1.0f / sqrtf((float)qk);
-    const int nthr = omp_get_max_threads();
-    float *scores = vt_ws_alloc(s, VT_F32, (int64_t)nthr * Tall, err);
-    if (!scores) { rc = err->code; goto done; }
-    #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(nthr)
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < Nh; h++) {
-            int64_t n = p0 + t + 1;
-            float *sc = scores + (int64_t)omp_get_thread_num() * Tall;
-            const float *qh = q + t * kw + h * qk;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n; j++) {
-                const float *kj = c->kc + j * kw + h * qk;
-                float acc = 0.0f;
-                for (int64_t i = 0; i < qk; i++) acc += qh[i] * kj[i];
-                sc[j] = acc * scale;
-                if (sc[j] > mx) mx = sc[j];
-            }
-            double sum = 0.0;
-            for (int64_t j = 0; j < n; j++) { sc[j] = expf(sc[j] - mx); sum += sc[j]; }
-            float *oh = o + t * vw + h * dv;
-            for (int64_t i = 0; i < dv; i++) oh[i] = 0.0f;
-            for (int64_t j = 0; j < n; j++) {
-                float pj = (float)(sc[j] / sum);
-                const float *vj = c->vc + j * vw + h * dv;
-                for (int64_t i = 0; i < dv; i++) oh[i] += pj * vj[i];
-            }
-        }
+    const size_t wb = vt_attn_causal_work_bytes(T, p0, Nh, qk, dv);
+    float *work = vt_ws_alloc(s, VT_U8, (int64_t)wb, err);
+    if (!work) { rc = err->code; goto done; }
+    if (vt_attn_causal(T, p0, Nh, qk, dv, scale, q, kw, c->kc, kw, c->vc, vw, o, vw, work, wb) != 0) {
+        rc = vt_errf(err, VT_EINTERNAL, "mla layer %d: attention refused its arguments", layer);
+        goto done;
+    }
     vt_act_round(s, o, T * vw);
     vt_gemm_xwT(s, o, T, vw, &w->o, out);
     vt_act_round(s, out, T * D);
