@@ -265,6 +265,10 @@ run: deps vtlab
 $(BUILD)/bench: tests/bench/bench.c $(LIBHARNESS) $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) $(LDLIBS) -o $@
 
+# The KDA delta-rule core, token loop vs chunked form (tests/bench/kda_chunk_bench.c); run by hand.
+$(BUILD)/kda_chunk_bench: tests/bench/kda_chunk_bench.c model/kda_chunk.c model/kda_chunk.h $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
+
 # The full-size CUDA benchmark (weights generated on the device); run by scripts/gpu-check.sh.
 $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
