@@ -165,7 +165,12 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_
         const float *gr = g + r * P, *qr = q + r * P, *kr = k + r * P;
         float *Fr = F + r * ld, *kg = KG + r * ld, *qg = QG + r * ld;
         for (int64_t i = 0; i < d; i++) Fr[i] = expf(gr[i]);
-        for (int64_t i = 0; i < d; i++) GAM[i] = r == 0 ? Fr[i] : GAM[i] * Fr[i];
+        if (r == 0) memcpy(GAM, Fr, (size_t)d * sizeof *GAM);
+        else {
+            #pragma omp simd
+            for (int64_t i = 0; i < d; i++) GAM[i] *= Fr[i];
+        }
+        #pragma omp simd
         for (int64_t i = 0; i < d; i++) { kg[i] = kr[i] * GAM[i]; qg[i] = qr[i] * GAM[i]; }
     }
 
@@ -174,6 +179,7 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_
     vt_sgemm_nn(n, d, d, QG, ld, S, d, o, P, 0);
     for (int64_t r = 0; r < n; r++) {
         const float br = beta[r * H];
+        #pragma omp simd
         for (int64_t j = 0; j < d; j++) R[r * ld + j] = br * (v[r * P + j] - PK[r * ld + j]);
     }
 
@@ -183,14 +189,16 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_
         /* XK, XQ: decayed from the sub-chunk start to r inclusive */
         for (int64_t m = 0; m < nb; m++) {
             const float *Fr = F + (a0 + m) * ld, *qr = q + (a0 + m) * P, *kr = k + (a0 + m) * P;
+            float *xk = XK + m * ld, *xq = XQ + m * ld;
+            #pragma omp simd
             for (int64_t i = 0; i < d; i++) {
 #ifdef VT_MUTATE_KDA_CHUNK_NO_DECAY
                 RHO[i] = 1.0f;
 #else
                 RHO[i] = m == 0 ? Fr[i] : RHO[i] * Fr[i];
 #endif
-                XK[m * ld + i] = kr[i] * RHO[i];
-                XQ[m * ld + i] = qr[i] * RHO[i];
+                xk[i] = kr[i] * RHO[i];
+                xq[i] = qr[i] * RHO[i];
             }
         }
         /* rows of this sub-chunk against the columns of the earlier ones */
@@ -198,16 +206,22 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_
             vt_sgemm_nt(nb, a0, d, XK, ld, KTO, ld, A + a0 * lc, lc, 0);
             vt_sgemm_nt(nb, a0, d, XQ, ld, KTO, ld, AQ + a0 * lc, lc, 0);
             /* KTO: decayed over this sub-chunk too (RHO is its total decay) */
-            for (int64_t s = 0; s < a0; s++)
-                for (int64_t i = 0; i < d; i++) KTO[s * ld + i] *= RHO[i];
+            for (int64_t s = 0; s < a0; s++) {
+                float *kt = KTO + s * ld;
+                #pragma omp simd
+                for (int64_t i = 0; i < d; i++) kt[i] *= RHO[i];
+            }
         }
         /* the diagonal block: KD holds k_s (s in a0..r) decayed to r */
         for (int64_t m = 0; m < nb; m++) {
             const int64_t r = a0 + m;
             const float *Fr = F + r * ld;
 #ifndef VT_MUTATE_KDA_CHUNK_NO_DECAY
-            for (int64_t s = 0; s < m; s++)
-                for (int64_t i = 0; i < d; i++) KD[s * ld + i] *= Fr[i];
+            for (int64_t s = 0; s < m; s++) {
+                float *kd = KD + s * ld;
+                #pragma omp simd
+                for (int64_t i = 0; i < d; i++) kd[i] *= Fr[i];
+            }
 #endif
             memcpy(KD + m * ld, k + r * P, (size_t)d * sizeof *KD);
             vt_sgemm_nt(1, m + 1, d, k + r * P, ld, KD, ld, A + r * lc + a0, lc, 0);
@@ -227,6 +241,7 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_
         for (int64_t m = 0; m < r; m++) {
             const float a = br * A[r * lc + m];
             const float *tm = TM + m * lc;
+            #pragma omp simd
             for (int64_t s = 0; s <= m; s++) tr[s] -= a * tm[s];
         }
         tr[r] = 1.0f;
@@ -245,8 +260,12 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_
     /* S = diag(Gam_{n-1}) S0 + KTO^T D */
     for (int64_t s = 0; s < n; s++)
         for (int64_t i = 0; i < d; i++) KHT[i * lc + s] = KTO[s * ld + i];
-    for (int64_t i = 0; i < d; i++)
-        for (int64_t j = 0; j < d; j++) S[i * d + j] *= GAM[i];
+    for (int64_t i = 0; i < d; i++) {
+        float *si = S + i * d;
+        const float gi = GAM[i];
+        #pragma omp simd
+        for (int64_t j = 0; j < d; j++) si[j] *= gi;
+    }
     vt_sgemm_nn(d, d, n, KHT, lc, D, ld, S, d, 1);
 }
 
