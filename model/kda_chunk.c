@@ -290,8 +290,8 @@ int vt_kda_chunked(int64_t T, int64_t H, int64_t d, const float *q, const float 
         for (int64_t t0 = 0; t0 < T; t0 += C) {
             const int64_t n = T - t0 < C ? T - t0 : C;
             const int64_t off = t0 * P + h * d;
-            chunk_step(&b, chunk_len(T), n, d, P, H, q + off, k + off, v + off, g + off, beta + t0 * H + h, S + h * d * d,
-                       o + off);
+            chunk_step(&b, chunk_len(T), n, d, P, H, q + off, k + off, v + off, g + off, beta + t0 * H + h,
+                       S + h * d * d, o + off);
         }
     }
     return 0;

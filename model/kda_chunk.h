@@ -24,9 +24,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Tokens per chunk and per sub-chunk (the block size of the intra-chunk products). */
-#define VT_KDA_CHUNK 64
+/* Tokens per chunk and per sub-chunk (the block size of the intra-chunk
+ * products). 32/16 measured fastest on the 2-core Xeon with cblas_sgemm as
+ * the products (64/16 ~15% slower, 128/16 ~40%); overridable with -D for
+ * experiments (tests/bench/kda_chunk_bench.c). */
+#ifndef VT_KDA_CHUNK
+#define VT_KDA_CHUNK 32
+#endif
+#ifndef VT_KDA_SUBCHUNK
 #define VT_KDA_SUBCHUNK 16
+#endif
 
 /* The recurrence above, parallel over (head, block of value columns). */
 void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const float *k, const float *v,
