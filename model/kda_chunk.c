@@ -284,14 +284,19 @@ int vt_kda_chunked(int64_t T, int64_t H, int64_t d, const float *q, const float 
     if (nthr < 1) return -1;
     const int64_t P = H * d;
 
-    #pragma omp parallel for schedule(static) num_threads((int)nthr)
-    for (int64_t h = 0; h < H; h++) {
+    /* chunk after chunk, the heads of each chunk in parallel: the threads then
+     * stream through the inputs together, rows of all heads at once */
+    #pragma omp parallel num_threads((int)nthr)
+    {
         const kda_buf b = carve(base + (size_t)omp_get_thread_num() * per, T, d);
         for (int64_t t0 = 0; t0 < T; t0 += C) {
             const int64_t n = T - t0 < C ? T - t0 : C;
-            const int64_t off = t0 * P + h * d;
-            chunk_step(&b, chunk_len(T), n, d, P, H, q + off, k + off, v + off, g + off, beta + t0 * H + h,
-                       S + h * d * d, o + off);
+            #pragma omp for schedule(static)
+            for (int64_t h = 0; h < H; h++) {
+                const int64_t off = t0 * P + h * d;
+                chunk_step(&b, chunk_len(T), n, d, P, H, q + off, k + off, v + off, g + off, beta + t0 * H + h,
+                           S + h * d * d, o + off);
+            }
         }
     }
     return 0;
