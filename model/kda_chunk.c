@@ -150,10 +150,13 @@ size_t vt_kda_chunked_work_bytes(int64_t T, int64_t H, int64_t d, int nthreads) 
     return per * (size_t)nthreads + 64;   /* + 64: room to align the start */
 }
 
-/* One chunk of n <= c tokens of head h (c: the chunk length the buffers were carved for; pointers already at the chunk's first token
- * of the head; row stride P for q, k, v, g, o; beta stride H). */
-static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_t P, int64_t H, const float *q,
-                       const float *k, const float *v, const float *g, const float *beta, float *S, float *o) {
+/* One chunk of n <= c tokens of one head (c: the chunk length the buffers
+ * were carved for; pointers at the chunk's first token of the head, row stride
+ * P for q, k, v, g, o, stride H for beta). The next chunk's first n_next rows
+ * are prefetched on the way. */
+static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, int64_t d, int64_t P, int64_t H,
+                       const float *q, const float *k, const float *v, const float *g, const float *beta, float *S,
+                       float *o) {
     const int64_t ld = round_up(d);   /* row stride of the [.][d] buffers */
     const int64_t lc = round_up(c);   /* row stride of the [c][c] buffers and of KHT */
     float *F = b->F, *KG = b->KG, *QG = b->QG, *PK = b->PK, *R = b->R, *D = b->D, *KTO = b->KTO;
@@ -164,6 +167,15 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t d, int64_
     for (int64_t r = 0; r < n; r++) {
         const float *gr = g + r * P, *qr = q + r * P, *kr = k + r * P;
         float *Fr = F + r * ld, *kg = KG + r * ld, *qg = QG + r * ld;
+        /* the same row of the next chunk: rows are a page apart (one head of a
+         * token), too far apart for the hardware prefetcher */
+        if (r < n_next)
+            for (int64_t i = 0; i < d; i += 16) {
+                __builtin_prefetch(gr + C * P + i);
+                __builtin_prefetch(qr + C * P + i);
+                __builtin_prefetch(kr + C * P + i);
+                __builtin_prefetch(v + (r + C) * P + i);
+            }
         for (int64_t i = 0; i < d; i++) Fr[i] = expf(gr[i]);
         if (r == 0) memcpy(GAM, Fr, (size_t)d * sizeof *GAM);
         else {
@@ -284,19 +296,18 @@ int vt_kda_chunked(int64_t T, int64_t H, int64_t d, const float *q, const float 
     if (nthr < 1) return -1;
     const int64_t P = H * d;
 
-    /* chunk after chunk, the heads of each chunk in parallel: the threads then
-     * stream through the inputs together, rows of all heads at once */
-    #pragma omp parallel num_threads((int)nthr)
-    {
+    /* heads outside, chunks inside: no barrier between chunks (a chunk-outer
+     * loop with the heads of each chunk in parallel streamed the inputs as
+     * fast as this with the prefetch, but waits at every chunk for the slowest
+     * thread, ~6x slower on an oversubscribed machine) */
+    #pragma omp parallel for schedule(static) num_threads((int)nthr)
+    for (int64_t h = 0; h < H; h++) {
         const kda_buf b = carve(base + (size_t)omp_get_thread_num() * per, T, d);
         for (int64_t t0 = 0; t0 < T; t0 += C) {
-            const int64_t n = T - t0 < C ? T - t0 : C;
-            #pragma omp for schedule(static)
-            for (int64_t h = 0; h < H; h++) {
-                const int64_t off = t0 * P + h * d;
-                chunk_step(&b, chunk_len(T), n, d, P, H, q + off, k + off, v + off, g + off, beta + t0 * H + h,
-                           S + h * d * d, o + off);
-            }
+            const int64_t n = T - t0 < C ? T - t0 : C, rest = T - t0 - n, n_next = rest < C ? rest : C;
+            const int64_t off = t0 * P + h * d;
+            chunk_step(&b, chunk_len(T), n, n_next, d, P, H, q + off, k + off, v + off, g + off,
+                       beta + t0 * H + h, S + h * d * d, o + off);
         }
     }
     return 0;
