@@ -35,7 +35,9 @@
 #define VT_KDA_SUBCHUNK 16
 #endif
 
-/* The recurrence above, parallel over (head, block of value columns). */
+/* The recurrence above, parallel over (head, block of value columns). exp(g)
+ * goes to a malloc'd T*H*d buffer first, as kda.c does; if that allocation
+ * fails each column block computes it itself (same values, same bits). */
 void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const float *k, const float *v,
                       const float *g, const float *beta, float *S, float *o);
 
