@@ -243,7 +243,8 @@ sanitize: deps
 MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYTES:test_scatter \
              VT_MUTATE_NO_STALE_GUARD:test_oom VT_MUTATE_PROBE_LOST_UNCOUNTED:test_oom \
              VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store \
-             VT_MUTATE_GEMM_SPLIT_K:test_gemm VT_MUTATE_ATTN_NO_CAUSAL_MASK:test_attn
+             VT_MUTATE_GEMM_SPLIT_K:test_gemm VT_MUTATE_ATTN_NO_CAUSAL_MASK:test_attn \
+             VT_MUTATE_KDA_CHUNK_NO_DECAY:test_kda_chunk
 mutation: deps
 	@for mt in $(MUTATIONS); do m=$${mt%%:*}; t=$${mt#*:}; \
 	  echo "== mutation $$m (guarded by $$t)"; \
@@ -273,6 +274,9 @@ $(BUILD)/attn_bench: tests/bench/attn_bench.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 $(BUILD)/attn_bench_cblas: tests/bench/attn_bench.c tests/bench/attn_cblas_preview.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $(filter %.c,$^) $(LIBMODEL) $(LDLIBS) -o $@
+# The KDA delta-rule core, token loop vs chunked form (tests/bench/kda_chunk_bench.c); run by hand.
+$(BUILD)/kda_chunk_bench: tests/bench/kda_chunk_bench.c model/kda_chunk.c model/kda_chunk.h $(LIBMODEL)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 
 # The full-size CUDA benchmark (weights generated on the device); run by scripts/gpu-check.sh.
 $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
