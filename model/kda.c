@@ -4,8 +4,10 @@
  *
  * A call processes T new tokens starting from the layer's cached state: the
  * last K-1 pre-conv inputs of q, k and v, and the f32 delta-rule state of each
- * head. Prefill starts from a zeroed cache; decode is the same call with T=1,
- * so prefill(T) and prefill(T-1)+decode(1) run the same arithmetic.
+ * head. Prefill starts from a zeroed cache; decode is the same call with T=1.
+ * The delta rule itself (kda_chunk.c) runs in chunks built on matrix products
+ * when T covers a chunk, token by token otherwise: the same function to
+ * rounding, not to the bit.
  *
  * The recurrence (per head, per token; i: key channel, j: value column):
  *     S[i][j] *= exp(g[i]);  u[j] = sum_i k[i] S[i][j];  d[j] = beta (v[j] - u[j])
@@ -14,9 +16,11 @@
  * block of columns), vectorised across the columns of a block.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kda_chunk.h"
 #include "model.h"
 
 /* Causal depthwise conv + SiLU of x0[T, P] with weights w[P, K], using and
@@ -93,41 +97,22 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
         }
     }
 
-    /* the decay exp(g) is the same for every value column: compute it once */
-    #pragma omp parallel for schedule(static) if (T > 1)
-    for (int64_t i = 0; i < T * P; i++) f[i] = expf(f[i]);
-
-    /* recurrence, state S[h][i][j] row-major. Work is split over (head, block
-     * of value columns); inside a block the loops run over i outside and j
-     * inside, so the compiler vectorises across j while every u[j], o[j] still
-     * sums over i in order 0..d-1 (no reassociation: bit-identical to a
-     * column-at-a-time loop). */
-    enum { JB = 32 };
-    const int64_t nb = (d + JB - 1) / JB;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t h = 0; h < H; h++)
-        for (int64_t b = 0; b < nb; b++) {
-            const int64_t j0 = b * JB, nj = d - j0 < JB ? d - j0 : JB;
-            float u[JB], dl[JB], acc[JB];
-            for (int64_t t = 0; t < T; t++) {
-                const float *qh = q + t * P + h * d, *kh = k + t * P + h * d, *decay = f + t * P + h * d;
-                const float *vh = v + t * P + h * d + j0;
-                const float bt = beta[t * H + h];
-                for (int64_t jj = 0; jj < nj; jj++) u[jj] = 0.0f;
-                for (int64_t i = 0; i < d; i++) {
-                    float *row = c->state + (h * d + i) * d + j0;
-                    const float di = decay[i], ki = kh[i];
-                    for (int64_t jj = 0; jj < nj; jj++) { row[jj] *= di; u[jj] += ki * row[jj]; }
-                }
-                for (int64_t jj = 0; jj < nj; jj++) { dl[jj] = bt * (vh[jj] - u[jj]); acc[jj] = 0.0f; }
-                for (int64_t i = 0; i < d; i++) {
-                    float *row = c->state + (h * d + i) * d + j0;
-                    const float ki = kh[i], qi = qh[i];
-                    for (int64_t jj = 0; jj < nj; jj++) { row[jj] += ki * dl[jj]; acc[jj] += qi * row[jj]; }
-                }
-                for (int64_t jj = 0; jj < nj; jj++) o[t * P + h * d + j0 + jj] = acc[jj];
-            }
+    /* the delta rule (kda_chunk.c): a prefill of at least one chunk in the
+     * chunked (WY) form built on products, a decode token by token; the two
+     * agree to rounding (tests/unit/test_kda_chunk.c) */
+    if (T >= VT_KDA_CHUNK) {
+        const size_t wb = vt_kda_chunked_work_bytes(T, H, d, omp_get_max_threads());
+        float *work = wb ? vt_ws_alloc(s, VT_U8, (int64_t)wb, err) : NULL;
+        if (!work) { rc = wb ? err->code : vt_errf(err, VT_EINTERNAL, "kda layer %d: workspace size", layer); goto done; }
+        if (vt_kda_chunked(T, H, d, q, k, v, f, beta, c->state, o, work, wb) != 0) {
+            rc = vt_errf(err, VT_EINTERNAL, "kda layer %d: the chunked delta rule refused its arguments", layer);
+            goto done;
         }
+    } else {
+        float *decay = T > 1 ? vt_ws_alloc(s, VT_F32, T * P, err) : NULL;   /* exp(g), once per element */
+        if (T > 1 && !decay) { rc = err->code; goto done; }
+        vt_kda_recurrent(T, H, d, q, k, v, f, beta, c->state, o, decay);
+    }
     vt_probe_buffer(s, "kda.state", layer, VT_F32, H * d, d);
     vt_act_round(s, o, T * P);
 

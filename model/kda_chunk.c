@@ -49,12 +49,12 @@
 /* Same structure as kda.c's loop (column blocks of JB, i outside, j inside,
  * u and o summed over i in order 0..d-1), so the same bits. */
 void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const float *k, const float *v,
-                      const float *g, const float *beta, float *S, float *o) {
+                      const float *g, const float *beta, float *S, float *o, float *decay) {
     if (T <= 0 || H <= 0 || d <= 0) return;
     const int64_t P = H * d;
-    /* exp(g) once per element (kda.c computes it before the loop); without the
-     * buffer each column block computes it again, to the same value */
-    float *f = malloc((size_t)T * (size_t)P * sizeof *f);
+    /* exp(g) once per element into the caller's buffer; without one, each
+     * column block computes it again, to the same value */
+    float *f = decay;
     if (f) {
         #pragma omp parallel for schedule(static) if (T * P > 65536)
         for (int64_t i = 0; i < T * P; i++) f[i] = expf(g[i]);
@@ -85,7 +85,6 @@ void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const flo
                 for (int64_t jj = 0; jj < nj; jj++) o[t * P + h * d + j0 + jj] = acc[jj];
             }
         }
-    free(f);
 }
 
 /* --------------------------------------------------------------- chunked */

@@ -36,10 +36,11 @@
 #endif
 
 /* The recurrence above, parallel over (head, block of value columns). exp(g)
- * goes to a malloc'd T*H*d buffer first, as kda.c does; if that allocation
- * fails each column block computes it itself (same values, same bits). */
+ * goes to `decay` (T*H*d floats of the caller's) first; with decay NULL each
+ * column block computes it itself (same values, same bits; a decode's choice,
+ * where T = 1 makes that cheaper than a buffer). */
 void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const float *k, const float *v,
-                      const float *g, const float *beta, float *S, float *o);
+                      const float *g, const float *beta, float *S, float *o, float *decay);
 
 /* Bytes of workspace vt_kda_chunked needs to run on up to nthreads threads
  * (0 when the arguments are invalid or the size overflows). */

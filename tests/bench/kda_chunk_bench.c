@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
                     const int m = (r + step) % 3;
                     memcpy(S, S0, sizeof(float) * (size_t)(H * d * d));
                     const double t0 = omp_get_wtime();
-                    if (m == 0) vt_kda_recurrent(T, H, d, q, k, v, g, beta, S, o);
+                    if (m == 0) vt_kda_recurrent(T, H, d, q, k, v, g, beta, S, o, NULL);
                     else if (m == 1) { if (vt_kda_chunked(T, H, d, q, k, v, g, beta, S, o, w, wb)) return 1; }
                     else if (bench_cblas_chunked(T, H, d, q, k, v, g, beta, S, o, w, wb)) return 1;
                     ms[m][r] = 1e3 * (omp_get_wtime() - t0);

@@ -182,7 +182,7 @@ static case_result run_case(const kda_case *c) {
     assert_non_null(Sd); assert_non_null(od);
     memcpy(Sr, c->S0, (size_t)ns * sizeof *Sr);
     memcpy(Sc, c->S0, (size_t)ns * sizeof *Sc);
-    vt_kda_recurrent(c->T, c->H, c->d, c->q, c->k, c->v, c->g, c->beta, Sr, orr);
+    vt_kda_recurrent(c->T, c->H, c->d, c->q, c->k, c->v, c->g, c->beta, Sr, orr, NULL);
     assert_int_equal(run_chunked(c, Sc, oc), 0);
     ref_f64(c, Sd, od);
     const double mo = fmax(max_abs_d(od, no), 1e-30), ms = fmax(max_abs_d(Sd, ns), 1e-30);
@@ -267,14 +267,14 @@ static void test_chunked_prefill_then_recurrent_steps(void **state) {
         float *om = falloc((size_t)(T * P));
         memcpy(Sr, c.S0, (size_t)ns * sizeof *Sr);
         memcpy(Sm, c.S0, (size_t)ns * sizeof *Sm);
-        vt_kda_recurrent(T, H, d, c.q, c.k, c.v, c.g, c.beta, Sr, orr);
+        vt_kda_recurrent(T, H, d, c.q, c.k, c.v, c.g, c.beta, Sr, orr, NULL);
         /* the first T1 tokens chunked, then T2 single recurrent steps */
         kda_case head = c;
         head.T = T1;
         assert_int_equal(run_chunked(&head, Sm, om), 0);
         for (int64_t t = T1; t < T; t++)
             vt_kda_recurrent(1, H, d, c.q + t * P, c.k + t * P, c.v + t * P, c.g + t * P, c.beta + t * H, Sm,
-                             om + t * P);
+                             om + t * P, NULL);
         const double mo = fmax(max_abs_f(orr, T * P), 1e-30), ms = fmax(max_abs_f(Sr, ns), 1e-30);
         const double eo_pre = max_diff_ff(om, orr, T1 * P) / mo;
         const double eo_dec = max_diff_ff(om + T1 * P, orr + T1 * P, T2 * P) / mo;
@@ -367,7 +367,7 @@ static void test_recurrent_is_kda_loop(void **state) {
     float *o1 = falloc((size_t)(T * P)), *o2 = falloc((size_t)(T * P)), *f = falloc((size_t)(T * P));
     memcpy(S1, c.S0, (size_t)(H * d * d) * sizeof *S1);
     memcpy(S2, c.S0, (size_t)(H * d * d) * sizeof *S2);
-    vt_kda_recurrent(T, H, d, c.q, c.k, c.v, c.g, c.beta, S1, o1);
+    vt_kda_recurrent(T, H, d, c.q, c.k, c.v, c.g, c.beta, S1, o1, NULL);
     for (int64_t i = 0; i < T * P; i++) f[i] = expf(c.g[i]);
     const float *q = c.q, *k = c.k, *v = c.v, *beta = c.beta;
     float *o = o2;
