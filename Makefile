@@ -19,7 +19,7 @@ CSTD      := -std=c11 -D_GNU_SOURCE
 WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter
 OPT       ?= -O2 -g
 CFLAGS    := $(CSTD) $(WARN) $(OPT) -fopenmp -I. $(EXTRA_CFLAGS)
-LDLIBS    := -lsqlite3 -lcjson -lopenblas -lm -fopenmp
+LDLIBS    := -Wl,--as-needed -lsqlite3 -lcjson -lopenblas -lm -fopenmp
 LDFLAGS   ?=
 
 DEB_PACKAGES := libsqlite3-dev libcjson-dev libopenblas-dev gnuplot-nox python3-numpy python3-jsonschema libcmocka-dev clang libomp-dev g++ make

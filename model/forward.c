@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "backend.h"
 #include "model.h"
 
@@ -274,8 +272,7 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
         *out = s;
         return VT_OK;
     }
-    /* one thread pool (see vt_gemm_xwT): OpenMP's, sized by VT_THREADS */
-    openblas_set_num_threads(1);
+    /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product) */
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
     const vt_config *cfg = &m->cfg;
