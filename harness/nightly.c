@@ -16,7 +16,6 @@
  * their SQL.
  */
 #include "nightly.h"
-#include "model/gemm.h"
 
 #include "bisect.h"
 
@@ -1030,31 +1029,10 @@ static int plant_slowdown(lab_store *st, int64_t after, const char *host, int64_
 }
 
 /* The host's speed now, measured in the same run as the forward passes it
- * calibrates: the best of 5 timings of 4 products 256x256x256 through the
- * kernels the forward pass uses (gemm.h, with its threads), in GFLOP/s; NaN
- * if out of memory. Throughput per host GFLOP/s cancels a machine that is
- * slower tonight for every program (load, frequency), not a slower forward
- * pass. */
-static double host_sgemm_gflops(void) {
-    enum { N = 256, ITER = 4, REPS = 5 };
-    float *a = malloc(vt_row_size(VT_F32, (int64_t)N * N * 3));
-    if (!a) return NAN;
-    float *b = a + N * N, *c = b + N * N;
-    for (int i = 0; i < N * N; i++) a[i] = (float)(i % 17) / 17.0f, b[i] = (float)(i % 13) / 13.0f;
-    vt_tensor w = {0};
-    int64_t shp[2] = {N, N};
-    if (vt_tensor_view(&w, VT_F32, 2, shp, b, vt_row_size(VT_F32, (int64_t)N * N), NULL)) { free(a); return NAN; }
-    const vt_gemm_job job = {a, N, N, &w, c, N};
-    double best = INFINITY;
-    for (int r = 0; r < REPS; r++) {
-        double t0 = lab_mono();
-        for (int k = 0; k < ITER; k++) vt_gemm_batch(&job, 1);
-        double dt = lab_mono() - t0;
-        if (dt > 0 && dt < best) best = dt;
-    }
-    free(a);
-    return isinf(best) ? NAN : 2.0 * N * N * N * ITER / best / 1e9;
-}
+ * calibrates (vt_host_gemm_gflops: the forward pass's own product kernels and
+ * threads). Throughput per host GFLOP/s cancels a machine that is slower
+ * tonight for every program (load, frequency), not a slower forward pass. */
+static double host_sgemm_gflops(void) { return vt_host_gemm_gflops(); }
 
 /* Records the host speed (geometric mean of the measurements before and
  * after) as the metric host_sgemm_gflops of the runs this process made

@@ -21,6 +21,27 @@ void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_t
     vt_gemm_jobs(s, &j, 1);
 }
 
+double vt_host_gemm_gflops(void) {
+    enum { N = 256, ITER = 4, REPS = 5 };
+    float *a = malloc(vt_row_size(VT_F32, (int64_t)N * N * 3));
+    if (!a) return NAN;
+    float *b = a + N * N, *c = b + N * N;
+    for (int i = 0; i < N * N; i++) a[i] = (float)(i % 17) / 17.0f, b[i] = (float)(i % 13) / 13.0f;
+    vt_tensor w = {0};
+    const int64_t shp[2] = {N, N};
+    if (vt_tensor_view(&w, VT_F32, 2, shp, b, vt_row_size(VT_F32, (int64_t)N * N), NULL)) { free(a); return NAN; }
+    const vt_gemm_job job = {a, N, N, &w, c, N};
+    double best = INFINITY;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = omp_get_wtime();
+        for (int k = 0; k < ITER; k++) vt_gemm_batch(&job, 1);
+        double dt = omp_get_wtime() - t0;
+        if (dt > 0 && dt < best) best = dt;
+    }
+    free(a);
+    return isinf(best) ? NAN : 2.0 * N * N * N * ITER / best / 1e9;
+}
+
 /* ------------------------------------------------------------ workspace */
 
 enum { WS_ALIGN = 64 };

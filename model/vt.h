@@ -157,6 +157,11 @@ int  vt_model_validate(const char *dir, vt_model_info *out, char *err, size_t er
  * reads the policy only when it loads). Returns only when no exec happened. */
 void vt_openmp_wait_passively(char **argv);
 
+/* The host's speed for the forward pass's kernels now: the best of 5 timings
+ * of 4 products 256x256x256 (f32, OpenMP's current threads), in GFLOP/s; NaN
+ * when out of memory. */
+double vt_host_gemm_gflops(void);
+
 /* ------------------------------------------------------------------ session */
 
 typedef struct vt_session vt_session;
