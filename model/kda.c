@@ -12,8 +12,9 @@
  * The recurrence (per head, per token; i: key channel, j: value column):
  *     S[i][j] *= exp(g[i]);  u[j] = sum_i k[i] S[i][j];  d[j] = beta (v[j] - u[j])
  *     S[i][j] += k[i] d[j];  o[j] = sum_i q[i] S[i][j]
- * Value columns are independent, so the loop runs in parallel over (head,
- * block of columns), vectorised across the columns of a block.
+ * (kda_chunk.h has both forms and how each is parallelised). Around it, this
+ * file does the projections (one batched product), the short convs, the gates,
+ * and the gated output norm.
  */
 #include <math.h>
 #include <omp.h>
