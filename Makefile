@@ -14,6 +14,9 @@ CC        ?= gcc
 BUILD     ?= build
 PYTHON    := /usr/bin/python3
 FUZZ_SECONDS ?= 15
+# Parallel jobs for the builds inside test, sanitize and mutation (the tests
+# themselves still run one at a time).
+JOBS      := $(shell nproc 2>/dev/null || echo 2)
 
 CSTD      := -std=c11 -D_GNU_SOURCE
 WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter
@@ -227,13 +230,14 @@ fuzz: deps $(FUZZ_TARGETS)
 TEST_SUITES := unit cli-test reference-test slurm-test fuzz cuda-compile
 test: deps vtlab
 	@rm -rf $(BUILD)/logs; mkdir -p $(BUILD)/logs; \
+	$(MAKE) --no-print-directory -j$(JOBS) $(UNIT_BIN) $(BUILD)/bench $(FUZZ_TARGETS) >/dev/null 2>&1 || true; \
 	for s in $(TEST_SUITES); do \
 	  $(MAKE) --no-print-directory $$s; echo "$$s $$?" >> $(BUILD)/logs/suites; \
 	done; bash tests/summarize.sh $(BUILD)/logs
 
 # Unit tests under AddressSanitizer and UBSan, in their own build dir.
 sanitize: deps
-	$(MAKE) --no-print-directory BUILD=build/san NO_CUDA=1 OPT="-O1 -g" \
+	$(MAKE) --no-print-directory -j$(JOBS) BUILD=build/san NO_CUDA=1 OPT="-O1 -g" \
 	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  LDFLAGS="-fsanitize=address,undefined" unit
 
@@ -249,7 +253,7 @@ mutation: deps
 	@for mt in $(MUTATIONS); do m=$${mt%%:*}; t=$${mt#*:}; \
 	  echo "== mutation $$m (guarded by $$t)"; \
 	  mkdir -p build/mut-$$m; \
-	  $(MAKE) --no-print-directory -s BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/$$t \
+	  $(MAKE) --no-print-directory -s -j$(JOBS) BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/$$t \
 	    >build/mut-$$m/build.log 2>&1 || { tail -20 build/mut-$$m/build.log; exit 1; }; \
 	  build/mut-$$m/tests/$$t >build/mut-$$m/out.log 2>&1; \
 	  if ! grep -qE "^\[  FAILED  \] test_" build/mut-$$m/out.log; then \

@@ -320,7 +320,7 @@ double vt_session_gemm_seconds(const vt_session *s) { return s->gemm_sec; }
 
 /* h <- h + o, in the stream dtype; hf receives the stored value widened to f32. */
 static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o, int64_t T, int64_t D) {
-    #pragma omp parallel for schedule(static) if (T > 1)
+    #pragma omp parallel for schedule(static) if (T * D >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         float *hr = hf + t * D;
         void *sr = vt_tensor_row(h, t);

@@ -31,7 +31,7 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
     /* buf[K-1+T][P]: the cached inputs followed by the new ones */
     memcpy(buf, cache, vt_row_size(VT_F32, (K - 1) * P));
     memcpy(buf + (K - 1) * P, x0, vt_row_size(VT_F32, T * P));
-    #pragma omp parallel for schedule(static) if (T > 1)
+    #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++)
         for (int64_t c = 0; c < P; c++) {
             float acc = 0.0f;
@@ -84,7 +84,7 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
      * into f), beta, and the L2 norm of q and k per head (q scaled by d^-1/2) */
     const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
     const float qscale = 1.0f / sqrtf((float)d);
-    #pragma omp parallel for schedule(static) if (T > 1)
+    #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t ch = 0; ch < P; ch++)
             f[t * P + ch] = -expf(A_log[ch / d]) * vt_softplus(f[t * P + ch] + dt_bias[ch]);
@@ -119,7 +119,7 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
 
     /* the gated norm (output gate gg from above): norm first, then the gate */
     const float *onw = w->onorm.data;
-    #pragma omp parallel for collapse(2) schedule(static) if (T > 1)
+    #pragma omp parallel for collapse(2) schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < H; h++) {
             float *oh = o + t * P + h * d;

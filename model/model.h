@@ -120,6 +120,12 @@ struct vt_session {
 
 /* ------------------------------------------------------------ ops.c */
 
+/* Element-wise loops run in parallel only from this many elements: below it
+ * (the tiny model, decode) a fork-join costs more than the work, and on a
+ * busy host every parallel region waits for its slowest, possibly
+ * descheduled, thread. Results do not depend on it. */
+#define VT_PAR_MIN_ELEMS 32768
+
 /* y[M, N] = x[M, K] · W[N, K]ᵀ, W in its checkpoint dtype (timed into s->gemm_sec). */
 void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_tensor *W, float *y);
 /* Several products in one parallel region (gemm.h's vt_gemm_batch), timed. */

@@ -29,7 +29,7 @@
 /* a <- silu(a) * b over n elements, with the activation rounding of each step */
 static void swiglu_inplace(const vt_session *s, float *a, const float *b, int64_t n) {
     const int act = s->k.bf16_act;
-    #pragma omp parallel for schedule(static) if (n > 65536)
+    #pragma omp parallel for schedule(static) if (n >= VT_PAR_MIN_ELEMS)
     for (int64_t i = 0; i < n; i++) {
         float x = a[i], y = b[i];
         if (act) x = vt_round_bf16(x), y = vt_round_bf16(y);
@@ -220,7 +220,7 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     vt_probe_copy(s, "moe.scatter", layer, &st, 0, unwritten);
 
     /* combine: expert_out is read through an explicit conversion to f32 */
-    #pragma omp parallel for schedule(static) if (N > 1)
+    #pragma omp parallel for schedule(static) if (N * K * D >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < N; t++) {
         float *o = out + t * D, *r = row + (int64_t)omp_get_thread_num() * D;
         memset(o, 0, vt_row_size(VT_F32, D));

@@ -118,7 +118,7 @@ void vt_act_round(const vt_session *s, float *x, int64_t n) {
 
 void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float *w, double eps, float *y) {
     int act = s->k.bf16_act;
-    #pragma omp parallel for schedule(static) if (M > 16)
+    #pragma omp parallel for schedule(static) if (M * n >= VT_PAR_MIN_ELEMS)
     for (int64_t r = 0; r < M; r++) {
         const float *xr = x + r * n;
         float *yr = y + r * n;
