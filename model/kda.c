@@ -41,6 +41,44 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
     memcpy(cache, buf + T * P, vt_row_size(VT_F32, (K - 1) * P));
 }
 
+/* Per token, in parallel: the forget gate's log decay g (f32, stored back
+ * into f), beta, and the L2 norm of q and k per head (q scaled by d^-1/2). */
+static void gates_and_norms(const vt_kda_w *w, int64_t T, int64_t H, int64_t d, float *f, float *beta, float *q,
+                            float *k) {
+    const int64_t P = H * d;
+    const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
+    const float qscale = 1.0f / sqrtf((float)d);
+    #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t ch = 0; ch < P; ch++)
+            f[t * P + ch] = -expf(A_log[ch / d]) * vt_softplus(f[t * P + ch] + dt_bias[ch]);
+        for (int64_t h = 0; h < H; h++) {
+            beta[t * H + h] = vt_sigmoid(beta[t * H + h]);
+            float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
+            double sq = 0.0, sk = 0.0;
+            for (int64_t i = 0; i < d; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
+            float iq = (float)(1.0 / sqrt(sq + 1e-6)) * qscale, ik = (float)(1.0 / sqrt(sk + 1e-6));
+            for (int64_t i = 0; i < d; i++) { qh[i] *= iq; kh[i] *= ik; }
+        }
+    }
+}
+
+/* The gated output norm per (token, head): RMSNorm over d first (weight
+ * onw), then the sigmoid output gate gg. */
+static void gated_norm(float *o, const float *gg, const float *onw, int64_t T, int64_t H, int64_t d, double eps) {
+    const int64_t P = H * d;
+    #pragma omp parallel for collapse(2) schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++) {
+            float *oh = o + t * P + h * d;
+            const float *gh = gg + t * P + h * d;
+            double ss = 0.0;
+            for (int64_t i = 0; i < d; i++) ss += (double)oh[i] * oh[i];
+            float inv = (float)(1.0 / sqrt(ss / (double)d + eps));
+            for (int64_t i = 0; i < d; i++) oh[i] = oh[i] * inv * onw[i] * vt_sigmoid(gh[i]);
+        }
+}
+
 int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err) {
     const vt_config *cfg = &s->m->cfg;
     const vt_kda_w *w = &s->m->layers[layer].kda;
@@ -80,23 +118,7 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     short_conv(v0, T, P, K, w->vc.data, c->conv + 2 * (K - 1) * P, v, buf);
     vt_act_round(s, q, T * P); vt_act_round(s, k, T * P); vt_act_round(s, v, T * P);
 
-    /* per token, in parallel: the forget gate's log decay g (f32, stored back
-     * into f), beta, and the L2 norm of q and k per head (q scaled by d^-1/2) */
-    const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
-    const float qscale = 1.0f / sqrtf((float)d);
-    #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t ch = 0; ch < P; ch++)
-            f[t * P + ch] = -expf(A_log[ch / d]) * vt_softplus(f[t * P + ch] + dt_bias[ch]);
-        for (int64_t h = 0; h < H; h++) {
-            beta[t * H + h] = vt_sigmoid(beta[t * H + h]);
-            float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
-            double sq = 0.0, sk = 0.0;
-            for (int64_t i = 0; i < d; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
-            float iq = (float)(1.0 / sqrt(sq + 1e-6)) * qscale, ik = (float)(1.0 / sqrt(sk + 1e-6));
-            for (int64_t i = 0; i < d; i++) { qh[i] *= iq; kh[i] *= ik; }
-        }
-    }
+    gates_and_norms(w, T, H, d, f, beta, q, k);
 
     /* the delta rule (kda_chunk.c): a prefill of at least one chunk in the
      * chunked (WY) form built on products, a decode token by token; the two
@@ -117,18 +139,7 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     vt_probe_buffer(s, "kda.state", layer, VT_F32, H * d, d);
     vt_act_round(s, o, T * P);
 
-    /* the gated norm (output gate gg from above): norm first, then the gate */
-    const float *onw = w->onorm.data;
-    #pragma omp parallel for collapse(2) schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < H; h++) {
-            float *oh = o + t * P + h * d;
-            const float *gh = gg + t * P + h * d;
-            double ss = 0.0;
-            for (int64_t i = 0; i < d; i++) ss += (double)oh[i] * oh[i];
-            float inv = (float)(1.0 / sqrt(ss / (double)d + cfg->rms_norm_eps));
-            for (int64_t i = 0; i < d; i++) oh[i] = oh[i] * inv * onw[i] * vt_sigmoid(gh[i]);
-        }
+    gated_norm(o, gg, w->onorm.data, T, H, d, cfg->rms_norm_eps);
     vt_act_round(s, o, T * P);
     vt_gemm_xwT(s, o, T, P, &w->o, out);
     vt_act_round(s, out, T * D);
