@@ -254,7 +254,7 @@ MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYT
 # name its macro (all of them when a header does), so nine mutations cost one
 # build plus a few files each.
 mutation: deps
-	@$(MAKE) --no-print-directory -s -j$(JOBS) BUILD=build/mut-base NO_CUDA=1 build/mut-base/libvtmodel.a \
+	@mkdir -p build; $(MAKE) --no-print-directory -s -j$(JOBS) BUILD=build/mut-base NO_CUDA=1 build/mut-base/libvtmodel.a \
 	  build/mut-base/libvtharness.a >build/mutation-base.log 2>&1 || { tail -20 build/mutation-base.log; exit 1; }; \
 	for mt in $(MUTATIONS); do m=$${mt%%:*}; t=$${mt#*:}; \
 	  echo "== mutation $$m (guarded by $$t)"; \
