@@ -1,7 +1,7 @@
 /*
  * gemm.c — the matrix products of gemm.h: the scalar reference of the
  * per-element FMA chain, the choice of kernel (AVX-512 when the CPU has it,
- * else the scalar loops; VT_GEMM_ISA=scalar forces them), and the split of a
+ * else the scalar loops; VTLAB_GEMM_ISA=scalar forces them), and the split of a
  * batch of products into tiles for OpenMP. The kernels are in gemm_avx512.c;
  * tests/unit/test_gemm.c checks every path bit for bit against vt_gemm_ref_dot.
  */
@@ -58,7 +58,7 @@ static int cpu_has_avx512(void) {
 static int isa(void) {
     int v = __atomic_load_n(&g_isa, __ATOMIC_RELAXED);
     if (v != ISA_UNSET) return v;
-    const char *e = getenv("VT_GEMM_ISA");   /* read once: every racing thread computes the same value */
+    const char *e = getenv("VTLAB_GEMM_ISA");   /* read once: every racing thread computes the same value */
     v = (e && strcmp(e, "scalar") == 0) || !cpu_has_avx512() ? ISA_SCALAR : ISA_AVX512;
     __atomic_store_n(&g_isa, v, __ATOMIC_RELAXED);
     return v;

@@ -57,7 +57,7 @@ float vt_gemm_ref_dot(const float *x, const void *w, vt_dtype wdtype, int64_t K)
 
 /* Which kernels this CPU runs ("avx512" or "scalar"), for the bench. The
  * choice is made once, from the CPU (__builtin_cpu_supports) and the
- * environment: VT_GEMM_ISA=scalar forces the scalar reference loops. */
+ * environment: VTLAB_GEMM_ISA=scalar forces the scalar reference loops (VTLAB_, not VT_: vtlab refuses unknown VT_ knobs in the environment; the bits are the same either way). */
 const char *vt_gemm_isa(void);
 
 /* Tests and the bench: switch every later call to the kernels named
