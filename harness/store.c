@@ -618,6 +618,14 @@ void lab_sq_rollback(lab_store *st) {
     if (st->batch) st->batch_failed = 1;
     if (!sqlite3_get_autocommit(st->db)) lab_sq_exec(st, "ROLLBACK", NULL, 0);
 }
+int lab_sq_write1(lab_store *st, sqlite3_stmt *s, const char *what, char *err, size_t errlen) {
+    int rc = lab_sq_begin(st, err, errlen);
+    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
+    sqlite3_finalize(s);
+    if (!rc) rc = lab_sq_commit(st, err, errlen);
+    if (rc) lab_sq_rollback(st);
+    return rc;
+}
 
 int lab_store_has_table(lab_store *st, const char *name, int *have, char *err, size_t errlen) {
     sqlite3_stmt *s;

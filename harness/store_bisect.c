@@ -166,12 +166,7 @@ int lab_store_bisect_update(lab_store *st, const lab_bisection *b, char *err, si
     bind_opt_text(s, 8, b->range_bad);
     bind_opt_text(s, 9, b->message);
     bind_opt_text(s, 10, b->finished_at);
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    sqlite3_finalize(s);
-    if (!rc) rc = lab_sq_commit(st, err, errlen);
-    if (rc) lab_sq_rollback(st);
-    return rc;
+    return lab_sq_write1(st, s, what, err, errlen);
 }
 
 int lab_store_bisect_list(lab_store *st, int64_t nightly, lab_bisection **v, int64_t *n, char *err, size_t errlen) {
@@ -341,10 +336,5 @@ int lab_store_bisect_note_finding(lab_store *st, int64_t nightly, const char *ex
     lab_sq_bind_text(s, 3, arm);
     lab_sq_bind_text(s, 4, kind);
     lab_sq_bind_text(s, 5, text);
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    sqlite3_finalize(s);
-    if (!rc) rc = lab_sq_commit(st, err, errlen);
-    if (rc) lab_sq_rollback(st);
-    return rc;
+    return lab_sq_write1(st, s, what, err, errlen);
 }

@@ -41,6 +41,9 @@ int  lab_sq_exec(lab_store *st, const char *sql, char *err, size_t errlen);
 int  lab_sq_begin(lab_store *st, char *err, size_t errlen);
 int  lab_sq_commit(lab_store *st, char *err, size_t errlen);
 void lab_sq_rollback(lab_store *st);
+/* One prepared, bound write statement as its own write transaction: begin,
+ * step, finalize, commit (or roll back on any failure). */
+int  lab_sq_write1(lab_store *st, sqlite3_stmt *s, const char *what, char *err, size_t errlen);
 /* Ends a stepping loop whose last step returned `last`: SQLITE_DONE is the
  * only good end (else the connection's error about `what`). Finalizes s. */
 int  lab_sq_done(lab_store *st, sqlite3_stmt *s, int last, const char *what, char *err, size_t errlen);

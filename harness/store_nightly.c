@@ -39,12 +39,7 @@ static int next_row(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, co
 /* One write statement, already bound, inside its own transaction (or the
  * caller's batch). Finalizes s. */
 static int write_one(lab_store *st, sqlite3_stmt *s, char *err, size_t errlen, const char *what) {
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    sqlite3_finalize(s);
-    if (!rc) rc = lab_sq_commit(st, err, errlen);
-    if (rc) lab_sq_rollback(st);
-    return rc;
+    return lab_sq_write1(st, s, what, err, errlen);
 }
 
 

@@ -73,10 +73,5 @@ int lab_reopen_put(lab_store *st, const lab_reopen_row *row, char *err, size_t e
     lab_sq_bind_text(s, 7, row->new_claim_id);
     lab_sq_bind_text(s, 8, row->new_verdict);
     lab_sq_bind_text(s, 9, row->at);
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    sqlite3_finalize(s);
-    if (!rc) rc = lab_sq_commit(st, err, errlen);
-    if (rc) lab_sq_rollback(st);
-    return rc;
+    return lab_sq_write1(st, s, what, err, errlen);
 }
