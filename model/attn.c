@@ -370,10 +370,8 @@ int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, f
     char *scratch = w + pb;
     const int64_t ns = A.nsplit, nitems = A.nqb * Nh * ns;
 
-    /* a small call (a tiny model's short prefill) runs on the calling thread:
-     * a fork-join would cost more than the work, and under load each region
-     * waits for its slowest thread; the result does not depend on it */
-    if ((double)T * (double)(p0 + T) * (double)Nh * (double)(dqk + dv) < (double)(1 << 20)) nthr = 1;
+    /* a small call (a tiny model's short prefill) runs on the calling thread (VT_PAR_MIN_WORK) */
+    if ((double)T * (double)(p0 + T) * (double)Nh * (double)(dqk + dv) < (double)VT_PAR_MIN_WORK) nthr = 1;
     #pragma omp parallel num_threads((int)nthr)
     {
         char *sc = scratch + (size_t)omp_get_thread_num() * sb;

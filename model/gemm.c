@@ -136,23 +136,17 @@ static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_s
     return n;
 }
 
-enum { MIN_PAR_WORK = 1 << 20 };
-
 void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
     const int64_t want = (int64_t)TILES_PER_THREAD * omp_get_max_threads();
     const int64_t cols = count_tiles(jobs, njobs, 1, COLS_WIDE) >= want ? COLS_WIDE : COLS;
     const int64_t cols_only = count_tiles(jobs, njobs, 1, cols);
     const int64_t row_split = cols_only > 0 && cols_only < want ? (want + cols_only - 1) / cols_only : 1;
     const int64_t ntiles = count_tiles(jobs, njobs, row_split, cols);
-    /* a batch under MIN_PAR_WORK multiply-adds plus weight elements read (a
-     * few microseconds) runs on the calling thread: a fork-join would cost
-     * more, and on a busy host each parallel region waits for its slowest,
-     * possibly descheduled, thread (the tiny model's nightly throughput swung
-     * 3.7x under load before this). The bits do not depend on it. */
+    /* a small batch runs on the calling thread (VT_PAR_MIN_WORK, gemm.h) */
     int64_t work = 0;
     for (int64_t j = 0; j < njobs; j++)
         if (jobs[j].M > 0) work += (jobs[j].M + 1) * jobs[j].W->shape[0] * jobs[j].W->shape[1];
-    #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1 && work >= MIN_PAR_WORK)
+    #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1 && work >= VT_PAR_MIN_WORK)
     for (int64_t t = 0; t < ntiles; t++) run_tile(jobs, njobs, row_split, cols, t);
 }
 

@@ -24,6 +24,14 @@
 #include "dtype.h"
 #include "tensor.h"
 
+/* Work (multiply-adds, plus weight elements read) below which a parallel
+ * loop runs on the calling thread: a fork-join would cost more than the work,
+ * and on a busy host every parallel region waits for its slowest, possibly
+ * descheduled, thread (the tiny model's nightly throughput swung 3.7x under
+ * load). Used by the products here, the KDA token loop and attention; no
+ * result depends on it. */
+#define VT_PAR_MIN_WORK ((int64_t)1 << 20)
+
 /* One product y[M, N] = x[M, K] · W[N, K]ᵀ. W is [N, K] row-major in
  * W->dtype (f32, bf16 or f16); N = W->shape[0], K = W->shape[1]. Row i of x
  * is x + i*ldx, row i of y is y + i*ldy (ldx >= K, ldy >= N). */

@@ -61,9 +61,9 @@ void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const flo
     }
     enum { JB = 32 };
     const int64_t nb = (d + JB - 1) / JB;
-    /* parallel only when the work pays for a fork-join (a decode of a small
-     * model, a tiny model's prefill run on the calling thread) */
-    #pragma omp parallel for collapse(2) schedule(static) if (T * P * d >= (1 << 20))
+    /* parallel only when the work pays for a fork-join (VT_PAR_MIN_WORK: a
+     * decode of a small model, a tiny model's prefill run on the calling thread) */
+    #pragma omp parallel for collapse(2) schedule(static) if (T * P * d >= VT_PAR_MIN_WORK)
     for (int64_t h = 0; h < H; h++)
         for (int64_t b = 0; b < nb; b++) {
             const int64_t j0 = b * JB, nj = d - j0 < JB ? d - j0 : JB;
