@@ -272,7 +272,9 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
         *out = s;
         return VT_OK;
     }
-    /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product) */
+    /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product);
+     * each pass may use fewer on a busy host (team.h) */
+    vt_team_init(&s->team, s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
     const vt_config *cfg = &m->cfg;
@@ -333,8 +335,9 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
 
 static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
     /* The OpenMP thread count is process-wide: set it for this session's call,
-     * so that two sessions with different VT_THREADS never see each other's. */
-    omp_set_num_threads(s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
+     * so that two sessions with different VT_THREADS never see each other's;
+     * the governor (team.h) may choose one thread for this pass. */
+    omp_set_num_threads(vt_team_begin(&s->team, T));
     const vt_model *m = s->m;
     const vt_config *cfg = &m->cfg;
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size, L = cfg->num_hidden_layers;
@@ -388,6 +391,8 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
     }
 done:
     vt_ws_release(s, (vt_ws_mark){0, 0});
+    vt_team_end(&s->team);
+    omp_set_num_threads(s->team.max);   /* callers see the session's count, not this pass's */
     return rc;
 }
 

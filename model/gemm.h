@@ -50,6 +50,12 @@ typedef struct vt_gemm_job {
  * from inside a parallel region. */
 void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs);
 
+/* The same, also saying what it cost, for the thread governor (team.h):
+ * when the batch is big enough to run in parallel (whether it did or not,
+ * with one thread), its wall time and multiply-adds; else both 0. */
+typedef struct vt_gemm_timing { double wall, work; } vt_gemm_timing;
+void vt_gemm_batch_timed(const vt_gemm_job *jobs, int64_t njobs, vt_gemm_timing *tm);
+
 /* Single-threaded products of plain f32 matrices for use inside a parallel
  * region (attention scores, chunked KDA), same per-element chain:
  *   nt: C[i][j] (+)= sum_k A[i*lda + k] * B[j*ldb + k]    (B is [N][K])

@@ -578,33 +578,47 @@ int main(int argc, char **argv) {
             for (;;) x++;
         }
         if (child < 0) { perror("bench: fork"); return 1; }
-        enum { RB = 5, NB = 32 };
-        int ths[2] = {ndef, 1};
-        double tp[2][RB], td[2][RB];
-        vt_session *s[2] = {session(m, ths[0], "off"), session(m, ths[1], "off")};
-        for (int k = 0; k < 2; k++) prefill_s(s[k], tok, T, logits);   /* warm-up */
+        enum { RB = 5, NB = 32, NS = 3 };
+        /* the default count with the thread governor (model/team.h), one
+         * thread, and the default count held fixed (VTLAB_TEAM_GOVERNOR=0) */
+        int ths[NS] = {ndef, 1, ndef};
+        double tp[NS][RB], td[NS][RB];
+        vt_session *s[NS];
+        for (int k = 0; k < NS; k++) {
+            if (k == 2) setenv("VTLAB_TEAM_GOVERNOR", "0", 1);
+            s[k] = session(m, ths[k], "off");
+            unsetenv("VTLAB_TEAM_GOVERNOR");
+        }
+        for (int k = 0; k < NS; k++) prefill_s(s[k], tok, T, logits);   /* warm-up */
         for (int r = 0; r < RB; r++)
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < NS; k++) {
                 tp[k][r] = prefill_s(s[k], tok, T, logits);
                 td[k][r] = decode_s(s[k], tok + T, NB, logits);
             }
         kill(child, SIGKILL);
         waitpid(child, NULL, 0);
-        for (int k = 0; k < 2; k++) vt_session_free(s[k]);
-        double mp[2], md[2];
-        for (int k = 0; k < 2; k++) { mp[k] = median(tp[k], RB); md[k] = median(td[k], RB); }
-        printf("contention (a busy child process on one core; median of %d interleaved rounds):\n", RB);
-        printf("  prefill T=%d: %d threads %8.1f tok/s, 1 thread %8.1f tok/s: t%d/t1 = %.2f (idle: %.2f)\n", T, ndef,
-               T / mp[0], T / mp[1], ndef, mp[1] / mp[0], ndef == 2 ? pre_toks[2] / pre_toks[1] : NAN);
-        printf("  decode %d:   %d threads %8.1f tok/s, 1 thread %8.1f tok/s: t%d/t1 = %.2f (idle: %.2f)\n", NB, ndef,
-               NB / md[0], NB / md[1], ndef, md[1] / md[0], ndef == 2 ? dec_toks[2] / dec_toks[1] : NAN);
-        for (int k = 0; k < 2; k++) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "busy-prefill-t%d", ths[k]);
+        const long gp = s[0]->team.passes, g1 = s[0]->team.single_passes;
+        for (int k = 0; k < NS; k++) vt_session_free(s[k]);
+        double mp[NS], md[NS];
+        for (int k = 0; k < NS; k++) { mp[k] = median(tp[k], RB); md[k] = median(td[k], RB); }
+        printf("contention (a busy child process on one core; median of %d interleaved rounds; %d threads governed "
+               "(model/team.h): one thread in %ld of its %ld passes; fixed: VTLAB_TEAM_GOVERNOR=0):\n",
+               RB, ndef, g1, gp);
+        printf("  prefill T=%d: %d threads governed %7.1f tok/s, fixed %7.1f tok/s, 1 thread %7.1f tok/s: "
+               "t%d/t1 = %.2f governed, %.2f fixed (idle: %.2f)\n",
+               T, ndef, T / mp[0], T / mp[2], T / mp[1], ndef, mp[1] / mp[0], mp[1] / mp[2],
+               ndef == 2 ? pre_toks[2] / pre_toks[1] : NAN);
+        printf("  decode %d:   %d threads governed %7.1f tok/s, fixed %7.1f tok/s, 1 thread %7.1f tok/s: "
+               "t%d/t1 = %.2f governed, %.2f fixed (idle: %.2f)\n",
+               NB, ndef, NB / md[0], NB / md[2], NB / md[1], ndef, md[1] / md[0], md[1] / md[2],
+               ndef == 2 ? dec_toks[2] / dec_toks[1] : NAN);
+        for (int k = 0; k < NS; k++) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "busy-prefill-t%d%s", ths[k], k == 2 ? "-fixed" : "");
             vt_bench_phase *p = add_phase(&P, nm);
             p->threads = ths[k], p->tokens = T, p->seconds = mp[k], p->flops = T * flops_per_token(&cfg, T / 2.0);
             p->peak_flops = ths[k] <= 2 ? peak[ths[k]] * 1e9 : 0;
-            snprintf(nm, sizeof nm, "busy-decode-t%d", ths[k]);
+            snprintf(nm, sizeof nm, "busy-decode-t%d%s", ths[k], k == 2 ? "-fixed" : "");
             p = add_phase(&P, nm);
             p->context = T, p->threads = ths[k], p->tokens = NB, p->seconds = md[k];
             p->flops = NB * flops_per_token(&cfg, T + NB / 2.0), p->bytes = NB * bpt;

@@ -1,0 +1,137 @@
+/*
+ * test_team.c — the thread governor (model/team.h) on made-up rates: a
+ * faster team is kept and probed ever more rarely, a slower one is dropped
+ * and probed again, decode and prefill are judged apart, the switch that
+ * turns it off; and what vt_gemm_batch_timed reports.
+ */
+#include "tests/unit/vt_test.h"
+
+#include <omp.h>
+
+#include "model/gemm.h"
+#include "model/team.h"
+
+/* One pass of T tokens whose products ran at `rate[mode]` (multiply-adds per
+ * second, 1e9 multiply-adds per pass; rate 0: no measured product). Returns
+ * the thread count the governor chose for the pass. */
+static int pass(vt_team *t, int64_t T, const double rate[2]) {
+    const int n = vt_team_begin(t, T);
+    const double r = rate[n > 1];
+    if (r > 0) vt_team_add(t, 1e9 / r, 1e9);
+    vt_team_end(t);
+    return n;
+}
+
+/* Passes until `n` have run; returns how many of them ran on one thread. */
+static int run(vt_team *t, int64_t T, const double rate[2], int n) {
+    int single = 0;
+    for (int i = 0; i < n; i++) single += pass(t, T, rate) == 1;
+    return single;
+}
+
+static void test_faster_team_is_kept(void **state) {
+    (void)state;
+    unsetenv("VTLAB_TEAM_GOVERNOR");
+    vt_team t;
+    vt_team_init(&t, 2);
+    const double quiet[2] = {1.0e9, 1.6e9};
+    assert_int_equal(pass(&t, 1, quiet), 2);   /* the team first */
+    /* one-thread probes only: the first after VT_TEAM_FIRST_INTERVAL passes, then
+     * at doubling intervals up to VT_TEAM_MAX_INTERVAL */
+    const int single = run(&t, 1, quiet, 1000);
+    assert_true(single >= 1);
+    assert_true(single <= 1000 / VT_TEAM_MAX_INTERVAL + 4);
+    assert_int_equal(t.k[0].choice, 1);
+    assert_int_equal(t.k[0].interval, VT_TEAM_MAX_INTERVAL);
+}
+
+static void test_slower_team_is_dropped_and_probed(void **state) {
+    (void)state;
+    unsetenv("VTLAB_TEAM_GOVERNOR");
+    vt_team t;
+    vt_team_init(&t, 2);
+    const double busy[2] = {1.0e9, 0.9e9}, quiet[2] = {1.0e9, 1.6e9};
+    run(&t, 1, busy, VT_TEAM_FIRST_INTERVAL);   /* the team, then a one-thread probe that wins */
+    assert_int_equal(t.k[0].choice, 0);
+    const int single = run(&t, 1, busy, 1000);
+    assert_true(single >= 1000 - (1000 / VT_TEAM_MAX_INTERVAL + 4));   /* the team only as probes */
+    assert_true(single < 1000);
+    /* the host gets quiet: the next team probe wins it back */
+    int n = 0;
+    while (t.k[0].choice == 0 && n++ <= VT_TEAM_MAX_INTERVAL) pass(&t, 1, quiet);
+    assert_int_equal(t.k[0].choice, 1);
+    assert_int_equal(t.k[0].interval, VT_TEAM_FIRST_INTERVAL);
+}
+
+/* decode and prefill passes keep their own rates */
+static void test_kinds_are_separate(void **state) {
+    (void)state;
+    unsetenv("VTLAB_TEAM_GOVERNOR");
+    vt_team t;
+    vt_team_init(&t, 2);
+    const double busy_decode[2] = {1.0e9, 0.9e9}, prefill[2] = {50e9, 90e9};
+    for (int i = 0; i < 200; i++) {
+        pass(&t, 1, busy_decode);
+        pass(&t, 256, prefill);
+    }
+    assert_int_equal(t.k[0].choice, 0);
+    assert_int_equal(t.k[1].choice, 1);
+    /* passes that measured nothing (the tiny model) change nothing */
+    const double none[2] = {0, 0};
+    vt_team_kind before = t.k[1];
+    run(&t, 256, none, 500);
+    assert_memory_equal(&before, &t.k[1], sizeof before);
+}
+
+static void test_off_and_one_thread(void **state) {
+    (void)state;
+    vt_team t;
+    const double busy[2] = {1.0e9, 0.5e9};
+    setenv("VTLAB_TEAM_GOVERNOR", "0", 1);
+    vt_team_init(&t, 2);
+    assert_int_equal(run(&t, 1, busy, 200), 0);
+    unsetenv("VTLAB_TEAM_GOVERNOR");
+    vt_team_init(&t, 1);
+    assert_int_equal(run(&t, 1, busy, 200), 200);
+    vt_team_init(&t, 0);   /* a count < 1 means one thread */
+    assert_int_equal(pass(&t, 1, busy), 1);
+}
+
+/* The timing of a real batch: measured on 2 threads and on 1 (the same
+ * batches, so the rates compare); a small batch is not measured. */
+static void test_batch_timing(void **state) {
+    (void)state;
+    enum { M = 64, N = 512, K = 256 };
+    float *x = calloc((size_t)M * K, sizeof *x), *w = calloc((size_t)N * K, sizeof *w), *y = calloc((size_t)M * N, sizeof *y);
+    assert_non_null(x); assert_non_null(w); assert_non_null(y);
+    for (int i = 0; i < M * K; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < N * K; i++) w[i] = (float)(i % 5) - 2.0f;
+    vt_tensor W = {0};
+    const int64_t shp[2] = {N, K};
+    assert_int_equal(vt_tensor_view(&W, VT_F32, 2, shp, w, sizeof(float) * N * K, NULL), 0);
+    vt_gemm_timing tm = {-1, -1};
+    const int saved = omp_get_max_threads();
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        const vt_gemm_job job = {x, K, M, &W, y, N};
+        vt_gemm_batch_timed(&job, 1, &tm);
+        assert_true(tm.wall > 0);
+        assert_true(tm.work == (double)M * N * K);
+        const vt_gemm_job small = {x, K, 1, &W, y, N};   /* 2 * 512 * 256 < VT_PAR_MIN_WORK */
+        vt_gemm_batch_timed(&small, 1, &tm);
+        assert_true(tm.wall == 0 && tm.work == 0);
+    }
+    omp_set_num_threads(saved);
+    free(x), free(w), free(y);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_faster_team_is_kept),
+        cmocka_unit_test(test_slower_team_is_dropped_and_probed),
+        cmocka_unit_test(test_kinds_are_separate),
+        cmocka_unit_test(test_off_and_one_thread),
+        cmocka_unit_test(test_batch_timing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
