@@ -202,7 +202,7 @@ static void ref_sgemm(int nn, int64_t M, int64_t N, int64_t K, const float *A, i
  * shift within one: see gemv_chunk in gemm_avx512.c), rows wstride bytes apart.
  * Returns the data; *base is what to free. */
 static char *make_w_at(vt_dtype dt, int64_t N, int64_t K, size_t wstride, int off, char **base) {
-    const size_t es = vt_dtype_size(dt), bytes = (size_t)N * wstride + 64 * 2;
+    const size_t es = vt_dtype_size(dt), bytes = ((size_t)N * wstride + 64 * 2 + 63) / 64 * 64;   /* aligned_alloc: a multiple of 64 */
     *base = aligned_alloc(64, bytes);
     assert_non_null(*base);
     char *w = *base + (size_t)off * es;
