@@ -305,57 +305,100 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
  * prefetch past the end of W is harmless (prefetches do not fault). */
 enum { GEMV_PF = 256 };
 
-/* Rows [i0, i0+mr) x columns [j0, j0+nc), nc <= 32, the whole of K. The two
- * 16-column halves give 2*mr independent chains per k step. */
-VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int64_t i0, int64_t j0, int64_t nc,
+/* How the GEMV reads W. A step reads one chunk of 16 k of every row: 64
+ * bytes of f32, 32 bytes of bf16/f16. When W is element-aligned and wstride
+ * is a multiple of the chunk, every row starts the same s elements past a chunk boundary (a safetensors
+ * file puts its data at 8 mod 64: s = 2 f32, 4 bf16), and the steps follow
+ * the chunks of memory, not k: step n covers k = kb - s + 16n ... + 15, so
+ * each load is aligned and never spans two cache lines (an unaligned 64-byte
+ * load at +8 always does). Lane c of a chunk is k = kb - s + 16n + c, in
+ * order, so the FMAs take the transposed vectors in order as before: the
+ * chain over k is unchanged. The first step has lanes below s outside [kb,
+ * ke), the last one lanes past ke: masked, they are neither read (a masked-off
+ * lane touches no memory) nor multiplied. Otherwise (s = 0) the steps start at
+ * kb, unaligned. */
+static inline int gemv_chunk(vt_dtype dt) { return dt == VT_F32 ? 64 : 32; }
+
+/* One step of gemv32 over the 16 rows of half h: lanes [lo, hi) of the chunk
+ * at byte offset off of each row, k = k0 + lane. full: lo = 0, hi = 16 (no
+ * per-lane tests). pf: 16 chunks of the next tile to prefetch, or NULL. */
+VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const char *const *rows, size_t off, int lo,
+                         int hi, const float *x, int64_t ldx, int64_t k0, __m512 *acc, const char *pf) {
+    const uint32_t lanes = full ? 0xFFFF : ((((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) {
+        const char *p = rows[t] + off;
+        if (pf) _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt), _MM_HINT_T1);
+        if (dt == VT_F32) r[t] = _mm512_maskz_loadu_ps((__mmask16)lanes, p);
+        else {
+            const __m256i v = _mm256_maskz_loadu_epi16((__mmask16)lanes, p);
+            r[t] = dt == VT_F16 ? _mm512_cvtph_ps(v) : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+        }
+    }
+    tr16(r);
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; c++)
+        if (full || (c >= lo && c < hi))
+#pragma GCC unroll 4
+            for (int i = 0; i < mr; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + k0 + c]), r[c], acc[i]);
+}
+
+/* Rows [i0, i0+mr) x columns [j0, j0+nc), nc <= 32, k in [kb, ke), the
+ * chunk shift s (0: unaligned steps from kb). The two 16-column halves give
+ * 2*mr independent chains per k step. */
+VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, int64_t i0, int64_t j0, int64_t nc,
                       int64_t kb, int64_t ke, int mode) {
     const size_t es = dt == VT_F32 ? 4 : 2;
     const int nh = nc > 16 ? 2 : 1;
-    const char *rows[32];
-    for (int t = 0; t < 32; t++) rows[t] = (const char *)a->w + (size_t)(j0 + (t < nc ? t : nc - 1)) * a->wstride;
+    const char *rows[32];   /* the first chunk of each row (aligned when s > 0) */
+    for (int t = 0; t < 32; t++)
+        rows[t] = (const char *)a->w + (size_t)(j0 + (t < nc ? t : nc - 1)) * a->wstride + (size_t)kb * es - (size_t)s * es;
     const __mmask16 m[2] = {mask_n(nc), mask_n(nc - 16)};
     const float *x = a->x + i0 * a->ldx;
     float *y = a->y + i0 * a->ldy + j0;
     /* The next 32 rows, when W rows are contiguous: one sequential region,
-     * prefetched in order over this tile's k loop (16 k of 32 rows per step). */
+     * prefetched in order over this tile's steps, 32 chunks per step. */
     const int pf_next = a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K;
     const char *next = (const char *)a->w + (size_t)(j0 + 32) * a->wstride;
-    __m512 acc[VT_GEMV_MAX_ROWS][2];
-    for (int i = 0; i < mr; i++)
-        for (int h = 0; h < 2; h++)
-            acc[i][h] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h) : _mm512_setzero_ps();
-    for (int64_t k = kb; k < ke; k += 16) {
-        const int64_t kn = ke - k < 16 ? ke - k : 16;
+    __m512 acc[2][VT_GEMV_MAX_ROWS];
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < mr; i++)
+            acc[h][i] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h) : _mm512_setzero_ps();
+    int64_t k0 = kb - s;   /* k of lane 0 of the step */
+    for (size_t n = 0; k0 < ke; n++, k0 += 16) {
+        const int lo = k0 < kb ? (int)(kb - k0) : 0, hi = ke - k0 < 16 ? (int)(ke - k0) : 16;
+        const size_t off = n * (size_t)gemv_chunk(dt);
         for (int h = 0; h < nh; h++) {
-            __m512 r[16];
-#pragma GCC unroll 16
-            for (int t = 0; t < 16; t++) {
-                if (pf_next) _mm_prefetch(next + ((size_t)(k - kb) * 32 + (size_t)(16 * h + t) * 16) * es, _MM_HINT_T1);
-                r[t] = wload(rows[16 * h + t], dt, k, mask_n(kn));
-            }
-            tr16(r);
-#pragma GCC unroll 16
-            for (int t = 0; t < 16; t++)
-                if (t < kn)
-#pragma GCC unroll 4
-                    for (int i = 0; i < mr; i++)
-                        acc[i][h] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx + k + t]), r[t], acc[i][h]);
+            const char *pf = pf_next ? next + (n * 32 + (size_t)16 * h) * (size_t)gemv_chunk(dt) : NULL;
+            if (lo == 0 && hi == 16) gemv_step(mr, 1, dt, rows + 16 * h, off, 0, 16, x, a->ldx, k0, acc[h], pf);
+            else gemv_step(mr, 0, dt, rows + 16 * h, off, lo, hi, x, a->ldx, k0, acc[h], pf);
         }
     }
     for (int i = 0; i < mr; i++)
         for (int h = 0; h < nh; h++) {
-            if (mode == MODE_ADD) acc[i][h] = _mm512_add_ps(acc[i][h], _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h));
-            _mm512_mask_storeu_ps(y + i * a->ldy + 16 * h, m[h], acc[i][h]);
+            if (mode == MODE_ADD) acc[h][i] = _mm512_add_ps(acc[h][i], _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h));
+            _mm512_mask_storeu_ps(y + i * a->ldy + 16 * h, m[h], acc[h][i]);
         }
+}
+
+/* The chunk shift of W's rows from k = kb on (see gemv_chunk), or 0 when the
+ * rows do not all share one. */
+static int gemv_shift(const vt_gemm_args *a, int64_t kb) {
+    const size_t es = a->dt == VT_F32 ? 4 : 2, chunk = (size_t)gemv_chunk(a->dt);
+    const uintptr_t at = (uintptr_t)a->w + (uintptr_t)kb * es;
+    if (a->wstride % chunk != 0 || at % es != 0) return 0;
+    return (int)((at % chunk) / es);
 }
 
 #define GEMV_FN(n)                                                                                          \
     VT_AVX512 __attribute__((noinline)) static void gemv_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
                                                              int64_t nc, int64_t kb, int64_t ke, int mode) { \
+        const int s = gemv_shift(a, kb);                                                                   \
         switch (a->dt) {                                                                                   \
-        case VT_BF16: gemv32(n, a, VT_BF16, i0, j0, nc, kb, ke, mode); break;                               \
-        case VT_F16: gemv32(n, a, VT_F16, i0, j0, nc, kb, ke, mode); break;                                 \
-        default: gemv32(n, a, VT_F32, i0, j0, nc, kb, ke, mode); break;                                     \
+        case VT_BF16: gemv32(n, a, VT_BF16, s, i0, j0, nc, kb, ke, mode); break;                            \
+        case VT_F16: gemv32(n, a, VT_F16, s, i0, j0, nc, kb, ke, mode); break;                              \
+        default: gemv32(n, a, VT_F32, s, i0, j0, nc, kb, ke, mode); break;                                  \
         }                                                                                                  \
     }
 GEMV_FN(1) GEMV_FN(2) GEMV_FN(3) GEMV_FN(4)

@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "model/gemm.h"
+#include "model/gemm_kernels.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint32_t rng(void) {
@@ -185,6 +186,7 @@ static void test_batch_many_jobs(void **state) {
 }
 
 /* The reference loops of vt_sgemm_nt / vt_sgemm_nn (gemm.h). */
+
 static void ref_sgemm(int nn, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                       int64_t ldb, float *C, int64_t ldc, int accumulate) {
     for (int64_t i = 0; i < M; i++)
@@ -193,6 +195,123 @@ static void ref_sgemm(int nn, int64_t M, int64_t N, int64_t K, const float *A, i
             for (int64_t k = 0; k < K; k++) acc = fmaf(A[i * lda + k], nn ? B[k * ldb + j] : B[j * ldb + k], acc);
             C[i * ldc + j] = acc;
         }
+}
+
+/* A weight matrix [N][K] in dt whose data starts off elements past a 64-byte
+ * boundary (the GEMV reads W in aligned chunks when every row has the same
+ * shift within one: see gemv_chunk in gemm_avx512.c), rows wstride bytes apart.
+ * Returns the data; *base is what to free. */
+static char *make_w_at(vt_dtype dt, int64_t N, int64_t K, size_t wstride, int off, char **base) {
+    const size_t es = vt_dtype_size(dt), bytes = ((size_t)N * wstride + 64 * 2 + 63) / 64 * 64;   /* aligned_alloc: a multiple of 64 */
+    *base = aligned_alloc(64, bytes);
+    assert_non_null(*base);
+    char *w = *base + (size_t)off * es;
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t k = 0; k < K; k++) {
+            char *p = w + (size_t)j * wstride + (size_t)k * es;
+            float v = mixed();
+            if (dt == VT_F32) memcpy(p, &v, 4);
+            else if (dt == VT_BF16) { vt_bf16 h = vt_f32_to_bf16(v); memcpy(p, &h, 2); }
+            else { vt_f16 h = vt_f32_to_f16(v); memcpy(p, &h, 2); }
+        }
+    return w;
+}
+
+/* The decode GEMV kernel itself, for every shift of W within a cache line
+ * (0..15 f32 elements, 0..31 bf16/f16: the 64-byte line; the chunk is 16
+ * elements), K a multiple of 16 or not, rows packed (wstride = K elements:
+ * one shift for all rows only when K is a multiple of 16, else every row its
+ * own shift and the plain unaligned steps) or padded to 64 bytes (one shift,
+ * a partial first and last step through masked aligned loads), K shorter than
+ * one chunk, 1..4 rows, one or two 16-column
+ * halves, chains from 0 and from y: the reference bits, padding untouched. */
+static void test_gemv_every_shift(void **state) {
+    (void)state;
+    if (vt_gemm_force_isa("avx512") != 0) skip();
+    const int64_t Ks[] = {1, 13, 64, 96, 100};
+    const int64_t Ns[] = {7, 45};
+    for (int d = 0; d < 3; d++) {
+        const vt_dtype dt = DTYPES[d];
+        const size_t es = vt_dtype_size(dt);
+        for (int off = 0; off < (int)(64 / es); off++)
+            for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++)
+                for (int pad = 0; pad < 2; pad++) {
+                    const int64_t K = Ks[c], N = Ns[(off + c) % 2], ldx = K + 1, ldy = N + 3;
+                    const size_t wstride = pad ? ((size_t)K * es + 63) / 64 * 64 : (size_t)K * es;
+                    char *wb, *w = make_w_at(dt, N, K, wstride, off, &wb);
+                    float *xb, *x = make_x(VT_GEMV_MAX_ROWS, ldx, &xb);
+                    for (int64_t M = 1; M <= VT_GEMV_MAX_ROWS; M++) {
+                        const int acc = (int)((off + M) % 2);
+                        float want[VT_GEMV_MAX_ROWS * 48], got[VT_GEMV_MAX_ROWS * 48];
+                        for (int64_t i = 0; i < M * ldy; i++) want[i] = got[i] = -7.0f + (float)(i % 5);
+                        for (int64_t i = 0; i < M; i++)
+                            for (int64_t j = 0; j < N; j++) {
+                                float r = acc ? want[i * ldy + j] : 0.0f;
+                                for (int64_t k = 0; k < K; k++) {
+                                    const char *p = w + (size_t)j * wstride + (size_t)k * es;
+                                    float wv;
+                                    uint16_t h;
+                                    if (dt == VT_F32) memcpy(&wv, p, 4);
+                                    else { memcpy(&h, p, 2); wv = dt == VT_BF16 ? vt_bf16_to_f32((vt_bf16){h}) : vt_f16_to_f32((vt_f16){h}); }
+                                    r = fmaf(x[i * ldx + k], wv, r);
+                                }
+                                want[i * ldy + j] = r;
+                            }
+                        const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc};
+                        vt_gemm512_gemv(&a, 0, M, 0, N);
+                        char what[160];
+                        snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d",
+                                 vt_dtype_name(dt), off, (long long)K, wstride, (long long)M, (long long)N, acc);
+                        expect_equal(got, want, M, ldy, ldy, what);
+                    }
+                    free(wb); free(xb);
+                }
+    }
+}
+
+/* The same shifts through vt_gemm_batch (the GEMV over column tiles, 1 and 2
+ * threads) and vt_sgemm_nt (W = B with a padded ldb: one shift, partial last
+ * step), against the reference. */
+static void test_gemv_shifts_batch(void **state) {
+    (void)state;
+    for (int d = 0; d < 3; d++) {
+        const vt_dtype dt = DTYPES[d];
+        const size_t es = vt_dtype_size(dt);
+        for (int off = 0; off < (int)(64 / es); off++) {
+            const int64_t M = 1 + off % VT_GEMV_MAX_ROWS, N = 100, K = off % 3 == 2 ? 200 : 256, ldx = K + 3, ldy = N;
+            char *wb, *w = make_w_at(dt, N, K, (size_t)K * es, off, &wb);
+            vt_tensor W;
+            memset(&W, 0, sizeof W);
+            W.dtype = dt; W.ndim = 2; W.shape[0] = N; W.shape[1] = K;
+            W.stride[1] = es; W.stride[0] = es * (size_t)K; W.nbytes = es * (size_t)(N * K); W.data = w;
+            float *xb, *x = make_x(M, ldx, &xb);
+            float *want = malloc((size_t)(M * ldy) * 4), *got = malloc((size_t)(M * ldy) * 4);
+            vt_gemm_job g = {x, ldx, M, &W, want, ldy};
+            ref_job(&g, want);
+            g.y = got;
+            for (int th = 1; th <= 2; th++) {
+                omp_set_num_threads(th);
+                memset(got, 0, (size_t)(M * ldy) * 4);
+                vt_gemm_batch(&g, 1);
+                char what[128];
+                snprintf(what, sizeof what, "batch %s shift %d M=%lld K=%lld threads=%d", vt_dtype_name(dt), off,
+                         (long long)M, (long long)K, th);
+                expect_equal(got, want, M, N, ldy, what);
+            }
+            free(wb); free(xb); free(want); free(got);
+        }
+    }
+    for (int off = 0; off < 16; off++) {   /* sgemm_nt: ldb = 112 floats (448 bytes, 7 lines), K = 100 */
+        const int64_t M = 1 + off % 4, N = 40, K = 100, ldb = 112;
+        char *bb, *B = make_w_at(VT_F32, N, K, (size_t)ldb * 4, off, &bb);
+        float *ab, *A = make_x(M, K, &ab);
+        float want[4 * 40], got[4 * 40];
+        for (int i = 0; i < M * N; i++) want[i] = got[i] = (float)i;
+        ref_sgemm(0, M, N, K, A, K, (const float *)B, ldb, want, N, off % 2);
+        vt_sgemm_nt(M, N, K, A, K, (const float *)B, ldb, got, N, off % 2);
+        expect_equal(got, want, M, N, N, "sgemm_nt shifted B");
+        free(bb); free(ab);
+    }
 }
 
 static void check_sgemm(int nn, int64_t M, int64_t N, int64_t K, int accumulate) {
@@ -308,6 +427,8 @@ int main(void) {
         cmocka_unit_test(test_batch_every_remainder),
         cmocka_unit_test(test_batch_large),
         cmocka_unit_test(test_batch_many_jobs),
+        cmocka_unit_test(test_gemv_every_shift),
+        cmocka_unit_test(test_gemv_shifts_batch),
         cmocka_unit_test(test_sgemm_nt_nn),
         cmocka_unit_test(test_sgemm_in_parallel_region),
         cmocka_unit_test(test_against_f64),
