@@ -338,6 +338,7 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
      * so that two sessions with different VT_THREADS never see each other's;
      * the governor (team.h) may choose one thread for this pass. */
     omp_set_num_threads(vt_team_begin(&s->team, T));
+    const double t_begin = omp_get_wtime();
     const vt_model *m = s->m;
     const vt_config *cfg = &m->cfg;
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size, L = cfg->num_hidden_layers;
@@ -391,7 +392,7 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
     }
 done:
     vt_ws_release(s, (vt_ws_mark){0, 0});
-    vt_team_end(&s->team);
+    vt_team_end(&s->team, omp_get_wtime() - t_begin);
     omp_set_num_threads(s->team.max);   /* callers see the session's count, not this pass's */
     return rc;
 }

@@ -597,12 +597,12 @@ int main(int argc, char **argv) {
             }
         kill(child, SIGKILL);
         waitpid(child, NULL, 0);
-        const long gp = s[0]->team.passes, g1 = s[0]->team.single_passes;
+        const long gp = s[0]->team.steps, g1 = s[0]->team.single_steps;
         for (int k = 0; k < NS; k++) vt_session_free(s[k]);
         double mp[NS], md[NS];
         for (int k = 0; k < NS; k++) { mp[k] = median(tp[k], RB); md[k] = median(td[k], RB); }
         printf("contention (a busy child process on one core; median of %d interleaved rounds; %d threads governed "
-               "(model/team.h): one thread in %ld of its %ld passes; fixed: VTLAB_TEAM_GOVERNOR=0):\n",
+               "(model/team.h): one thread in %ld of its %ld decode steps; fixed: VTLAB_TEAM_GOVERNOR=0):\n",
                RB, ndef, g1, gp);
         printf("  prefill T=%d: %d threads governed %7.1f tok/s, fixed %7.1f tok/s, 1 thread %7.1f tok/s: "
                "t%d/t1 = %.2f governed, %.2f fixed (idle: %.2f)\n",

@@ -1,24 +1,25 @@
 /*
  * test_team.c — the thread governor (model/team.h) on made-up rates: a
  * faster team is kept and probed ever more rarely, a slower one is dropped
- * and probed again, decode and prefill are judged apart, the switch that
- * turns it off; and what vt_gemm_batch_timed reports.
+ * and probed again, prefills are left alone, the switch that turns it off;
+ * and what vt_gemm_batch_timed reports.
  */
 #include "tests/unit/vt_test.h"
 
+#include <math.h>
 #include <omp.h>
 
 #include "model/gemm.h"
 #include "model/team.h"
 
-/* One pass of T tokens whose products ran at `rate[mode]` (multiply-adds per
- * second, 1e9 multiply-adds per pass; rate 0: no measured product). Returns
- * the thread count the governor chose for the pass. */
+/* One pass of T tokens at `rate[mode]` passes per second (rate 0: a pass
+ * without a product big enough to run in parallel). Returns the thread count
+ * the governor chose for the pass. */
 static int pass(vt_team *t, int64_t T, const double rate[2]) {
     const int n = vt_team_begin(t, T);
     const double r = rate[n > 1];
-    if (r > 0) vt_team_add(t, 1e9 / r, 1e9);
-    vt_team_end(t);
+    if (r > 0) vt_team_add(t, 0.5 / r, 1e9);   /* its products: half the pass */
+    vt_team_end(t, r > 0 ? 1.0 / r : 1e-4);
     return n;
 }
 
@@ -41,8 +42,8 @@ static void test_faster_team_is_kept(void **state) {
     const int single = run(&t, 1, quiet, 1000);
     assert_true(single >= 1);
     assert_true(single <= 1000 / VT_TEAM_MAX_INTERVAL + 4);
-    assert_int_equal(t.k[0].choice, 1);
-    assert_int_equal(t.k[0].interval, VT_TEAM_MAX_INTERVAL);
+    assert_int_equal(t.choice, 1);
+    assert_int_equal(t.interval, VT_TEAM_MAX_INTERVAL);
 }
 
 static void test_slower_team_is_dropped_and_probed(void **state) {
@@ -52,35 +53,38 @@ static void test_slower_team_is_dropped_and_probed(void **state) {
     vt_team_init(&t, 2);
     const double busy[2] = {1.0e9, 0.9e9}, quiet[2] = {1.0e9, 1.6e9};
     run(&t, 1, busy, VT_TEAM_FIRST_INTERVAL);   /* the team, then a one-thread probe that wins */
-    assert_int_equal(t.k[0].choice, 0);
+    assert_int_equal(t.choice, 0);
     const int single = run(&t, 1, busy, 1000);
     assert_true(single >= 1000 - (1000 / VT_TEAM_MAX_INTERVAL + 4));   /* the team only as probes */
     assert_true(single < 1000);
     /* the host gets quiet: the next team probe wins it back */
     int n = 0;
-    while (t.k[0].choice == 0 && n++ <= VT_TEAM_MAX_INTERVAL) pass(&t, 1, quiet);
-    assert_int_equal(t.k[0].choice, 1);
-    assert_int_equal(t.k[0].interval, VT_TEAM_FIRST_INTERVAL);
+    while (t.choice == 0 && n++ <= VT_TEAM_MAX_INTERVAL) pass(&t, 1, quiet);
+    assert_int_equal(t.choice, 1);
+    assert_int_equal(t.interval, VT_TEAM_FIRST_INTERVAL);
 }
 
-/* decode and prefill passes keep their own rates */
-static void test_kinds_are_separate(void **state) {
+/* prefills are not governed: always the session's count, and they leave the
+ * decode steps' rates alone */
+static void test_prefill_is_not_governed(void **state) {
     (void)state;
     unsetenv("VTLAB_TEAM_GOVERNOR");
     vt_team t;
     vt_team_init(&t, 2);
-    const double busy_decode[2] = {1.0e9, 0.9e9}, prefill[2] = {50e9, 90e9};
+    const double busy[2] = {1.0e9, 0.9e9}, prefill[2] = {50e9, 10e9};
     for (int i = 0; i < 200; i++) {
-        pass(&t, 1, busy_decode);
-        pass(&t, 256, prefill);
+        pass(&t, 1, busy);
+        assert_int_equal(pass(&t, 256, prefill), 2);
     }
-    assert_int_equal(t.k[0].choice, 0);
-    assert_int_equal(t.k[1].choice, 1);
-    /* passes that measured nothing (the tiny model) change nothing */
+    assert_int_equal(t.choice, 0);
+    assert_true(fabs(t.rate[0] / 1.0e9 - 1) < 1e-12 && fabs(t.rate[1] / 0.9e9 - 1) < 1e-12);
+    /* steps that measured nothing (the tiny model) change nothing */
     const double none[2] = {0, 0};
-    vt_team_kind before = t.k[1];
-    run(&t, 256, none, 500);
-    assert_memory_equal(&before, &t.k[1], sizeof before);
+    vt_team before = t;
+    for (int i = 0; i < 300; i++) pass(&t, 1, none);
+    assert_int_equal(t.choice, before.choice);
+    assert_int_equal(t.since, before.since);
+    assert_int_equal(t.interval, before.interval);
 }
 
 static void test_off_and_one_thread(void **state) {
@@ -129,7 +133,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_faster_team_is_kept),
         cmocka_unit_test(test_slower_team_is_dropped_and_probed),
-        cmocka_unit_test(test_kinds_are_separate),
+        cmocka_unit_test(test_prefill_is_not_governed),
         cmocka_unit_test(test_off_and_one_thread),
         cmocka_unit_test(test_batch_timing),
     };
