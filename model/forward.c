@@ -163,15 +163,28 @@ void vt_model_free(vt_model *m) {
     free(m);
 }
 
+/* VTLAB_WEIGHTS: "map" (the default: the weights are the checkpoint's mapped
+ * pages, zero-copy) or "load" (read into anonymous memory, vt_ckpt_load). */
+static int weights_mode(int *load, vt_err *err) {
+    const char *v = getenv("VTLAB_WEIGHTS");
+    *load = v && !strcmp(v, "load");
+    if (v && *v && !*load && strcmp(v, "map"))
+        return vt_errf(err, VT_EINPUT, "VTLAB_WEIGHTS=%s: expected map (the default) or load", v);
+    return VT_OK;
+}
+
 static int model_open(vt_model **out, const char *dir, vt_err *err) {
     char path[4200];
+    int load = 0;
     snprintf(path, sizeof path, "%s/config.json", dir);
     vt_model *m = calloc(1, sizeof *m);
     if (!m) return vt_errf(err, VT_ENOMEM, "out of memory");
     vt_ckpt *ck = NULL;
     int rc = vt_config_load(path, &m->cfg, err);
+    if (!rc) rc = weights_mode(&load, err);
     if (!rc) rc = vt_ckpt_open(dir, &ck, err);
     if (!rc) rc = vt_ckpt_validate(&m->cfg, ck, err);
+    if (!rc && load) rc = vt_ckpt_load(ck, err);
     if (rc) goto fail;
     const vt_config *cfg = &m->cfg;
     const vt_st_entry *emb = vt_ckpt_find(ck, "model.embed_tokens.weight");

@@ -471,6 +471,51 @@ static int open_file(st_file *f, int idx, vt_err *err) {
     return VT_OK;
 }
 
+/* Reads file f into anonymous memory (huge pages where the kernel gives them)
+ * and moves its entries' data pointers there; the file's mapping is dropped. */
+static int load_file(st_file *f, vt_err *err) {
+    enum { HUGE = 2 << 20, CHUNK = 64 << 20 };
+    const size_t len = (f->map_len + HUGE - 1) / HUGE * HUGE;
+    unsigned char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return vt_errf(err, VT_ENOMEM, "%s: cannot allocate %zu bytes to load the weights: %s", f->path, len,
+                       strerror(errno));
+    (void)madvise(mem, len, MADV_HUGEPAGE);   /* a hint: 4 KiB pages if refused */
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC), rc = VT_OK;
+    if (fd < 0) rc = vt_errf(err, VT_EIO, "%s: cannot open to load: %s", f->path, strerror(errno));
+    for (size_t done = 0; !rc && done < f->map_len;) {
+        const size_t want = f->map_len - done < CHUNK ? f->map_len - done : CHUNK;
+        const ssize_t got = pread(fd, mem + done, want, (off_t)done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0)
+            rc = vt_errf(err, VT_EIO, "%s: cannot read bytes %zu..%zu to load the weights: %s", f->path, done,
+                         done + want, got < 0 ? strerror(errno) : "the file got shorter");
+        else done += (size_t)got;
+    }
+    if (fd >= 0) close(fd);
+    if (!rc && memcmp(mem, f->map, 8) != 0)   /* the header length: the file changed under us */
+        rc = vt_errf(err, VT_EIO, "%s: changed while it was being loaded", f->path);
+    if (rc) {
+        munmap(mem, len);
+        return rc;
+    }
+    (void)mprotect(mem, len, PROT_READ);
+    for (size_t i = 0; i < f->h.n; i++)
+        f->h.entries[i].data = mem + ((const unsigned char *)f->h.entries[i].data - (const unsigned char *)f->map);
+    munmap(f->map, f->map_len);
+    f->map = mem;
+    f->map_len = len;
+    return VT_OK;
+}
+
+int vt_ckpt_load(vt_ckpt *c, vt_err *err) {
+    for (int i = 0; i < c->nfiles; i++) {
+        int rc = load_file(&c->files[i], err);
+        if (rc) return rc;
+    }
+    return VT_OK;
+}
+
 void vt_ckpt_close(vt_ckpt *c) {
     if (!c) return;
     for (int i = 0; i < c->nfiles; i++) {

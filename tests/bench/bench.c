@@ -443,6 +443,45 @@ static int env_int(const char *name, int dflt) {
     return v && *v ? atoi(v) : dflt;
 }
 
+/* Decode with the weights mapped (the default) and loaded into anonymous
+ * memory (VTLAB_WEIGHTS=load, model/safetensors.h), 1 and 2 threads. Runs
+ * after the peak RSS is printed: the second copy of the weights would count
+ * in it. (Not in a forked child: libgomp's thread pool does not survive a
+ * fork.) Each of the four sessions prefills T tokens once, then NL rounds of
+ * NB decode steps interleave. out[mode][threads] = median tok/s (mode 0
+ * mapped, 1 loaded). Returns 0, or -1 when the loaded model cannot open. */
+static int weights_phase(vt_model *m, const char *dir, const int32_t *tok, int T, float *logits,
+                         double out[2][3]) {
+    enum { NL = 3, NB = 32 };
+    char err[1024];
+    vt_model *ml = NULL;
+    const char *prev = getenv("VTLAB_WEIGHTS");
+    char *saved = prev ? strdup(prev) : NULL;
+    setenv("VTLAB_WEIGHTS", "load", 1);
+    int rc = vt_model_open(&ml, dir, err, sizeof err);
+    if (saved) setenv("VTLAB_WEIGHTS", saved, 1);
+    else unsetenv("VTLAB_WEIGHTS");
+    free(saved);
+    if (rc) { fprintf(stderr, "bench: %s\n", err); return -1; }
+    vt_session *s[2][3] = {{0}};
+    double t[2][3][NL];
+    for (int mode = 0; mode < 2; mode++)
+        for (int th = 1; th <= 2; th++) {
+            s[mode][th] = session(mode ? ml : m, th, "off");
+            prefill_s(s[mode][th], tok, T, logits);
+        }
+    for (int r = 0; r < NL; r++)
+        for (int th = 1; th <= 2; th++)
+            for (int mode = 0; mode < 2; mode++) t[mode][th][r] = decode_s(s[mode][th], tok + T + r * NB, NB, logits);
+    for (int mode = 0; mode < 2; mode++)
+        for (int th = 1; th <= 2; th++) {
+            out[mode][th] = NB / median(t[mode][th], NL);
+            vt_session_free(s[mode][th]);
+        }
+    vt_model_free(ml);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     vt_openmp_wait_passively(argv);   /* as vtlab does: idle threads sleep */
     const char *json = NULL, *dir = NULL;
@@ -484,7 +523,7 @@ int main(int argc, char **argv) {
     double wsize = (double)vt_dtype_size(wdt), bpt = active_bytes_per_token(&cfg, wsize);
 
     int tlong = tmax >= 4096 ? 4096 : tmax >= 1024 ? 1024 : 256, tbuf = T > tlong ? T : tlong;
-    int32_t *tok = make_tokens(cfg.vocab_size, tbuf + NDEC);
+    int32_t *tok = make_tokens(cfg.vocab_size, tbuf + NDEC + 96);   /* + the weights phase's 3 x 32 steps */
     float *logits = malloc(sizeof(float) * (size_t)tbuf * (size_t)cfg.vocab_size);
     if (!logits) { fprintf(stderr, "bench: out of memory\n"); return 1; }
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -660,6 +699,29 @@ int main(int argc, char **argv) {
     int64_t rss_pk = rss_peak();
     printf("memory: peak RSS %.1f MB (getrusage ru_maxrss, all phases above) = %.2f x the checkpoint's %.1f MB\n",
            mb((double)rss_pk), ckpt > 0 ? (double)rss_pk / (double)ckpt : 0.0, mb((double)ckpt));
+    /* decode with the weights mapped vs loaded (VTLAB_WEIGHTS=load) */
+    double wl[2][3] = {{0}};
+    int have_wl = 0;
+    vt_bench_phase *wl_ph[3] = {0};
+    if (env_int("BENCH_WEIGHTS", 1)) {
+        if (weights_phase(m, dir, tok, T, logits, wl) != 0) printf("weights mapped vs loaded: failed (see above)\n");
+        else {
+            have_wl = 1;
+            printf("weights mapped (default) vs loaded (VTLAB_WEIGHTS=load: read into anonymous huge pages), decode "
+                   "32 steps after a %d-token prefill, median of 3 interleaved rounds:\n", T);
+            for (int th = 1; th <= 2; th++) {
+                printf("  t%d: mapped %6.1f tok/s, loaded %6.1f tok/s: loaded/mapped = %.2f\n", th, wl[0][th],
+                       wl[1][th], wl[1][th] / wl[0][th]);
+                char nm[32];
+                snprintf(nm, sizeof nm, "decode-loaded-t%d", th);
+                vt_bench_phase *p = wl_ph[th] = add_phase(&P, nm);
+                p->context = T, p->threads = th, p->tokens = 32, p->seconds = 32 / wl[1][th];
+                p->flops = 32 * flops_per_token(&cfg, T + 48.0), p->bytes = 32 * bpt;
+                p->peak_flops = peak[th] * 1e9;
+            }
+        }
+    } else printf("weights mapped vs loaded: skipped (BENCH_WEIGHTS=0)\n");
+
 
     double gbs[3] = {0};
     if (triad_mib < 1) printf("STREAM triad: skipped (BENCH_TRIAD_MIB=%d)\n", triad_mib);
@@ -676,6 +738,13 @@ int main(int argc, char **argv) {
                                                 : "");
             dec_ph[th]->peak_bytes = gbs[th] * 1e9;
         }
+        if (have_wl)
+            for (int th = 1; th <= 2; th++) {
+                double bw = wl[1][th] * bpt / 1e9;
+                printf("  decode t%d, weights loaded: %.1f tok/s = %.2f GB/s = %.1f%% of triad\n", th, wl[1][th], bw,
+                       100 * bw / gbs[th]);
+                wl_ph[th]->peak_bytes = gbs[th] * 1e9;
+            }
     }
 
     int rc = 0;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# test_weights_load.sh — VTLAB_WEIGHTS=load (model/safetensors.h: the weights
+# read into anonymous memory instead of used from the file's mapping) gives
+# the same bytes as the default mapping: logits and greedy decoding of the
+# tiny model, f32 and bf16, one file and two shards with an index; a value
+# other than map/load is refused (exit 2, the variable named, no output file).
+#
+# Usage (from the repository root): bash tests/cli/test_weights_load.sh ./build/vtlab
+set -u
+VTLAB=${1:-./vtlab}
+case "$VTLAB" in /*) ;; *) VTLAB="$PWD/$VTLAB" ;; esac
+. tests/cli/lib.sh
+W=$(mktemp -d /tmp/vtlab-weights-load.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+OUT_FILE=$W/out; ERR=$W/err
+for v in $(env | sed -n 's/^\(VT_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+unset VTLAB_WEIGHTS
+TOK=$(/usr/bin/python3 -c "print(','.join(str(3 + (i * 7919) % 500) for i in range(40)))")
+
+# reshard DIR: DIR/model.safetensors -> two shards and an index (same tensors, same bytes)
+reshard() {
+  /usr/bin/python3 - "$1" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+raw = open(os.path.join(d, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+hdr.pop("__metadata__", None)
+names = sorted(hdr); wmap = {}
+for i, part in enumerate([names[:len(names) // 2], names[len(names) // 2:]]):
+    fname = "model-%05d-of-00002.safetensors" % (i + 1)
+    h, blob = {}, b""
+    for k in part:
+        b, e = hdr[k]["data_offsets"]
+        h[k] = {"dtype": hdr[k]["dtype"], "shape": hdr[k]["shape"], "data_offsets": [len(blob), len(blob) + e - b]}
+        blob += data[b:e]; wmap[k] = fname
+    text = json.dumps(h, separators=(",", ":")).encode()
+    text += b" " * ((8 - (8 + len(text)) % 8) % 8)
+    open(os.path.join(d, fname), "wb").write(struct.pack("<Q", len(text)) + text + blob)
+os.remove(os.path.join(d, "model.safetensors"))
+json.dump({"metadata": {}, "weight_map": wmap}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+PY
+}
+
+for dt in f32 bf16; do
+  "$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 5 --dtype $dt --out "$W/m-$dt" >/dev/null
+  cp -r "$W/m-$dt" "$W/s-$dt" && reshard "$W/s-$dt"
+  for m in m s; do
+    what=$([ $m = m ] && echo "one file" || echo "two shards")
+    "$VTLAB" logits --model "$W/$m-$dt" --tokens "$TOK" --out "$W/map.bin" >/dev/null 2>"$ERR"
+    VTLAB_WEIGHTS=load "$VTLAB" logits --model "$W/$m-$dt" --tokens "$TOK" --out "$W/load.bin" >/dev/null 2>>"$ERR"
+    if [ -s "$W/map.bin" ] && cmp -s "$W/map.bin" "$W/load.bin"; then
+      ok "$dt, $what: logits with the weights loaded are byte-identical to mapped"
+    else not_ok "$dt $what logits" "$(cmp "$W/map.bin" "$W/load.bin" 2>&1; head -c 300 "$ERR")"; fi
+    a=$("$VTLAB" generate --model "$W/$m-$dt" --tokens 5,17,3 -n 12 2>&1)
+    b=$(VTLAB_WEIGHTS=load "$VTLAB" generate --model "$W/$m-$dt" --tokens 5,17,3 -n 12 2>&1)
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "$dt, $what: greedy decoding identical loaded and mapped"
+    else not_ok "$dt $what generate" "mapped: $a / loaded: $b"; fi
+  done
+done
+# the shards' files really were the ones read (not a leftover single file)
+if [ ! -e "$W/s-f32/model.safetensors" ] && [ -f "$W/s-f32/model.safetensors.index.json" ]; then ok "the sharded copy has only shards and an index"
+else not_ok "reshard" "$(ls "$W/s-f32")"; fi
+
+VTLAB_WEIGHTS=mmap expect_exit "VTLAB_WEIGHTS=mmap is refused with exit 2" 2 \
+  "$VTLAB" logits --model "$W/m-f32" --tokens 5,17 --out "$W/bad.bin"
+stderr_has "the message names the variable and the accepted values" "VTLAB_WEIGHTS=mmap: expected map (the default) or load"
+if [ ! -e "$W/bad.bin" ]; then ok "no output file after the refusal"; else not_ok "output after refusal" "$W/bad.bin exists"; fi
+VTLAB_WEIGHTS=map expect_exit "VTLAB_WEIGHTS=map (the default, spelled out) is accepted" 0 \
+  "$VTLAB" logits --model "$W/m-f32" --tokens 5,17 --out "$W/ok.bin"
+finish
