@@ -225,8 +225,8 @@ if [ "$DEV" = cuda ]; then
 else
   step "benchmark (GPU_CHECK_BACKEND=cpu): build/bench on the tiny model"
   BENCH_EXP=bench-tiny-f32
-  # the four throughput phases only (no T-scaling, triad or contention phases: a plumbing check)
-  BENCH_TMAX=0 BENCH_TRIAD_MIB=0 BENCH_BUSY=0 "$B/bench" "$OUT/tiny-f32" 32 --json "$OUT/bench.json"; rc=$?
+  # the four throughput phases only (no T-scaling, triad, contention or weights-loaded phases: a plumbing check)
+  BENCH_TMAX=0 BENCH_TRIAD_MIB=0 BENCH_BUSY=0 BENCH_WEIGHTS=0 "$B/bench" "$OUT/tiny-f32" 32 --json "$OUT/bench.json"; rc=$?
 fi
 if [ $rc -eq 0 ]; then
   # the report becomes runs like any other (experiment bench-<model>, the backend, the device's name)
