@@ -15,7 +15,7 @@ void vt_gemm_jobs(vt_session *s, const vt_gemm_job *jobs, int64_t njobs) {
     vt_gemm_timing tm = {0, 0};
     vt_gemm_batch_timed(jobs, njobs, &tm);
     s->gemm_sec += omp_get_wtime() - t0;
-    vt_team_add(&s->team, tm.wall, tm.work);
+    vt_team_add(&s->team, tm.work);
 }
 
 void vt_gemm_xwT(vt_session *s, const float *x, int64_t M, int64_t K, const vt_tensor *W, float *y) {

@@ -16,7 +16,7 @@ void vt_team_init(vt_team *t, int max) {
 }
 
 int vt_team_begin(vt_team *t, int64_t T) {
-    t->wall = t->work = 0;
+    t->work = 0;
     t->governed = T == 1 && !t->off;
     if (!t->governed) return t->max;
     t->steps++;
@@ -26,8 +26,8 @@ int vt_team_begin(vt_team *t, int64_t T) {
     return t->mode ? t->max : 1;
 }
 
-void vt_team_add(vt_team *t, double wall, double work) {
-    if (wall > 0 && work > 0) t->wall += wall, t->work += work;
+void vt_team_add(vt_team *t, double work) {
+    if (work > 0) t->work += work;
 }
 
 void vt_team_end(vt_team *t, double seconds) {

@@ -18,7 +18,7 @@
 static int pass(vt_team *t, int64_t T, const double rate[2]) {
     const int n = vt_team_begin(t, T);
     const double r = rate[n > 1];
-    if (r > 0) vt_team_add(t, 0.5 / r, 1e9);   /* its products: half the pass */
+    if (r > 0) vt_team_add(t, 1e9);   /* it had a product to run in parallel */
     vt_team_end(t, r > 0 ? 1.0 / r : 1e-4);
     return n;
 }
