@@ -151,10 +151,11 @@ void vt_model_get_info(const vt_model *m, vt_model_info *out);
  * weight: flat memory whatever the checkpoint's size. */
 int  vt_model_validate(const char *dir, vt_model_info *out, char *err, size_t errlen);
 
-/* For a program's main, before anything else: unless OMP_WAIT_POLICY is set
- * (or VTLAB_NO_REEXEC), sets OMP_WAIT_POLICY=PASSIVE and execs the program
- * again with argv, so idle OpenMP threads sleep instead of spinning (libgomp
- * reads the policy only when it loads). Returns only when no exec happened. */
+/* For a program's main, before anything else: unless OMP_WAIT_POLICY or
+ * GOMP_SPINCOUNT is set (or VTLAB_NO_REEXEC), sets OMP_WAIT_POLICY=PASSIVE
+ * GOMP_SPINCOUNT=3000 and execs the program again with argv, so idle OpenMP
+ * threads spin ~35 us and then sleep (libgomp reads both only when it loads;
+ * model/omp_wait.c says why). Returns only when no exec happened. */
 void vt_openmp_wait_passively(char **argv);
 
 /* The host's speed for the forward pass's kernels now: the best of 5 timings
