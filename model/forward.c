@@ -286,7 +286,7 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
         return VT_OK;
     }
     /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product);
-     * each pass may use fewer on a busy host (team.h) */
+     * a decode step may use one thread on a busy host (team.h) */
     vt_team_init(&s->team, s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
@@ -349,7 +349,7 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
 static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
     /* The OpenMP thread count is process-wide: set it for this session's call,
      * so that two sessions with different VT_THREADS never see each other's;
-     * the governor (team.h) may choose one thread for this pass. */
+     * the governor (team.h) may choose one thread for a decode step. */
     omp_set_num_threads(vt_team_begin(&s->team, T));
     const double t_begin = omp_get_wtime();
     const vt_model *m = s->m;

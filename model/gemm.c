@@ -136,10 +136,7 @@ static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_s
     return n;
 }
 
-void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) { vt_gemm_batch_timed(jobs, njobs, NULL); }
-
-void vt_gemm_batch_timed(const vt_gemm_job *jobs, int64_t njobs, vt_gemm_timing *tm) {
-    if (tm) tm->wall = tm->work = 0;
+int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
     const int64_t want = (int64_t)TILES_PER_THREAD * omp_get_max_threads();
     const int64_t cols = count_tiles(jobs, njobs, 1, COLS_WIDE) >= want ? COLS_WIDE : COLS;
     const int64_t cols_only = count_tiles(jobs, njobs, 1, cols);
@@ -152,11 +149,10 @@ void vt_gemm_batch_timed(const vt_gemm_job *jobs, int64_t njobs, vt_gemm_timing 
             work += (jobs[j].M + 1) * jobs[j].W->shape[0] * jobs[j].W->shape[1];
             madds += jobs[j].M * jobs[j].W->shape[0] * jobs[j].W->shape[1];
         }
-    const int big = work >= VT_PAR_MIN_WORK;   /* timed on any thread count: the same batches */
-    const double t0 = big && tm ? omp_get_wtime() : 0;
+    const int big = work >= VT_PAR_MIN_WORK;
     #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1 && big)
     for (int64_t t = 0; t < ntiles; t++) run_tile(jobs, njobs, row_split, cols, t);
-    if (big && tm) tm->wall = omp_get_wtime() - t0, tm->work = (double)madds;
+    return big ? madds : 0;
 }
 
 /* ------------------------------------------------------- single-threaded */

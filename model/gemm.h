@@ -47,14 +47,11 @@ typedef struct vt_gemm_job {
 /* Runs the jobs together in one parallel region over OpenMP's current thread
  * count (jobs sharing x, like q/k/v or gate/up, are one call; so are the
  * experts of a MoE layer). Jobs with M == 0 are skipped. Must not be called
- * from inside a parallel region. */
-void vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs);
-
-/* The same, also saying what it cost, for the thread governor (team.h):
- * when the batch is big enough to run in parallel (whether it did or not,
- * with one thread), its wall time and multiply-adds; else both 0. */
-typedef struct vt_gemm_timing { double wall, work; } vt_gemm_timing;
-void vt_gemm_batch_timed(const vt_gemm_job *jobs, int64_t njobs, vt_gemm_timing *tm);
+ * from inside a parallel region. Returns the batch's multiply-adds when it is
+ * big enough to run in parallel (VT_PAR_MIN_WORK; whatever the thread count,
+ * one included), else 0: the thread governor (team.h) judges only decode steps
+ * that have such a product. */
+int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs);
 
 /* Single-threaded products of plain f32 matrices for use inside a parallel
  * region (attention scores, chunked KDA), same per-element chain:

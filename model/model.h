@@ -115,7 +115,7 @@ struct vt_session {
     float      *captured;       /* [n_layers][2][T][D] when capture is on */
     int64_t     captured_T;
     double      fwd_sec, gemm_sec;
-    vt_team     team;           /* the thread count of each forward pass (team.h) */
+    vt_team     team;           /* the thread count of each decode step (team.h) */
     vt_ws       ws;
     void       *cuda;           /* CUDA backend (issue 7): device state when VT_BACKEND=cuda, else NULL */
 };

@@ -26,8 +26,8 @@ int vt_team_begin(vt_team *t, int64_t T) {
     return t->mode ? t->max : 1;
 }
 
-void vt_team_add(vt_team *t, double work) {
-    if (work > 0) t->work += work;
+void vt_team_add(vt_team *t, int64_t madds) {
+    if (madds > 0) t->work += madds;
 }
 
 void vt_team_end(vt_team *t, double seconds) {

@@ -20,7 +20,7 @@
  * its products: with one core busy the team's products alone still looked
  * faster while its steps were slower (the small regions between them). A probe that confirms the choice widens the
  * interval (below); a change of choice resets it. A step with no product big
- * enough to run in parallel (vt_gemm_batch_timed; the tiny model) is not
+ * enough to run in parallel (vt_gemm_batch's return; the tiny model) is not
  * judged: it has nothing to run in parallel. VTLAB_TEAM_GOVERNOR=0 in the environment
  * keeps the session's count always.
  */
@@ -40,7 +40,7 @@ typedef struct vt_team {
     int    off;        /* VTLAB_TEAM_GOVERNOR=0, or max == 1 */
     int    governed;   /* the pass in flight is a decode step */
     int    mode;       /* ... and what it runs: 0 one thread, 1 the team */
-    double work;       /* ... and the multiply-adds of its products big enough to run in parallel */
+    int64_t work;      /* ... and the multiply-adds of its products big enough to run in parallel */
     double rate[2];    /* steps per second: [0] one thread, [1] the team; 0 = not yet measured */
     int    choice;     /* 0 or 1: which one runs */
     int    since;      /* steps since the last probe */
@@ -51,9 +51,9 @@ typedef struct vt_team {
 void vt_team_init(vt_team *t, int max);
 /* The thread count for a pass of T tokens (governed when T == 1); clears the pass's sums. */
 int vt_team_begin(vt_team *t, int64_t T);
-/* One product of the pass big enough to run in parallel (vt_gemm_batch_timed):
- * its multiply-adds. A step without one is not judged. */
-void vt_team_add(vt_team *t, double work);
+/* One product of the pass big enough to run in parallel (vt_gemm_batch's
+ * return): its multiply-adds. A step without one is not judged. */
+void vt_team_add(vt_team *t, int64_t madds);
 /* The pass is over after `seconds` (its wall time): update the rates, choose
  * the next step's count. */
 void vt_team_end(vt_team *t, double seconds);
