@@ -112,19 +112,20 @@ static tile_plan plan_job(const vt_gemm_job *g, int64_t row_split, int64_t cols)
     return p;
 }
 
-static void run_tile(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols, int64_t t) {
+/* Tile t of the batch: its product and block. 0 when t is past the end. */
+typedef struct tile { const vt_gemm_job *g; int64_t r0, r1, c0, c1; } tile;
+
+static int tile_at(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols, int64_t t, tile *out) {
     for (int64_t j = 0; j < njobs; j++) {
         const tile_plan p = plan_job(&jobs[j], row_split, cols);
         if (t >= p.ncb * p.nrb) { t -= p.ncb * p.nrb; continue; }
-        const vt_gemm_job *g = &jobs[j];
-        const int64_t N = g->W->shape[0], cb = t % p.ncb, rb = t / p.ncb;
-        const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
-                                g->W->shape[1], g->y, g->ldy, 0};
-        const int64_t c0 = cb * p.cols, c1 = c0 + p.cols < N ? c0 + p.cols : N;
-        const int64_t r0 = rb * p.rows, r1 = r0 + p.rows < g->M ? r0 + p.rows : g->M;
-        run_block(&a, r0, r1, c0, c1);
-        return;
+        const int64_t N = jobs[j].W->shape[0], cb = t % p.ncb, rb = t / p.ncb;
+        out->g = &jobs[j];
+        out->c0 = cb * p.cols, out->c1 = out->c0 + p.cols < N ? out->c0 + p.cols : N;
+        out->r0 = rb * p.rows, out->r1 = out->r0 + p.rows < jobs[j].M ? out->r0 + p.rows : jobs[j].M;
+        return 1;
     }
+    return 0;
 }
 
 static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols) {
@@ -136,12 +137,67 @@ static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_s
     return n;
 }
 
+typedef struct batch_plan { const vt_gemm_job *jobs; int64_t njobs, row_split, cols; } batch_plan;
+
+static void run_tile(const batch_plan *b, int64_t t) {
+    tile c;
+    if (!tile_at(b->jobs, b->njobs, b->row_split, b->cols, t, &c)) return;
+    const vt_gemm_job *g = c.g;
+    const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
+                            g->W->shape[1], g->y, g->ldy, 0};
+    run_block(&a, c.r0, c.r1, c.c0, c.c1);
+}
+
+/* The tiles are dealt out as contiguous ranges, one per thread, each run
+ * front to back; a thread whose range is done takes tiles from the back of
+ * the fullest other range (a thread on a busy core falls behind and the other
+ * takes its work). So each thread walks neighbouring tiles, i.e. neighbouring
+ * W rows: at decode, where a tile is one pass over 64 rows of W, each thread
+ * streams one long region that the hardware prefetchers follow, where
+ * dynamic,1 interleaved the two threads' 64-row tiles (288M model, 2-thread
+ * decode 35 -> 43 tok/s). Which thread runs a tile never changes its bits.
+ * A range is front << 32 | back, changed by compare-and-swap only. */
+typedef struct tile_range { _Alignas(64) uint64_t fb; } tile_range;
+
+static int64_t range_take(tile_range *r, int from_back) {
+    uint64_t v = __atomic_load_n(&r->fb, __ATOMIC_RELAXED);
+    for (;;) {
+        const uint64_t f = v >> 32, e = v & 0xFFFFFFFFu;
+        if (f >= e) return -1;
+        const uint64_t nv = from_back ? (f << 32 | (e - 1)) : ((f + 1) << 32 | e);
+        if (__atomic_compare_exchange_n(&r->fb, &v, nv, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            return (int64_t)(from_back ? e - 1 : f);
+    }
+}
+
+static void run_ranges(const batch_plan *b, tile_range *ranges, int nr) {
+    const int me = omp_get_thread_num() % nr;
+    for (;;) {
+        int64_t t = range_take(&ranges[me], 0);
+        if (t < 0) {                                 /* own range done: the back of the fullest other */
+            int victim = -1;
+            uint64_t most = 0;
+            for (int i = 0; i < nr; i++) {
+                const uint64_t v = __atomic_load_n(&ranges[i].fb, __ATOMIC_RELAXED), f = v >> 32, e = v & 0xFFFFFFFFu;
+                if (f < e && e - f > most) most = e - f, victim = i;
+            }
+            if (victim < 0) return;
+            if ((t = range_take(&ranges[victim], 1)) < 0) continue;
+            run_tile(b, t);
+            continue;
+        }
+        run_tile(b, t);
+    }
+}
+
 int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
-    const int64_t want = (int64_t)TILES_PER_THREAD * omp_get_max_threads();
+    const int nthreads = omp_get_max_threads();
+    const int64_t want = (int64_t)TILES_PER_THREAD * nthreads;
     const int64_t cols = count_tiles(jobs, njobs, 1, COLS_WIDE) >= want ? COLS_WIDE : COLS;
     const int64_t cols_only = count_tiles(jobs, njobs, 1, cols);
     const int64_t row_split = cols_only > 0 && cols_only < want ? (want + cols_only - 1) / cols_only : 1;
     const int64_t ntiles = count_tiles(jobs, njobs, row_split, cols);
+    const batch_plan b = {jobs, njobs, row_split, cols};
     /* a small batch runs on the calling thread (VT_PAR_MIN_WORK, gemm.h) */
     int64_t work = 0, madds = 0;
     for (int64_t j = 0; j < njobs; j++)
@@ -150,8 +206,17 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
             madds += jobs[j].M * jobs[j].W->shape[0] * jobs[j].W->shape[1];
         }
     const int big = work >= VT_PAR_MIN_WORK;
-    #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1 && big)
-    for (int64_t t = 0; t < ntiles; t++) run_tile(jobs, njobs, row_split, cols, t);
+    if (ntiles <= 1 || !big || nthreads <= 1 || ntiles > 0xFFFFFFFFLL) {
+        for (int64_t t = 0; t < ntiles; t++) run_tile(&b, t);
+    } else {
+        tile_range ranges[nthreads];
+        for (int i = 0; i < nthreads; i++) {
+            const uint64_t f = (uint64_t)(ntiles * i / nthreads), e = (uint64_t)(ntiles * (i + 1) / nthreads);
+            ranges[i].fb = f << 32 | e;
+        }
+        #pragma omp parallel
+        run_ranges(&b, ranges, nthreads);
+    }
     return big ? madds : 0;
 }
 
