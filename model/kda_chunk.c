@@ -37,6 +37,7 @@
  */
 #include "kda_chunk.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -46,8 +47,75 @@
 
 /* ------------------------------------------------------------- recurrent */
 
+/* One head's token loop with whole state rows in registers (d = 16 nv,
+ * nv <= 8): per element the same operations in the same order as the
+ * blocked loop of vt_kda_recurrent (a multiply, then an add: C11 mode
+ * contracts nothing into an FMA there, so neither does this), hence the same
+ * bits. It walks the head's d x d state front to back, twice per token; the
+ * blocked loop strides across it 32 columns at a time, and at decode, with the
+ * state of every layer evicted by the weights streamed since the last token,
+ * waits on memory for each stride (the loop was ~4% of a 288M decode step). */
+#define VT_AVX512 __attribute__((target("avx512f")))
+static inline __attribute__((always_inline)) VT_AVX512 void head_rows(
+    const int nv, int64_t T, int64_t H, int64_t d, int64_t h, const float *q, const float *k, const float *v,
+    const float *g, const float *beta, float *S, float *o, const float *f) {
+    const int64_t P = H * d;
+    float *Sh = S + h * d * d;
+    for (int64_t t = 0; t < T; t++) {
+        const float *qh = q + t * P + h * d, *kh = k + t * P + h * d, *vh = v + t * P + h * d;
+        const __m512 bt = _mm512_set1_ps(beta[t * H + h]);
+        __m512 u[8], dl[8], acc[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < nv; c++) u[c] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < d; i++) {
+            float *row = Sh + i * d;
+            const __m512 di = _mm512_set1_ps(f ? f[t * P + h * d + i] : expf(g[t * P + h * d + i]));
+            const __m512 ki = _mm512_set1_ps(kh[i]);
+#pragma GCC unroll 8
+            for (int c = 0; c < nv; c++) {
+                const __m512 r = _mm512_mul_ps(_mm512_loadu_ps(row + 16 * c), di);
+                _mm512_storeu_ps(row + 16 * c, r);
+                u[c] = _mm512_add_ps(u[c], _mm512_mul_ps(ki, r));
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nv; c++) {
+            dl[c] = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_loadu_ps(vh + 16 * c), u[c]));
+            acc[c] = _mm512_setzero_ps();
+        }
+        for (int64_t i = 0; i < d; i++) {
+            float *row = Sh + i * d;
+            const __m512 ki = _mm512_set1_ps(kh[i]), qi = _mm512_set1_ps(qh[i]);
+#pragma GCC unroll 8
+            for (int c = 0; c < nv; c++) {
+                const __m512 r = _mm512_add_ps(_mm512_loadu_ps(row + 16 * c), _mm512_mul_ps(ki, dl[c]));
+                _mm512_storeu_ps(row + 16 * c, r);
+                acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(qi, r));
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < nv; c++) _mm512_storeu_ps(o + t * P + h * d + 16 * c, acc[c]);
+    }
+}
+
+#define HEAD_ROWS_FN(n)                                                                                         \
+    VT_AVX512 __attribute__((noinline)) static void head_rows_##n(                                             \
+        int64_t T, int64_t H, int64_t d, int64_t h, const float *q, const float *k, const float *v,             \
+        const float *g, const float *beta, float *S, float *o, const float *f) {                              \
+        head_rows(n, T, H, d, h, q, k, v, g, beta, S, o, f);                                                  \
+    }
+HEAD_ROWS_FN(1) HEAD_ROWS_FN(2) HEAD_ROWS_FN(3) HEAD_ROWS_FN(4)
+HEAD_ROWS_FN(5) HEAD_ROWS_FN(6) HEAD_ROWS_FN(7) HEAD_ROWS_FN(8)
+
+typedef void (*head_rows_fn)(int64_t, int64_t, int64_t, int64_t, const float *, const float *, const float *,
+                             const float *, const float *, float *, float *, const float *);
+static const head_rows_fn head_rows_by_nv[9] = {NULL,        head_rows_1, head_rows_2, head_rows_3, head_rows_4,
+                                                head_rows_5, head_rows_6, head_rows_7, head_rows_8};
+
 /* Same structure as kda.c's loop (column blocks of JB, i outside, j inside,
- * u and o summed over i in order 0..d-1), so the same bits. */
+ * u and o summed over i in order 0..d-1), so the same bits; with AVX-512 and
+ * d a multiple of 16 up to 128, head_rows computes the same elements the same
+ * way a whole row at a time (test_kda_chunk.c, test_recurrent_is_kda_loop). */
 void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const float *k, const float *v,
                       const float *g, const float *beta, float *S, float *o, float *decay) {
     if (T <= 0 || H <= 0 || d <= 0) return;
@@ -58,6 +126,12 @@ void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const flo
     if (f) {
         #pragma omp parallel for schedule(static) if (T * P > 65536)
         for (int64_t i = 0; i < T * P; i++) f[i] = expf(g[i]);
+    }
+    if (d % 16 == 0 && d <= 128 && strcmp(vt_gemm_isa(), "avx512") == 0) {   /* VTLAB_GEMM_ISA=scalar: the loop below */
+        const head_rows_fn fn = head_rows_by_nv[d / 16];
+        #pragma omp parallel for schedule(static) if (T * P * d >= VT_PAR_MIN_WORK)
+        for (int64_t h = 0; h < H; h++) fn(T, H, d, h, q, k, v, g, beta, S, o, f);
+        return;
     }
     enum { JB = 32 };
     const int64_t nb = (d + JB - 1) / JB;

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "model/gemm.h"
 #include "model/kda_chunk.h"
 
 /* Measured (gcc 12 -O2, chunk 32 / sub-chunk 16, the 84 cases of the sweep
@@ -358,16 +359,16 @@ static void test_extreme_decays_finite(void **state) {
 
 /* The recurrence is kda.c's loop: a copy of that loop (exp(g) computed before
  * it, as kda.c does) gives the same bits. */
-static void test_recurrent_is_kda_loop(void **state) {
-    (void)state;
-    const int64_t T = 70, H = 3, d = 128, P = H * d;
+static void recurrent_is_kda_loop(int64_t T, int64_t H, int64_t d, int with_decay, uint64_t seed) {
+    const int64_t P = H * d;
     kda_case c;
-    make_case(&c, T, H, d, DECAY_MODEL, 55);
+    make_case(&c, T, H, d, DECAY_MODEL, seed);
     float *S1 = falloc((size_t)(H * d * d)), *S2 = falloc((size_t)(H * d * d));
     float *o1 = falloc((size_t)(T * P)), *o2 = falloc((size_t)(T * P)), *f = falloc((size_t)(T * P));
+    float *dbuf = falloc((size_t)(T * P));
     memcpy(S1, c.S0, (size_t)(H * d * d) * sizeof *S1);
     memcpy(S2, c.S0, (size_t)(H * d * d) * sizeof *S2);
-    vt_kda_recurrent(T, H, d, c.q, c.k, c.v, c.g, c.beta, S1, o1, NULL);
+    vt_kda_recurrent(T, H, d, c.q, c.k, c.v, c.g, c.beta, S1, o1, with_decay ? dbuf : NULL);
     for (int64_t i = 0; i < T * P; i++) f[i] = expf(c.g[i]);
     const float *q = c.q, *k = c.k, *v = c.v, *beta = c.beta;
     float *o = o2;
@@ -396,10 +397,32 @@ static void test_recurrent_is_kda_loop(void **state) {
                 for (int64_t jj = 0; jj < nj; jj++) o[t * P + h * d + j0 + jj] = acc[jj];
             }
         }
-    assert_memory_equal(S1, S2, (size_t)(H * d * d) * sizeof *S1);
-    assert_memory_equal(o1, o2, (size_t)(T * P) * sizeof *o1);
-    free(S1); free(S2); free(o1); free(o2); free(f);
+    if (memcmp(S1, S2, (size_t)(H * d * d) * sizeof *S1) || memcmp(o1, o2, (size_t)(T * P) * sizeof *o1))
+        fail_msg("T=%lld H=%lld d=%lld decay buffer %d: not the loop's bits", (long long)T, (long long)H, (long long)d,
+                 with_decay);
+    free(S1); free(S2); free(o1); free(o2); free(f); free(dbuf);
     free_case(&c);
+}
+
+/* The same loop written here (kda.c's, JB = 32 column blocks): bit for bit,
+ * through the whole-row AVX-512 path (d a multiple of 16 up to 128) and the
+ * blocked loop (other d), on 1 and 2 threads, with and without the decay
+ * buffer, and with the scalar kernels forced (VTLAB_GEMM_ISA=scalar). */
+static void test_recurrent_is_kda_loop(void **state) {
+    (void)state;
+    static const struct { int64_t T, H, d; } cs[] = {{70, 3, 128}, {1, 8, 128}, {3, 2, 16}, {2, 3, 48},
+                                                     {1, 2, 112}, {4, 2, 40}, {1, 1, 144}, {2, 2, 1}};
+    const int saved = omp_get_max_threads();
+    for (int isa = 0; isa < 2; isa++) {
+        if (isa == 1) assert_int_equal(vt_gemm_force_isa("scalar"), 0);
+        for (size_t ci = 0; ci < sizeof cs / sizeof *cs; ci++)
+            for (int th = 1; th <= 2; th++) {
+                omp_set_num_threads(th);
+                recurrent_is_kda_loop(cs[ci].T, cs[ci].H, cs[ci].d, (int)((ci + (size_t)th) % 2), 55 + ci);
+            }
+    }
+    vt_gemm_force_isa("avx512");
+    omp_set_num_threads(saved);
 }
 
 /* The workspace contract: too small is refused with S and o untouched; T = 0
