@@ -346,19 +346,10 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
     }
 }
 
-static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
-    /* The OpenMP thread count is process-wide: set it for this session's call,
-     * so that two sessions with different VT_THREADS never see each other's;
-     * the governor (team.h) may choose one thread for a decode step. */
-    omp_set_num_threads(vt_team_begin(&s->team, T));
-    const double t_begin = omp_get_wtime();
+static int forward_pass(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
     const vt_model *m = s->m;
     const vt_config *cfg = &m->cfg;
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size, L = cfg->num_hidden_layers;
-    for (int64_t t = 0; t < T; t++)
-        if (tok[t] < 0 || tok[t] >= V)
-            return vt_errf(err, VT_EINPUT, "token %d at position %lld is outside the vocabulary [0, %lld)",
-                           tok[t], (long long)t, (long long)V);
     int64_t shp[2] = {T, D};
     vt_tensor h = {0};
     vt_ws_reset(s);
@@ -405,6 +396,42 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
     }
 done:
     vt_ws_release(s, (vt_ws_mark){0, 0});
+    return rc;
+}
+
+typedef struct pass_args {
+    vt_session *s;
+    const int32_t *tok;
+    int64_t T;
+    float *logits;
+    int capture;
+    vt_err *err;
+} pass_args;
+
+static int pass_cb(void *p) {
+    const pass_args *a = p;
+    return forward_pass(a->s, a->tok, a->T, a->logits, a->capture, a->err);
+}
+
+static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
+    const int64_t V = s->m->cfg.vocab_size;
+    for (int64_t t = 0; t < T; t++)
+        if (tok[t] < 0 || tok[t] >= V)
+            return vt_errf(err, VT_EINPUT, "token %d at position %lld is outside the vocabulary [0, %lld)",
+                           tok[t], (long long)t, (long long)V);
+    /* The OpenMP thread count is process-wide: set it for this session's call,
+     * so that two sessions with different VT_THREADS never see each other's;
+     * the governor (team.h) may choose one thread for a decode step. A decode
+     * step on the team runs as one vt_gemm_step (gemm.h): the team waits for
+     * its ~30 products spinning instead of sleeping between them. */
+    const int n = vt_team_begin(&s->team, T);
+    omp_set_num_threads(n);
+    const double t_begin = omp_get_wtime();
+    int rc;
+    if (T == 1 && n > 1 && s->team.pool) {
+        pass_args a = {s, tok, T, logits, capture, err};
+        rc = vt_gemm_step(n, pass_cb, &a);
+    } else rc = forward_pass(s, tok, T, logits, capture, err);
     vt_team_end(&s->team, omp_get_wtime() - t_begin);
     omp_set_num_threads(s->team.max);   /* callers see the session's count, not this pass's */
     return rc;

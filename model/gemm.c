@@ -5,8 +5,10 @@
  * batch of products into tiles for OpenMP. The kernels are in gemm_avx512.c;
  * tests/unit/test_gemm.c checks every path bit for bit against vt_gemm_ref_dot.
  */
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,8 +192,85 @@ static void run_ranges(const batch_plan *b, tile_range *ranges, int nr) {
     }
 }
 
+/* ------------------------------------------------------------ step pool */
+
+/* vt_gemm_step's team: the calling thread runs the step and posts each batch
+ * (gen += 1); the other threads spin on gen, run their ranges of its tiles and
+ * count themselves done. */
+typedef struct step_pool {
+    _Alignas(64) uint64_t gen;    /* batches posted so far */
+    _Alignas(64) int64_t  done;   /* threads other than the caller done with the current batch */
+    _Alignas(64) int      quit;   /* the step has returned */
+    int                   n;      /* threads in the team */
+    const batch_plan     *plan;   /* the current batch (the caller's stack, valid until done == n - 1) */
+    tile_range           *ranges;
+} step_pool;
+
+static _Thread_local step_pool *t_pool;   /* the step this thread runs, or NULL */
+
+/* Spins before each sched_yield while waiting (~50 us of `pause`): a step's
+ * serial stretches between products are mostly shorter; a longer wait (or a
+ * core taken by another process) yields the core. */
+enum { SPINS_BEFORE_YIELD = 4096 };
+
+static void pool_wait_gen(const step_pool *p, uint64_t seen, uint64_t *g, int *quit) {
+    for (unsigned spins = 0;; spins++) {
+        if ((*g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE)) != seen) { *quit = 0; return; }
+        if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) { *quit = 1; return; }
+        if (spins < SPINS_BEFORE_YIELD) _mm_pause();
+        else sched_yield();
+    }
+}
+
+static void pool_worker(step_pool *p) {
+    uint64_t seen = 0, g;
+    int quit;
+    for (;;) {
+        pool_wait_gen(p, seen, &g, &quit);
+        if (quit) return;
+        seen = g;
+        run_ranges(p->plan, p->ranges, p->n);
+        __atomic_add_fetch(&p->done, 1, __ATOMIC_ACQ_REL);
+    }
+}
+
+/* The caller's side of a batch in a step: post it, run range 0, wait. */
+static void pool_batch(step_pool *p, const batch_plan *b, int64_t ntiles) {
+    tile_range ranges[p->n];
+    for (int i = 0; i < p->n; i++) {
+        const uint64_t f = (uint64_t)(ntiles * i / p->n), e = (uint64_t)(ntiles * (i + 1) / p->n);
+        ranges[i].fb = f << 32 | e;
+    }
+    p->plan = b, p->ranges = ranges;
+    __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
+    run_ranges(b, ranges, p->n);
+    for (unsigned spins = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < p->n - 1; spins++) {
+        if (spins < SPINS_BEFORE_YIELD) _mm_pause();
+        else sched_yield();
+    }
+}
+
+int vt_gemm_step(int nthreads, int (*fn)(void *), void *arg) {
+    if (nthreads <= 1 || t_pool) return fn(arg);
+    step_pool p = {0};
+    int rc = 0;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        if (omp_get_thread_num() == 0) {
+            p.n = omp_get_num_threads();   /* read by the others only after a post (release/acquire on gen) */
+            t_pool = &p;
+            rc = fn(arg);
+            t_pool = NULL;
+            __atomic_store_n(&p.quit, 1, __ATOMIC_RELEASE);
+        } else pool_worker(&p);
+    }
+    return rc;
+}
+
 int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
-    const int nthreads = omp_get_max_threads();
+    step_pool *pool = t_pool;
+    const int nthreads = pool ? pool->n : omp_get_max_threads();
     const int64_t want = (int64_t)TILES_PER_THREAD * nthreads;
     const int64_t cols = count_tiles(jobs, njobs, 1, COLS_WIDE) >= want ? COLS_WIDE : COLS;
     const int64_t cols_only = count_tiles(jobs, njobs, 1, cols);
@@ -208,6 +287,8 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
     const int big = work >= VT_PAR_MIN_WORK;
     if (ntiles <= 1 || !big || nthreads <= 1 || ntiles > 0xFFFFFFFFLL) {
         for (int64_t t = 0; t < ntiles; t++) run_tile(&b, t);
+    } else if (pool) {
+        pool_batch(pool, &b, ntiles);
     } else {
         tile_range ranges[nthreads];
         for (int i = 0; i < nthreads; i++) {

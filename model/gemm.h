@@ -47,11 +47,22 @@ typedef struct vt_gemm_job {
 /* Runs the jobs together in one parallel region over OpenMP's current thread
  * count (jobs sharing x, like q/k/v or gate/up, are one call; so are the
  * experts of a MoE layer). Jobs with M == 0 are skipped. Must not be called
- * from inside a parallel region. Returns the batch's multiply-adds when it is
+ * from inside a parallel region (but for vt_gemm_step's calling thread). Returns the batch's multiply-adds when it is
  * big enough to run in parallel (VT_PAR_MIN_WORK; whatever the thread count,
  * one included), else 0: the thread governor (team.h) judges only decode steps
  * that have such a product. */
 int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs);
+
+/* Runs fn(arg) on the calling thread as one step of nthreads threads: the
+ * other nthreads - 1 wait for the products fn runs, spinning (then yielding,
+ * see gemm.c), and every vt_gemm_batch that fn calls on this thread runs its
+ * tiles on all of them, without a parallel region of its own. A decode step
+ * has ~30 products with short serial stretches between them: a team that
+ * sleeps in between (OMP_WAIT_POLICY=PASSIVE, model/omp_wait.c) pays a
+ * wake-up per product. Parallel regions fn opens itself run on its thread
+ * alone (nested). Returns fn's value; nthreads <= 1 or a call from inside a
+ * step: fn(arg) as it is. Same bits whatever the threads. */
+int vt_gemm_step(int nthreads, int (*fn)(void *), void *arg);
 
 /* Single-threaded products of plain f32 matrices for use inside a parallel
  * region (attention scores, chunked KDA), same per-element chain:

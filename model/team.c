@@ -10,7 +10,9 @@ void vt_team_init(vt_team *t, int max) {
     const char *g = getenv("VTLAB_TEAM_GOVERNOR");
     memset(t, 0, sizeof *t);
     t->max = max > 0 ? max : 1;
+    const char *sp = getenv("VTLAB_STEP_POOL");
     t->off = t->max == 1 || (g && !strcmp(g, "0"));
+    t->pool = !(sp && !strcmp(sp, "0"));
     t->choice = 1;
     t->interval = VT_TEAM_FIRST_INTERVAL;
 }

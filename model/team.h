@@ -38,6 +38,7 @@ enum { VT_TEAM_FIRST_INTERVAL = 4, VT_TEAM_GROWTH = 4, VT_TEAM_MAX_INTERVAL = 64
 typedef struct vt_team {
     int    max;        /* the session's thread count */
     int    off;        /* VTLAB_TEAM_GOVERNOR=0, or max == 1 */
+    int    pool;       /* a decode step on the team runs as one vt_gemm_step (VTLAB_STEP_POOL=0: not) */
     int    governed;   /* the pass in flight is a decode step */
     int    mode;       /* ... and what it runs: 0 one thread, 1 the team */
     int64_t work;      /* ... and the multiply-adds of its products big enough to run in parallel */

@@ -165,6 +165,58 @@ static void test_audit_and_threads_do_not_change_numbers(void **state) {
     vt_session_free(sa); vt_session_free(sb); vt_session_free(sc); vt_session_free(sd);
 }
 
+/* Decode steps on a team run as one vt_gemm_step (gemm.h): the same bits as
+ * on one thread, and as on a team without the step pool (VTLAB_STEP_POOL=0).
+ * The tiny config's products are all too small to run in parallel at decode,
+ * so this model has its vocabulary raised to 12000: the lm_head GEMV (12000 x
+ * 192) runs in parallel in every step. The governor is held off so that
+ * every step runs on the team. */
+static void test_decode_step_pool_same_bits(void **state) {
+    (void)state;
+    char dir[256] = "/tmp/vt-test-forward-pool-XXXXXX", cfg[300], err[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(cfg, sizeof cfg, "%s/big-vocab.json", dir);
+    FILE *in = fopen("model/configs/kimi-linear-tiny.json", "r"), *out = fopen(cfg, "w");
+    assert_non_null(in);
+    assert_non_null(out);
+    char line[512];
+    int replaced = 0;
+    while (fgets(line, sizeof line, in)) {
+        if (strstr(line, "\"vocab_size\": 1024,")) { fputs("  \"vocab_size\": 12000,\n", out); replaced++; }
+        else fputs(line, out);
+    }
+    fclose(in);
+    assert_int_equal(fclose(out), 0);
+    assert_int_equal(replaced, 1);
+    char mdir[320];
+    snprintf(mdir, sizeof mdir, "%s/model", dir);
+    vt_model *m = NULL;
+    if (vt_synth(cfg, 11, "f32", mdir, err, sizeof err) || vt_model_open(&m, mdir, err, sizeof err)) fail_msg("%s", err);
+    enum { P = 3, STEPS = 6, VB = 12000 };
+    int32_t t[P + STEPS];
+    vt_test_tokens(t, P + STEPS, 13, VB);
+    float *lg[3];
+    const char *one[] = {"VT_THREADS", "1", NULL}, *two[] = {"VT_THREADS", "2", NULL};
+    setenv("VTLAB_TEAM_GOVERNOR", "0", 1);
+    for (int run = 0; run < 3; run++) {
+        if (run == 2) setenv("VTLAB_STEP_POOL", "0", 1);   /* read when the session starts */
+        vt_session *s = vt_test_session(m, run == 0 ? one : two);
+        lg[run] = malloc(sizeof(float) * VB * STEPS);
+        assert_non_null(lg[run]);
+        assert_int_equal(vt_session_prefill(s, t, P, lg[run], err, sizeof err), 0);
+        for (int i = 0; i < STEPS; i++)
+            assert_int_equal(vt_session_decode(s, t[P + i], lg[run] + (size_t)i * VB, err, sizeof err), 0);
+        vt_session_free(s);
+    }
+    unsetenv("VTLAB_STEP_POOL");
+    unsetenv("VTLAB_TEAM_GOVERNOR");
+    assert_memory_equal(lg[0], lg[1], sizeof(float) * VB * STEPS);
+    assert_memory_equal(lg[0], lg[2], sizeof(float) * VB * STEPS);
+    for (int run = 0; run < 3; run++) free(lg[run]);
+    vt_model_free(m);
+    assert_int_equal(vt_test_rmdir(dir), 0);
+}
+
 static void test_bad_token_is_input_error(void **state) {
     (void)state;
     vt_session *s = vt_test_session(g_model, NULL);
@@ -223,6 +275,7 @@ int main(void) {
         cmocka_unit_test(test_stream_probe_shows_knob),
         cmocka_unit_test(test_probes_off_records_nothing),
         cmocka_unit_test(test_audit_and_threads_do_not_change_numbers),
+        cmocka_unit_test(test_decode_step_pool_same_bits),
         cmocka_unit_test(test_bad_token_is_input_error),
         cmocka_unit_test(test_bf16_checkpoint_runs),
         cmocka_unit_test(test_cuda_backend_without_device),

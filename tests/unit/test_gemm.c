@@ -206,6 +206,69 @@ static void test_batch_many_jobs(void **state) {
     free(xb);
 }
 
+/* vt_gemm_step: a step of batches, each checked against the reference, with
+ * serial work between them (one stretch long enough that the waiting
+ * threads yield), a parallel region opened by the step (runs on its thread),
+ * a step inside the step (runs as a plain call), and the step's value. */
+typedef struct step_case {
+    vt_gemm_job jobs[3];
+    float *want[3];
+    int fails, inner_threads, nested_ran;
+} step_case;
+
+static int nested_step(void *p) { ((step_case *)p)->nested_ran = 1; return 5; }
+
+static int step_fn(void *p) {
+    step_case *c = p;
+    for (int round = 0; round < 3; round++) {
+        for (int j = 0; j < 3; j++)
+            for (int64_t i = 0; i < c->jobs[j].M * c->jobs[j].W->shape[0]; i++) c->jobs[j].y[i] = NAN;
+        vt_gemm_batch(c->jobs, 3);
+        for (int j = 0; j < 3; j++)
+            if (memcmp(c->jobs[j].y, c->want[j], (size_t)(c->jobs[j].M * c->jobs[j].W->shape[0]) * sizeof(float)))
+                c->fails++;
+        if (round == 1) {   /* a serial stretch past the spinning budget: the others yield, then resume */
+            const double t0 = omp_get_wtime();
+            while (omp_get_wtime() - t0 < 0.003) {}
+        }
+    }
+    #pragma omp parallel
+    {
+        #pragma omp single
+        c->inner_threads = omp_get_num_threads();
+    }
+    if (vt_gemm_step(2, nested_step, c) != 5) c->fails++;
+    return 42;
+}
+
+static void test_gemm_step(void **state) {
+    (void)state;
+    enum { K = 1024 };
+    const int64_t Ns[3] = {1024, 700, 33}, Ms[3] = {1, 2, 1};   /* two products big enough to run in parallel */
+    float *xb, *x = make_x(2, K, &xb);
+    wmat w[3];
+    step_case c = {0};
+    for (int j = 0; j < 3; j++) {
+        w[j] = make_w(DTYPES[j], Ns[j], K);
+        c.want[j] = calloc((size_t)(Ms[j] * Ns[j]), sizeof(float));
+        float *y = calloc((size_t)(Ms[j] * Ns[j]), sizeof(float));
+        c.jobs[j] = (vt_gemm_job){x, K, Ms[j], &w[j].t, c.want[j], Ns[j]};
+        ref_job(&c.jobs[j], c.want[j]);
+        c.jobs[j].y = y;
+    }
+    const int saved = omp_get_max_threads();
+    for (int th = 1; th <= 4; th++) {
+        c.fails = 0, c.inner_threads = 0, c.nested_ran = 0;
+        assert_int_equal(vt_gemm_step(th, step_fn, &c), 42);
+        if (c.fails) fail_msg("vt_gemm_step with %d threads: %d products not the reference's bits", th, c.fails);
+        if (th > 1) assert_int_equal(c.inner_threads, 1);   /* nested in the step's team */
+        assert_int_equal(c.nested_ran, 1);
+    }
+    omp_set_num_threads(saved);
+    for (int j = 0; j < 3; j++) { free(w[j].base); free(c.want[j]); free(c.jobs[j].y); }
+    free(xb);
+}
+
 /* The reference loops of vt_sgemm_nt / vt_sgemm_nn (gemm.h). */
 
 static void ref_sgemm(int nn, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
@@ -448,6 +511,7 @@ int main(void) {
         cmocka_unit_test(test_batch_every_remainder),
         cmocka_unit_test(test_batch_large),
         cmocka_unit_test(test_batch_many_jobs),
+        cmocka_unit_test(test_gemm_step),
         cmocka_unit_test(test_gemv_every_shift),
         cmocka_unit_test(test_gemv_shifts_batch),
         cmocka_unit_test(test_sgemm_nt_nn),
