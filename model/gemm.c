@@ -172,6 +172,14 @@ static int64_t range_take(tile_range *r, int from_back) {
     }
 }
 
+/* Tiles [0, ntiles) cut into n contiguous ranges, as equal as can be. */
+static void ranges_init(tile_range *ranges, int n, int64_t ntiles) {
+    for (int i = 0; i < n; i++) {
+        const uint64_t f = (uint64_t)(ntiles * i / n), e = (uint64_t)(ntiles * (i + 1) / n);
+        ranges[i].fb = f << 32 | e;
+    }
+}
+
 static void run_ranges(const batch_plan *b, tile_range *ranges, int nr) {
     const int me = omp_get_thread_num() % nr;
     for (;;) {
@@ -237,10 +245,7 @@ static void pool_worker(step_pool *p) {
 /* The caller's side of a batch in a step: post it, run range 0, wait. */
 static void pool_batch(step_pool *p, const batch_plan *b, int64_t ntiles) {
     tile_range ranges[p->n];
-    for (int i = 0; i < p->n; i++) {
-        const uint64_t f = (uint64_t)(ntiles * i / p->n), e = (uint64_t)(ntiles * (i + 1) / p->n);
-        ranges[i].fb = f << 32 | e;
-    }
+    ranges_init(ranges, p->n, ntiles);
     p->plan = b, p->ranges = ranges;
     __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
@@ -291,10 +296,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
         pool_batch(pool, &b, ntiles);
     } else {
         tile_range ranges[nthreads];
-        for (int i = 0; i < nthreads; i++) {
-            const uint64_t f = (uint64_t)(ntiles * i / nthreads), e = (uint64_t)(ntiles * (i + 1) / nthreads);
-            ranges[i].fb = f << 32 | e;
-        }
+        ranges_init(ranges, nthreads, ntiles);
         #pragma omp parallel
         run_ranges(&b, ranges, nthreads);
     }

@@ -299,12 +299,6 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
 
 /* ------------------------------------------------------------------- gemv */
 
-/* Software prefetch distance of the GEMV, in k: the 32 rows of a tile are 32
- * interleaved streams, more than the L2 streamer follows at full depth, so
- * each row is prefetched 256 elements (1 KiB f32, 512 B bf16) ahead. A
- * prefetch past the end of W is harmless (prefetches do not fault). */
-enum { GEMV_PF = 256 };
-
 /* How the GEMV reads W. A step reads one chunk of 16 k of every row: 64
  * bytes of f32, 32 bytes of bf16/f16. When W is element-aligned and wstride
  * is a multiple of the chunk, every row starts the same s elements past a chunk boundary (a safetensors
