@@ -77,10 +77,11 @@ int vt_gemm_force_isa(const char *name) {
     return -1;
 }
 
-/* One block of one product with the kernel for this CPU and this row count. */
-static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+/* One block of one product with the kernel for this CPU and this row count;
+ * next: the GEMV's prefetch target after the block (vt_gemm512_gemv). */
+static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *next) {
     if (isa() != ISA_AVX512) scalar_block(a, r0, r1, c0, c1);
-    else if (r1 - r0 <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(a, r0, r1, c0, c1);
+    else if (r1 - r0 <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(a, r0, r1, c0, c1, next);
     else vt_gemm512_block(a, r0, r1, c0, c1);
 }
 
@@ -141,13 +142,20 @@ static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_s
 
 typedef struct batch_plan { const vt_gemm_job *jobs; int64_t njobs, row_split, cols; } batch_plan;
 
-static void run_tile(const batch_plan *b, int64_t t) {
-    tile c;
+/* Runs tile t; next (or -1): the tile this thread expects to run after it,
+ * whose first W rows the GEMV prefetches during t's last block (the tiles of
+ * a decode MoE batch are a few per expert: without it every expert's first
+ * rows came from memory unprefetched; bf16 gate/up batch 9.5 GB/s). */
+static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
+    tile c, n;
     if (!tile_at(b->jobs, b->njobs, b->row_split, b->cols, t, &c)) return;
     const vt_gemm_job *g = c.g;
     const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
                             g->W->shape[1], g->y, g->ldy, 0};
-    run_block(&a, c.r0, c.r1, c.c0, c.c1);
+    const void *nrows = NULL;
+    if (next >= 0 && tile_at(b->jobs, b->njobs, b->row_split, b->cols, next, &n) && n.r1 - n.r0 <= VT_GEMV_MAX_ROWS)
+        nrows = (const char *)n.g->W->data + (size_t)n.c0 * vt_row_size(n.g->W->dtype, n.g->W->shape[1]);
+    run_block(&a, c.r0, c.r1, c.c0, c.c1, nrows);
 }
 
 /* The tiles are dealt out as contiguous ranges, one per thread, each run
@@ -193,10 +201,11 @@ static void run_ranges(const batch_plan *b, tile_range *ranges, int nr) {
             }
             if (victim < 0) return;
             if ((t = range_take(&ranges[victim], 1)) < 0) continue;
-            run_tile(b, t);
+            run_tile(b, t, -1);
             continue;
         }
-        run_tile(b, t);
+        const uint64_t v = __atomic_load_n(&ranges[me].fb, __ATOMIC_RELAXED);   /* the front: most likely mine next */
+        run_tile(b, t, (v >> 32) < (v & 0xFFFFFFFFu) ? (int64_t)(v >> 32) : -1);
     }
 }
 
@@ -291,7 +300,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
         }
     const int big = work >= VT_PAR_MIN_WORK;
     if (ntiles <= 1 || !big || nthreads <= 1 || ntiles > 0xFFFFFFFFLL) {
-        for (int64_t t = 0; t < ntiles; t++) run_tile(&b, t);
+        for (int64_t t = 0; t < ntiles; t++) run_tile(&b, t, t + 1 < ntiles ? t + 1 : -1);
     } else if (pool) {
         pool_batch(pool, &b, ntiles);
     } else {
@@ -312,7 +321,7 @@ void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
     if (isa() != ISA_AVX512) { scalar_block(&a, 0, M, 0, N); return; }
     for (int64_t i = 0; i < M; i += 256) {   /* rows by 256 keep the x block of a K panel in L2 */
         const int64_t i1 = i + 256 < M ? i + 256 : M;
-        if (i1 - i <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(&a, i, i1, 0, N);
+        if (i1 - i <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(&a, i, i1, 0, N, NULL);
         else vt_gemm512_block(&a, i, i1, 0, N);
     }
 }

@@ -342,7 +342,7 @@ VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const char *
  * chunk shift s (0: unaligned steps from kb). The two 16-column halves give
  * 2*mr independent chains per k step. */
 VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, int64_t i0, int64_t j0, int64_t nc,
-                      int64_t kb, int64_t ke, int mode) {
+                      int64_t kb, int64_t ke, int mode, const char *next) {
     const size_t es = dt == VT_F32 ? 4 : 2;
     const int nh = nc > 16 ? 2 : 1;
     const char *rows[32];   /* the first chunk of each row (aligned when s > 0) */
@@ -351,13 +351,13 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, i
     const __mmask16 m[2] = {mask_n(nc), mask_n(nc - 16)};
     const float *x = a->x + i0 * a->ldx;
     float *y = a->y + i0 * a->ldy + j0;
-    /* The next 32 rows, when W rows are contiguous: one sequential region,
-     * prefetched in order over this tile's steps, 32 chunks per step, with
-     * the T2 hint (gemm_bench, W from memory, interleaved: T2 over T1 +2%
-     * f32, +5% bf16 at 1 thread; 288M bf16 decode 47.1/51.4 -> 52.5/52.9
-     * tok/s; T0 and NTA slower, no prefetch 0.56 of triad for bf16). */
-    const int pf_next = a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K;
-    const char *next = (const char *)a->w + (size_t)(j0 + 32) * a->wstride;
+    /* The 32 rows that come next (next: their first row, or NULL), when W
+     * rows are contiguous: one sequential region, prefetched in order over
+     * this block's steps, 32 chunks per step, with the T2 hint (gemm_bench, W
+     * from memory, interleaved: T2 over T1 +2% f32, +5% bf16 at 1 thread;
+     * 288M bf16 decode 47.1/51.4 -> 52.5/52.9 tok/s; T0 and NTA slower, no
+     * prefetch 0.56 of triad for bf16). */
+    const int pf_next = next && a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K;
     __m512 acc[2][VT_GEMV_MAX_ROWS];
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < mr; i++)
@@ -390,29 +390,32 @@ static int gemv_shift(const vt_gemm_args *a, int64_t kb) {
 
 #define GEMV_FN(n)                                                                                          \
     VT_AVX512 __attribute__((noinline)) static void gemv_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
-                                                             int64_t nc, int64_t kb, int64_t ke, int mode) { \
+                                                             int64_t nc, int64_t kb, int64_t ke, int mode,  \
+                                                             const char *next) {                           \
         const int s = gemv_shift(a, kb);                                                                   \
         switch (a->dt) {                                                                                   \
-        case VT_BF16: gemv32(n, a, VT_BF16, s, i0, j0, nc, kb, ke, mode); break;                            \
-        case VT_F16: gemv32(n, a, VT_F16, s, i0, j0, nc, kb, ke, mode); break;                              \
-        default: gemv32(n, a, VT_F32, s, i0, j0, nc, kb, ke, mode); break;                                  \
+        case VT_BF16: gemv32(n, a, VT_BF16, s, i0, j0, nc, kb, ke, mode, next); break;                      \
+        case VT_F16: gemv32(n, a, VT_F16, s, i0, j0, nc, kb, ke, mode, next); break;                        \
+        default: gemv32(n, a, VT_F32, s, i0, j0, nc, kb, ke, mode, next); break;                            \
         }                                                                                                  \
     }
 GEMV_FN(1) GEMV_FN(2) GEMV_FN(3) GEMV_FN(4)
 
-typedef void (*gemv_fn)(const vt_gemm_args *, int64_t, int64_t, int64_t, int64_t, int64_t, int);
+typedef void (*gemv_fn)(const vt_gemm_args *, int64_t, int64_t, int64_t, int64_t, int64_t, int, const char *);
 static const gemv_fn gemv_by_rows[VT_GEMV_MAX_ROWS + 1] = {NULL, gemv_1, gemv_2, gemv_3, gemv_4};
 
-VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                               const void *next) {
     if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
     const gemv_fn f = gemv_by_rows[r1 - r0];
     for (int64_t j = c0; j < c1; j += 32) {
         const int64_t nc = c1 - j < 32 ? c1 - j : 32;
+        const char *pf = j + 32 < c1 ? (const char *)a->w + (size_t)(j + 32) * a->wstride : next;
 #ifdef VT_MUTATE_GEMM_SPLIT_K
-        f(a, r0, j, nc, 0, a->K / 2, a->acc ? MODE_LOAD : MODE_ZERO);   /* two partial sums: the mutation */
-        f(a, r0, j, nc, a->K / 2, a->K, MODE_ADD);
+        f(a, r0, j, nc, 0, a->K / 2, a->acc ? MODE_LOAD : MODE_ZERO, pf);   /* two partial sums: the mutation */
+        f(a, r0, j, nc, a->K / 2, a->K, MODE_ADD, pf);
 #else
-        f(a, r0, j, nc, 0, a->K, a->acc ? MODE_LOAD : MODE_ZERO);
+        f(a, r0, j, nc, 0, a->K, a->acc ? MODE_LOAD : MODE_ZERO, pf);
 #endif
     }
 }

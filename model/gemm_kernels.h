@@ -35,7 +35,9 @@ typedef struct vt_gemm_args {
  * block: packs W per (32 columns, KC) and runs the register-blocked
  * micro-kernel; any row count. gemv: r1 - r0 <= VT_GEMV_MAX_ROWS. */
 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
-void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+/* next: the first W row of what the caller runs after this block (another
+ * job's rows, say), prefetched during its last 32 columns; NULL: none. */
+void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *next);
 
 /* C[M,N] (+)= A[M,K] · B[K,N] (B row-major [K][N], read in place). */
 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,

@@ -248,7 +248,7 @@ static void bench_decode(int threads, char *pool, size_t pool_bytes, triad_arg *
 typedef struct { vt_gemm_args a; int64_t M, N; int gemv; } kern_arg;
 static void run_kernel(void *p) {
     kern_arg *k = p;
-    if (k->gemv) vt_gemm512_gemv(&k->a, 0, k->M, 0, k->N);
+    if (k->gemv) vt_gemm512_gemv(&k->a, 0, k->M, 0, k->N, NULL);
     else vt_gemm512_block(&k->a, 0, k->M, 0, k->N);
 }
 

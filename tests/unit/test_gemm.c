@@ -342,7 +342,7 @@ static void test_gemv_every_shift(void **state) {
                                 want[i * ldy + j] = r;
                             }
                         const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc};
-                        vt_gemm512_gemv(&a, 0, M, 0, N);
+                        vt_gemm512_gemv(&a, 0, M, 0, N, NULL);
                         char what[160];
                         snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d",
                                  vt_dtype_name(dt), off, (long long)K, wstride, (long long)M, (long long)N, acc);
