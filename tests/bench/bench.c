@@ -734,8 +734,9 @@ int main(int argc, char **argv) {
             double bw = dec_toks[th] * bpt / 1e9;
             printf("  decode t%d: %.1f tok/s x %.4f MB/token = %.2f GB/s = %.1f%% of triad%s\n", th, dec_toks[th],
                    mb(bpt), bw, 100 * bw / gbs[th],
-                   llc > 0 && bpt < (double)llc ? " (the active weights fit in the last-level cache: can exceed 100%)"
-                                                : "");
+                   bw > gbs[th] && llc > 0 && bpt < (double)llc
+                       ? " (above 100%: the active weights fit in the last-level cache)"
+                       : "");
             dec_ph[th]->peak_bytes = gbs[th] * 1e9;
         }
         if (have_wl)
