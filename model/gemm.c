@@ -115,22 +115,6 @@ static tile_plan plan_job(const vt_gemm_job *g, int64_t row_split, int64_t cols)
     return p;
 }
 
-/* Tile t of the batch: its product and block. 0 when t is past the end. */
-typedef struct tile { const vt_gemm_job *g; int64_t r0, r1, c0, c1; } tile;
-
-static int tile_at(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols, int64_t t, tile *out) {
-    for (int64_t j = 0; j < njobs; j++) {
-        const tile_plan p = plan_job(&jobs[j], row_split, cols);
-        if (t >= p.ncb * p.nrb) { t -= p.ncb * p.nrb; continue; }
-        const int64_t N = jobs[j].W->shape[0], cb = t % p.ncb, rb = t / p.ncb;
-        out->g = &jobs[j];
-        out->c0 = cb * p.cols, out->c1 = out->c0 + p.cols < N ? out->c0 + p.cols : N;
-        out->r0 = rb * p.rows, out->r1 = out->r0 + p.rows < jobs[j].M ? out->r0 + p.rows : jobs[j].M;
-        return 1;
-    }
-    return 0;
-}
-
 static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_split, int64_t cols) {
     int64_t n = 0;
     for (int64_t j = 0; j < njobs; j++) {
@@ -140,7 +124,31 @@ static int64_t count_tiles(const vt_gemm_job *jobs, int64_t njobs, int64_t row_s
     return n;
 }
 
-typedef struct batch_plan { const vt_gemm_job *jobs; int64_t njobs, row_split, cols; } batch_plan;
+/* A batch cut into tiles: each job's plan and the index of its first tile
+ * (first[njobs] = the tile count), computed once per batch; every thread
+ * looks its tiles up there. */
+typedef struct batch_plan {
+    const vt_gemm_job *jobs;
+    int64_t            njobs;
+    const tile_plan   *plans;
+    const int64_t     *first;
+} batch_plan;
+
+/* Tile t of the batch: its product and block. 0 when t is past the end. */
+typedef struct tile { const vt_gemm_job *g; int64_t r0, r1, c0, c1; } tile;
+
+static int tile_at(const batch_plan *b, int64_t t, tile *out) {
+    if (t < 0 || t >= b->first[b->njobs]) return 0;
+    int64_t j = 0;
+    while (t >= b->first[j + 1]) j++;
+    const tile_plan *p = &b->plans[j];
+    const vt_gemm_job *g = &b->jobs[j];
+    const int64_t N = g->W->shape[0], cb = (t - b->first[j]) % p->ncb, rb = (t - b->first[j]) / p->ncb;
+    out->g = g;
+    out->c0 = cb * p->cols, out->c1 = out->c0 + p->cols < N ? out->c0 + p->cols : N;
+    out->r0 = rb * p->rows, out->r1 = out->r0 + p->rows < g->M ? out->r0 + p->rows : g->M;
+    return 1;
+}
 
 /* Runs tile t; next (or -1): the tile this thread expects to run after it,
  * whose first W rows the GEMV prefetches during t's last block (the tiles of
@@ -148,12 +156,12 @@ typedef struct batch_plan { const vt_gemm_job *jobs; int64_t njobs, row_split, c
  * rows came from memory unprefetched; bf16 gate/up batch 9.5 GB/s). */
 static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
     tile c, n;
-    if (!tile_at(b->jobs, b->njobs, b->row_split, b->cols, t, &c)) return;
+    if (!tile_at(b, t, &c)) return;
     const vt_gemm_job *g = c.g;
     const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
                             g->W->shape[1], g->y, g->ldy, 0};
     const void *nrows = NULL;
-    if (next >= 0 && tile_at(b->jobs, b->njobs, b->row_split, b->cols, next, &n) && n.r1 - n.r0 <= VT_GEMV_MAX_ROWS)
+    if (tile_at(b, next, &n) && n.r1 - n.r0 <= VT_GEMV_MAX_ROWS)
         nrows = (const char *)n.g->W->data + (size_t)n.c0 * vt_row_size(n.g->W->dtype, n.g->W->shape[1]);
     run_block(&a, c.r0, c.r1, c.c0, c.c1, nrows);
 }
@@ -168,6 +176,10 @@ static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
  * decode 35 -> 43 tok/s). Which thread runs a tile never changes its bits.
  * A range is front << 32 | back, changed by compare-and-swap only. */
 typedef struct tile_range { _Alignas(64) uint64_t fb; } tile_range;
+
+/* Tiles left in a range (v: its word), and the first of them (-1: none). */
+static uint64_t range_left(uint64_t v) { return (v >> 32) < (v & 0xFFFFFFFFu) ? (v & 0xFFFFFFFFu) - (v >> 32) : 0; }
+static int64_t range_front(uint64_t v) { return range_left(v) ? (int64_t)(v >> 32) : -1; }
 
 static int64_t range_take(tile_range *r, int from_back) {
     uint64_t v = __atomic_load_n(&r->fb, __ATOMIC_RELAXED);
@@ -196,16 +208,15 @@ static void run_ranges(const batch_plan *b, tile_range *ranges, int nr) {
             int victim = -1;
             uint64_t most = 0;
             for (int i = 0; i < nr; i++) {
-                const uint64_t v = __atomic_load_n(&ranges[i].fb, __ATOMIC_RELAXED), f = v >> 32, e = v & 0xFFFFFFFFu;
-                if (f < e && e - f > most) most = e - f, victim = i;
+                const uint64_t left = range_left(__atomic_load_n(&ranges[i].fb, __ATOMIC_RELAXED));
+                if (left > most) most = left, victim = i;
             }
             if (victim < 0) return;
             if ((t = range_take(&ranges[victim], 1)) < 0) continue;
             run_tile(b, t, -1);
             continue;
         }
-        const uint64_t v = __atomic_load_n(&ranges[me].fb, __ATOMIC_RELAXED);   /* the front: most likely mine next */
-        run_tile(b, t, (v >> 32) < (v & 0xFFFFFFFFu) ? (int64_t)(v >> 32) : -1);
+        run_tile(b, t, range_front(__atomic_load_n(&ranges[me].fb, __ATOMIC_RELAXED)));   /* most likely mine next */
     }
 }
 
@@ -230,12 +241,16 @@ static _Thread_local step_pool *t_pool;   /* the step this thread runs, or NULL 
  * core taken by another process) yields the core. */
 enum { SPINS_BEFORE_YIELD = 4096 };
 
+static void pool_relax(unsigned spins) {
+    if (spins < SPINS_BEFORE_YIELD) _mm_pause();
+    else sched_yield();
+}
+
 static void pool_wait_gen(const step_pool *p, uint64_t seen, uint64_t *g, int *quit) {
     for (unsigned spins = 0;; spins++) {
         if ((*g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE)) != seen) { *quit = 0; return; }
         if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) { *quit = 1; return; }
-        if (spins < SPINS_BEFORE_YIELD) _mm_pause();
-        else sched_yield();
+        pool_relax(spins);
     }
 }
 
@@ -259,10 +274,7 @@ static void pool_batch(step_pool *p, const batch_plan *b, int64_t ntiles) {
     __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
     run_ranges(b, ranges, p->n);
-    for (unsigned spins = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < p->n - 1; spins++) {
-        if (spins < SPINS_BEFORE_YIELD) _mm_pause();
-        else sched_yield();
-    }
+    for (unsigned spins = 0; __atomic_load_n(&p->done, __ATOMIC_ACQUIRE) < p->n - 1; spins++) pool_relax(spins);
 }
 
 int vt_gemm_step(int nthreads, int (*fn)(void *), void *arg) {
@@ -289,8 +301,15 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
     const int64_t cols = count_tiles(jobs, njobs, 1, COLS_WIDE) >= want ? COLS_WIDE : COLS;
     const int64_t cols_only = count_tiles(jobs, njobs, 1, cols);
     const int64_t row_split = cols_only > 0 && cols_only < want ? (want + cols_only - 1) / cols_only : 1;
-    const int64_t ntiles = count_tiles(jobs, njobs, row_split, cols);
-    const batch_plan b = {jobs, njobs, row_split, cols};
+    tile_plan plans[njobs > 0 ? njobs : 1];
+    int64_t first[njobs + 1];
+    first[0] = 0;
+    for (int64_t j = 0; j < njobs; j++) {
+        plans[j] = plan_job(&jobs[j], row_split, cols);
+        first[j + 1] = first[j] + plans[j].ncb * plans[j].nrb;
+    }
+    const int64_t ntiles = first[njobs];
+    const batch_plan b = {jobs, njobs, plans, first};
     /* a small batch runs on the calling thread (VT_PAR_MIN_WORK, gemm.h) */
     int64_t work = 0, madds = 0;
     for (int64_t j = 0; j < njobs; j++)
