@@ -18,11 +18,12 @@
  * count, one thread), runs the faster, and after `interval` steps runs the
  * other for one step to refresh its rate. The whole step is timed, not only
  * its products: with one core busy the team's products alone still looked
- * faster while its steps were slower (the small regions between them). A probe that confirms the choice widens the
- * interval (below); a change of choice resets it. A step with no product big
- * enough to run in parallel (vt_gemm_batch's return; the tiny model) is not
- * judged: it has nothing to run in parallel. VTLAB_TEAM_GOVERNOR=0 in the environment
- * keeps the session's count always.
+ * faster while its steps were slower (the small regions between them). A
+ * probe that confirms the choice widens the interval (below); a change of
+ * choice resets it. A step with no product big enough to run in parallel
+ * (vt_gemm_batch's return; the tiny model) is not judged: it has nothing to
+ * run in parallel. VTLAB_TEAM_GOVERNOR=0 in the environment keeps the
+ * session's count always.
  */
 #ifndef VT_TEAM_H
 #define VT_TEAM_H
