@@ -277,7 +277,7 @@ TINY := model/configs/kimi-linear-tiny.json
 run: deps vtlab
 	bash harness/run-demo.sh ./vtlab
 
-$(BUILD)/bench: tests/bench/bench.c $(LIBHARNESS) $(LIBMODEL)
+$(BUILD)/bench: tests/bench/bench.c tests/bench/blas_core.h $(LIBHARNESS) $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) $(LDLIBS) -o $@
 
 # Causal attention, reference loop vs blocked (tests/bench/attn_bench.c; not in
@@ -296,7 +296,7 @@ $(BUILD)/bench_cuda: tests/bench/bench_cuda.c $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 
 # The GEMM kernels against OpenBLAS and a STREAM triad in the same process.
-$(BUILD)/gemm_bench: tests/bench/gemm_bench.c $(LIBMODEL)
+$(BUILD)/gemm_bench: tests/bench/gemm_bench.c tests/bench/blas_core.h $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBMODEL) $(LDLIBS) -o $@
 
 # make bench [PEER_MODELING=/path/to/modeling_kimi_linear.py] [PEER_CONFIG=FILE]

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas_core.h"
 #include "model/gemm.h"
 #include "model/gemm_kernels.h"
 #include "model/vt.h"
@@ -279,6 +280,7 @@ static void bench_threshold(char *pool) {
 
 int main(int argc, char **argv) {
     vt_openmp_wait_passively(argv);   /* as vtlab does: idle threads sleep */
+    bench_blas_best_core(argv);       /* the peak with OpenBLAS's AVX-512 kernels where the CPU has them */
     int quick = 0;
     const char *only = "";   /* --only prefill|decode|threshold: one part (while tuning) */
     for (int i = 1; i < argc; i++) {
@@ -289,7 +291,9 @@ int main(int argc, char **argv) {
     if (ROUNDS < 1) ROUNDS = 1;
     if (ROUNDS > MAXR) ROUNDS = MAXR;
     if (quick) MIN_SEC = 0.03;
-    printf("gemm_bench: kernels %s, %d rounds interleaved\n", vt_gemm_isa(), ROUNDS);
+    char blas[256];
+    bench_blas_describe(blas, sizeof blas);
+    printf("gemm_bench: kernels %s, %d rounds interleaved; the peak: %s\n", vt_gemm_isa(), ROUNDS, blas);
     const size_t arr = (size_t)512 << 20, pool_bytes = (size_t)1 << 30;
     triad_arg tr = {xalloc(arr), xalloc(arr), xalloc(arr), arr / sizeof(double)};
     char *pool = xalloc(pool_bytes);

@@ -34,7 +34,31 @@ import sys
 import time
 import types
 
-import numpy as np
+
+def blas_best_core():
+    """As tests/bench/blas_core.h does for the bench: on a CPU with the AVX-512 subsets of
+    OpenBLAS's SkylakeX kernels, unless VTLAB_BENCH_BLAS_KEEP is set, OPENBLAS_CORETYPE is
+    SkylakeX, so that torch (Debian's links OpenBLAS) and the bench server this starts run the
+    same AVX-512 kernels even where the environment pins an AVX2 core type. Must run before
+    numpy or torch loads OpenBLAS."""
+    if os.environ.get("VTLAB_BENCH_BLAS_KEEP"):
+        return
+    if os.environ.get("OPENBLAS_CORETYPE", "").lower() in ("skylakex", "cooperlake", "sapphirerapids"):
+        return
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        return
+    if all(x in flags for x in ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")):
+        if os.environ.get("OPENBLAS_CORETYPE"):
+            os.environ["VTLAB_BENCH_BLAS_FALLBACK"] = os.environ["OPENBLAS_CORETYPE"] + " (from OPENBLAS_CORETYPE)"
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+
+
+blas_best_core()
+
+import numpy as np  # noqa: E402  (after blas_best_core: numpy may load OpenBLAS)
 
 
 class NotRun(Exception):

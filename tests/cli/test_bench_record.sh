@@ -124,4 +124,24 @@ rm -f "$W/b.db"
 expect_exit "truncated report: exit 2" 2 "$VTLAB" record-bench "$W/bad.json" --db "$W/b.db"
 stderr_has "truncated report: says so" "not valid JSON"
 expect_exit "missing report: exit 2" 2 "$VTLAB" record-bench "$W/none.json" --db "$W/b.db"
+
+# the sgemm peak's OpenBLAS kernels (tests/bench/blas_core.h): on a CPU with the AVX-512 of
+# OpenBLAS's SkylakeX kernels, a core type without AVX-512 (pinned here by OPENBLAS_CORETYPE,
+# as the Zen 5 VM's environment does) is replaced, and the answer names what it replaced;
+# VTLAB_BENCH_BLAS_KEEP=1 keeps it
+blas() { printf 'blas\nquit\n' | env "$@" "$BENCH" "$W/tiny" --serve 2>&1 | sed -n 2p; }
+if awk '/^flags/ { for (i = 1; i <= NF; i++) f[$i] = 1; exit }
+        END { exit !(f["avx512f"] && f["avx512cd"] && f["avx512bw"] && f["avx512dq"] && f["avx512vl"]) }' /proc/cpuinfo; then
+  got=$(blas OPENBLAS_CORETYPE=Haswell)
+  case "$got" in "ok OpenBLAS kernels SkylakeX, set by the bench in place of Haswell (from OPENBLAS_CORETYPE)"*)
+    ok "an AVX2 OpenBLAS core on an AVX-512 CPU: the peak runs SkylakeX and says what it replaced" ;;
+    *) not_ok "an AVX2 OpenBLAS core on an AVX-512 CPU: replaced" "$got" ;; esac
+  got=$(blas OPENBLAS_CORETYPE=Haswell VTLAB_BENCH_BLAS_KEEP=1)
+  [ "$got" = "ok OpenBLAS kernels Haswell (OPENBLAS_CORETYPE)" ] && ok "VTLAB_BENCH_BLAS_KEEP=1 keeps the core type" ||
+    not_ok "VTLAB_BENCH_BLAS_KEEP=1 keeps the core type" "$got"
+else
+  got=$(blas OPENBLAS_CORETYPE=Haswell)
+  [ "$got" = "ok OpenBLAS kernels Haswell (OPENBLAS_CORETYPE)" ] && ok "no AVX-512 here: OpenBLAS's core type is kept" ||
+    not_ok "no AVX-512 here: OpenBLAS's core type is kept" "$got"
+fi
 finish
