@@ -82,6 +82,7 @@ int vt_gemm_force_isa(const char *name) {
 static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *next) {
     if (isa() != ISA_AVX512) scalar_block(a, r0, r1, c0, c1);
     else if (r1 - r0 <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(a, r0, r1, c0, c1, next);
+    else if (r1 - r0 <= VT_BCAST_MAX_ROWS && !a->acc && a->dt == VT_F32) vt_gemm512_bcast(a, r0, r1, c0, c1);
     else vt_gemm512_block(a, r0, r1, c0, c1);
 }
 

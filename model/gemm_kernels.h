@@ -39,6 +39,11 @@ void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0,
  * job's rows, say), prefetched during its last 32 columns; NULL: none. */
 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *next);
 
+/* Rows from VT_GEMV_MAX_ROWS + 1 up to this, f32 W, no accumulate:
+ * vt_gemm512_bcast (W broadcast from its rows in place, no packing). */
+#define VT_BCAST_MAX_ROWS 64
+void vt_gemm512_bcast(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
 /* C[M,N] (+)= A[M,K] · B[K,N] (B row-major [K][N], read in place). */
 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                     float *C, int64_t ldc, int accumulate);
