@@ -23,10 +23,10 @@
  * context length (1M tokens at most is 16k blocks; an f32 running sum would
  * lose ~log2(16k) bits there). It costs one f64 add per row per block.
  *
- * exp is attn_expf below: a fixed polynomial (Cephes' expf, ~1 ulp) written
- * with plain IEEE operations, so that a vectorised loop and the scalar one
- * give the same bits; inputs are always <= 0 here, and anything below -87
- * (including a masked -inf) gives 0.
+ * exp is vt_expf / vt_exp16 (vmath.h): a fixed polynomial (Cephes' expf,
+ * ~1 ulp) written with plain IEEE operations, so that a vectorised loop and
+ * the scalar one give the same bits; inputs are always <= 0 here, and
+ * anything below -87 (including a masked -inf) gives 0.
  *
  * Work partition: items are (query block, head, key split). The number of
  * key splits is 1 unless there are too few (head, query block) items to
@@ -45,6 +45,7 @@
 
 #include "attn.h"
 #include "gemm.h"
+#include "vmath.h"
 
 /* ------------------------------------------------------------ reference */
 
@@ -105,26 +106,6 @@ enum {
     ALIGN = 64,
 };
 
-/* exp(x) for x <= 0 (Cephes expf): range reduction by n = round(x/ln2) with
- * ln2 in two parts (n*C1 is exact), a degree-7 polynomial, times 2^n built
- * from the exponent bits; below -87 (2^n would leave the normal range) 0. */
-static inline float attn_expf(float x) {
-    const float xc = x < -87.0f ? -87.0f : x;
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round to nearest */
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float y = 1.9875691500e-4f;
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * (r * r) + r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-    float s;
-    memcpy(&s, &bits, sizeof s);
-    return x < -87.0f ? 0.0f : y * s;
-}
 
 typedef struct {
     int64_t T, p0, Nh, dqk, dv, ldq, ldk, ldv, ldo;
@@ -194,14 +175,14 @@ static float softmax_row_scalar(float *row, int64_t nv, int64_t nk, float scale,
     }
     float lane[LANES] = {0};
     for (int64_t j = 0; j < nv; j++) {
-        float p = attn_expf(row[j] - mx);
+        float p = vt_expf(row[j] - mx);
         row[j] = p;
         lane[j % LANES] += p;
     }
     for (int64_t j = nv; j < nk; j++) row[j] = 0.0f;
     for (int w = LANES / 2; w; w /= 2)
         for (int i = 0; i < w; i++) lane[i] += lane[i + w];
-    float a = attn_expf(*m - mx);   /* m = -inf at the start: a = 0 */
+    float a = vt_expf(*m - mx);   /* m = -inf at the start: a = 0 */
     *l = *l * a + lane[0];
     *m = mx;
     return a;
@@ -212,24 +193,6 @@ static float softmax_row_scalar(float *row, int64_t nv, int64_t nk, float scale,
  * same bits as softmax_row_scalar (test_attn checks both; no FMA contraction,
  * see the pragma above). */
 #define AVX512 __attribute__((target("avx512f")))
-
-AVX512 static inline __m512 attn_exp16(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.0f), magic = _mm512_set1_ps(12582912.0f);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    const __m512 xc = _mm512_mask_blend_ps(under, x, lo);
-    const __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)), magic), magic);
-    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
-    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_add_ps(_mm512_mul_ps(y, r), _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(y, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
-}
 
 AVX512 static float softmax_row_avx512(float *row, int64_t nv, int64_t nk, float scale, float *m, double *l) {
     if (nv <= 0) {
@@ -254,12 +217,12 @@ AVX512 static float softmax_row_avx512(float *row, int64_t nv, int64_t nk, float
     const __m512 vm = _mm512_set1_ps(mx);
     __m512 acc = _mm512_setzero_ps();
     for (j = 0; j + 16 <= nv; j += 16) {
-        __m512 p = attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
+        __m512 p = vt_exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
         _mm512_storeu_ps(row + j, p);
         acc = _mm512_add_ps(acc, p);
     }
     if (j < nv) {
-        __m512 p = _mm512_maskz_mov_ps(tail, attn_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + j), vm)));
+        __m512 p = _mm512_maskz_mov_ps(tail, vt_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + j), vm)));
         _mm512_mask_storeu_ps(row + j, tail, p);
         acc = _mm512_add_ps(acc, p);
     }
@@ -268,7 +231,7 @@ AVX512 static float softmax_row_avx512(float *row, int64_t nv, int64_t nk, float
     _mm512_storeu_ps(lane, acc);
     for (int w = LANES / 2; w; w /= 2)
         for (int i = 0; i < w; i++) lane[i] += lane[i + w];
-    float a = attn_expf(*m - mx);
+    float a = vt_expf(*m - mx);
     *l = *l * a + lane[0];
     *m = mx;
     return a;
@@ -410,7 +373,7 @@ int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, f
                 for (int64_t c = 0; c < dv; c++) out[c] = 0.0f;
                 for (int64_t s = 0; s < ns; s++) {
                     const size_t r = ((size_t)s * (size_t)Nh + (size_t)h) * (size_t)T + (size_t)t;
-                    const float wgt = attn_expf(mp[r] - M);   /* an empty split: m = -inf, weight 0 */
+                    const float wgt = vt_expf(mp[r] - M);   /* an empty split: m = -inf, weight 0 */
                     if (wgt == 0.0f) continue;
                     L += lp[r] * wgt;
                     const float *Os = Op + r * (size_t)dv;

@@ -23,6 +23,7 @@
 
 #include "kda_chunk.h"
 #include "model.h"
+#include "vmath.h"
 
 /* Causal depthwise conv + SiLU of x0[T, P] with weights w[P, K], using and
  * updating cache[K-1][P] (the last K-1 inputs before this call). */
@@ -33,11 +34,14 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
     memcpy(buf + (K - 1) * P, x0, vt_row_size(VT_F32, T * P));
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++)
+    {
         for (int64_t c = 0; c < P; c++) {
             float acc = 0.0f;
             for (int64_t j = 0; j < K; j++) acc += w[c * K + j] * buf[(t + j) * P + c];
-            y[t * P + c] = vt_silu(acc);
+            y[t * P + c] = acc;
         }
+        vt_silu_mul(y + t * P, NULL, P);
+    }
     memcpy(cache, buf + T * P, vt_row_size(VT_F32, (K - 1) * P));
 }
 
@@ -48,10 +52,12 @@ static void gates_and_norms(const vt_kda_w *w, int64_t T, int64_t H, int64_t d, 
     const int64_t P = H * d;
     const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
     const float qscale = 1.0f / sqrtf((float)d);
+    float neg_a[H];   /* -exp(A_log) per head, once per call, not per element */
+    for (int64_t h = 0; h < H; h++) neg_a[h] = -vt_expf(A_log[h]);
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t ch = 0; ch < P; ch++)
-            f[t * P + ch] = -expf(A_log[ch / d]) * vt_softplus(f[t * P + ch] + dt_bias[ch]);
+            f[t * P + ch] = neg_a[ch / d] * vt_softplus(f[t * P + ch] + dt_bias[ch]);
         for (int64_t h = 0; h < H; h++) {
             beta[t * H + h] = vt_sigmoid(beta[t * H + h]);
             float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
@@ -74,8 +80,9 @@ static void gated_norm(float *o, const float *gg, const float *onw, int64_t T, i
             const float *gh = gg + t * P + h * d;
             double ss = 0.0;
             for (int64_t i = 0; i < d; i++) ss += (double)oh[i] * oh[i];
-            float inv = (float)(1.0 / sqrt(ss / (double)d + eps));
-            for (int64_t i = 0; i < d; i++) oh[i] = oh[i] * inv * onw[i] * vt_sigmoid(gh[i]);
+            float inv = (float)(1.0 / sqrt(ss / (double)d + eps)), sg[d];
+            vt_sigmoid_array(gh, sg, d);
+            for (int64_t i = 0; i < d; i++) oh[i] = oh[i] * inv * onw[i] * sg[i];
         }
 }
 

@@ -44,6 +44,8 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "model.h"
+#include "vmath.h"
 
 /* ------------------------------------------------------------- recurrent */
 
@@ -69,7 +71,7 @@ static inline __attribute__((always_inline)) VT_AVX512 void head_rows(
         for (int c = 0; c < nv; c++) u[c] = _mm512_setzero_ps();
         for (int64_t i = 0; i < d; i++) {
             float *row = Sh + i * d;
-            const __m512 di = _mm512_set1_ps(f ? f[t * P + h * d + i] : expf(g[t * P + h * d + i]));
+            const __m512 di = _mm512_set1_ps(f ? f[t * P + h * d + i] : vt_expf(g[t * P + h * d + i]));
             const __m512 ki = _mm512_set1_ps(kh[i]);
 #pragma GCC unroll 8
             for (int c = 0; c < nv; c++) {
@@ -125,7 +127,7 @@ void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const flo
     float *f = decay;
     if (f) {
         #pragma omp parallel for schedule(static) if (T * P > 65536)
-        for (int64_t i = 0; i < T * P; i++) f[i] = expf(g[i]);
+        for (int64_t t = 0; t < T; t++) vt_exp_array(g + t * P, f + t * P, P);
     }
     if (d % 16 == 0 && d <= 128 && strcmp(vt_gemm_isa(), "avx512") == 0) {   /* VTLAB_GEMM_ISA=scalar: the loop below */
         const head_rows_fn fn = head_rows_by_nv[d / 16];
@@ -149,7 +151,7 @@ void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const flo
                 for (int64_t jj = 0; jj < nj; jj++) u[jj] = 0.0f;
                 for (int64_t i = 0; i < d; i++) {
                     float *row = S + (h * d + i) * d + j0;
-                    const float di = f ? f[t * P + h * d + i] : expf(g[t * P + h * d + i]), ki = kh[i];
+                    const float di = f ? f[t * P + h * d + i] : vt_expf(g[t * P + h * d + i]), ki = kh[i];
                     for (int64_t jj = 0; jj < nj; jj++) { row[jj] *= di; u[jj] += ki * row[jj]; }
                 }
                 for (int64_t jj = 0; jj < nj; jj++) { dl[jj] = bt * (vh[jj] - u[jj]); acc[jj] = 0.0f; }
@@ -251,7 +253,7 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, i
                 __builtin_prefetch(kr + C * P + i);
                 __builtin_prefetch(v + (r + C) * P + i);
             }
-        for (int64_t i = 0; i < d; i++) Fr[i] = expf(gr[i]);
+        vt_exp_array(gr, Fr, d);
         if (r == 0) memcpy(GAM, Fr, (size_t)d * sizeof *GAM);
         else {
             #pragma omp simd

@@ -1,7 +1,8 @@
 /*
  * ops.c — the small numeric building blocks of the CPU forward pass: the one
  * GEMM entry points (gemm.h, timed so the benchmark can report the GEMM
- * share), the session's workspace, RMSNorm, bf16 activation rounding and scalar activations.
+ * share), the session's workspace, RMSNorm, bf16 activation rounding and the
+ * activations (scalar and array forms, on vmath.h's exp).
  */
 #include <math.h>
 #include <omp.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "vmath.h"
 
 void vt_gemm_jobs(vt_session *s, const vt_gemm_job *jobs, int64_t njobs) {
     double t0 = omp_get_wtime();
@@ -135,6 +137,66 @@ void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float
     }
 }
 
-float vt_silu(float x) { return x / (1.0f + expf(-x)); }
-float vt_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-float vt_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+/* The activations, on vt_expf (vmath.h): the scalar forms below and the
+ * array forms after them compute the same operations, so an element's bits
+ * never depend on which ran it (nor on the instruction set). */
+float vt_silu(float x) { return x / (1.0f + vt_expf(-x)); }
+float vt_sigmoid(float x) { return 1.0f / (1.0f + vt_expf(-x)); }
+float vt_softplus(float x) { return x > 20.0f ? x : log1pf(vt_expf(x)); }
+
+static int simd512(void) { return strcmp(vt_gemm_isa(), "avx512") == 0; }   /* VTLAB_GEMM_ISA=scalar: none */
+
+#define VT_AVX512_FN __attribute__((target("avx512f")))
+VT_AVX512_FN static __m512 silu16(__m512 x) {
+    const __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), vt_exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+#ifdef VT_MUTATE_SILU_RCP
+    return _mm512_mul_ps(x, _mm512_rcp14_ps(den));   /* mutation (make mutation): a "fast" reciprocal, other bits */
+#else
+    return _mm512_div_ps(x, den);
+#endif
+}
+VT_AVX512_FN static __m512 sigmoid16(__m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, vt_exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+/* The array forms: 16 lanes at a time with AVX-512, the tail masked. */
+VT_AVX512_FN static void exp512(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, vt_exp16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+VT_AVX512_FN static void silu_mul512(float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = silu16(_mm512_maskz_loadu_ps(m, a + i));
+        _mm512_mask_storeu_ps(a + i, m, b ? _mm512_mul_ps(x, _mm512_maskz_loadu_ps(m, b + i)) : x);
+    }
+}
+VT_AVX512_FN static void sigmoid512(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, sigmoid16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+void vt_exp_array(const float *x, float *y, int64_t n) {
+    if (simd512()) exp512(x, y, n);
+    else for (int64_t i = 0; i < n; i++) y[i] = vt_expf(x[i]);
+}
+#ifdef VT_MUTATE_SILU_RCP
+static float silu_rcp(float x) { return x * (1.0f / (1.0f + vt_expf(-x))); }   /* the same defect, no AVX-512 */
+#define SILU_ARRAY silu_rcp
+#else
+#define SILU_ARRAY vt_silu
+#endif
+void vt_silu_mul(float *a, const float *b, int64_t n) {
+    if (simd512()) silu_mul512(a, b, n);
+    else if (b) for (int64_t i = 0; i < n; i++) a[i] = SILU_ARRAY(a[i]) * b[i];
+    else for (int64_t i = 0; i < n; i++) a[i] = SILU_ARRAY(a[i]);
+}
+void vt_sigmoid_array(const float *x, float *y, int64_t n) {
+    if (simd512()) sigmoid512(x, y, n);
+    else for (int64_t i = 0; i < n; i++) y[i] = vt_sigmoid(x[i]);
+}

@@ -13,6 +13,7 @@
 
 #include "model/gemm.h"
 #include "model/kda_chunk.h"
+#include "model/vmath.h"
 
 /* Measured (gcc 12 -O2, chunk 32 / sub-chunk 16, the 84 cases of the sweep
  * below): chunked vs recurrent at most 7.5e-7 relative to max |o| on the
@@ -358,7 +359,7 @@ static void test_extreme_decays_finite(void **state) {
 }
 
 /* The recurrence is kda.c's loop: a copy of that loop (exp(g) computed before
- * it, as kda.c does) gives the same bits. */
+ * it with vmath.h's vt_expf, as kda.c does) gives the same bits. */
 static void recurrent_is_kda_loop(int64_t T, int64_t H, int64_t d, int with_decay, uint64_t seed) {
     const int64_t P = H * d;
     kda_case c;
@@ -369,7 +370,7 @@ static void recurrent_is_kda_loop(int64_t T, int64_t H, int64_t d, int with_deca
     memcpy(S1, c.S0, (size_t)(H * d * d) * sizeof *S1);
     memcpy(S2, c.S0, (size_t)(H * d * d) * sizeof *S2);
     vt_kda_recurrent(T, H, d, c.q, c.k, c.v, c.g, c.beta, S1, o1, with_decay ? dbuf : NULL);
-    for (int64_t i = 0; i < T * P; i++) f[i] = expf(c.g[i]);
+    for (int64_t i = 0; i < T * P; i++) f[i] = vt_expf(c.g[i]);
     const float *q = c.q, *k = c.k, *v = c.v, *beta = c.beta;
     float *o = o2;
     enum { JB = 32 };
