@@ -313,17 +313,36 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
  * kb, unaligned. */
 static inline int gemv_chunk(vt_dtype dt) { return dt == VT_F32 ? 64 : 32; }
 
+/* The prefetch hint for the next tile's rows: T2 on Intel, T0 on AMD.
+ * gemm_bench, W from memory, 1 thread, interleaved: on the 2-core Xeon
+ * (Sapphire Rapids) T2 over T1 +2% f32, +5% bf16, T0 and NTA slower; on the
+ * 2-core Zen 5 VM T0 over T2 0.69 vs 0.56 of triad (f32), 0.82 vs 0.72-0.78
+ * (bf16), NTA between. Read once; a race only writes the same value. */
+static int gemv_hint_t0(void) {
+    static int v = -1;
+    int h = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (h < 0) {
+        __builtin_cpu_init();
+        h = __builtin_cpu_is("amd") ? 1 : 0;
+        __atomic_store_n(&v, h, __ATOMIC_RELAXED);
+    }
+    return h;
+}
+
 /* One step of gemv32 over the 16 rows of half h: lanes [lo, hi) of the chunk
  * at byte offset off of each row, k = k0 + lane. full: lo = 0, hi = 16 (no
  * per-lane tests). pf: 16 chunks of the next tile to prefetch, or NULL. */
 VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const char *const *rows, size_t off, int lo,
-                         int hi, const float *x, int64_t ldx, int64_t k0, __m512 *acc, const char *pf) {
+                         int hi, const float *x, int64_t ldx, int64_t k0, __m512 *acc, const char *pf, int t0) {
     const uint32_t lanes = full ? 0xFFFF : ((((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
     __m512 r[16];
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++) {
         const char *p = rows[t] + off;
-        if (pf) _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt), _MM_HINT_T2);
+        if (pf) {
+            if (t0) _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt), _MM_HINT_T0);
+            else _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt), _MM_HINT_T2);
+        }
         if (dt == VT_F32) r[t] = _mm512_maskz_loadu_ps((__mmask16)lanes, p);
         else {
             const __m256i v = _mm256_maskz_loadu_epi16((__mmask16)lanes, p);
@@ -353,11 +372,10 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, i
     float *y = a->y + i0 * a->ldy + j0;
     /* The 32 rows that come next (next: their first row, or NULL), when W
      * rows are contiguous: one sequential region, prefetched in order over
-     * this block's steps, 32 chunks per step, with the T2 hint (gemm_bench, W
-     * from memory, interleaved: T2 over T1 +2% f32, +5% bf16 at 1 thread;
-     * 288M bf16 decode 47.1/51.4 -> 52.5/52.9 tok/s; T0 and NTA slower, no
+     * this block's steps, 32 chunks per step, with gemv_hint_t0's hint (on
+     * the Xeon: 288M bf16 decode T2 over T1 47.1/51.4 -> 52.5/52.9 tok/s; no
      * prefetch 0.56 of triad for bf16). */
-    const int pf_next = next && a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K;
+    const int pf_next = next && a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K, t0 = gemv_hint_t0();
     __m512 acc[2][VT_GEMV_MAX_ROWS];
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < mr; i++)
@@ -368,8 +386,8 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, i
         const size_t off = n * (size_t)gemv_chunk(dt);
         for (int h = 0; h < nh; h++) {
             const char *pf = pf_next ? next + (n * 32 + (size_t)16 * h) * (size_t)gemv_chunk(dt) : NULL;
-            if (lo == 0 && hi == 16) gemv_step(mr, 1, dt, rows + 16 * h, off, 0, 16, x, a->ldx, k0, acc[h], pf);
-            else gemv_step(mr, 0, dt, rows + 16 * h, off, lo, hi, x, a->ldx, k0, acc[h], pf);
+            if (lo == 0 && hi == 16) gemv_step(mr, 1, dt, rows + 16 * h, off, 0, 16, x, a->ldx, k0, acc[h], pf, t0);
+            else gemv_step(mr, 0, dt, rows + 16 * h, off, lo, hi, x, a->ldx, k0, acc[h], pf, t0);
         }
     }
     for (int i = 0; i < mr; i++)
