@@ -56,8 +56,10 @@ static void gates_and_norms(const vt_kda_w *w, int64_t T, int64_t H, int64_t d, 
     for (int64_t h = 0; h < H; h++) neg_a[h] = -vt_expf(A_log[h]);
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
-        for (int64_t ch = 0; ch < P; ch++)
-            f[t * P + ch] = neg_a[ch / d] * vt_softplus(f[t * P + ch] + dt_bias[ch]);
+        float *ft = f + t * P;   /* -exp(A_log) * softplus(f + dt_bias), a token's row at once */
+        for (int64_t ch = 0; ch < P; ch++) ft[ch] = ft[ch] + dt_bias[ch];
+        vt_softplus_array(ft, ft, P);
+        for (int64_t ch = 0; ch < P; ch++) ft[ch] = neg_a[ch / d] * ft[ch];
         for (int64_t h = 0; h < H; h++) {
             beta[t * H + h] = vt_sigmoid(beta[t * H + h]);
             float *qh = q + t * P + h * d, *kh = k + t * P + h * d;

@@ -147,16 +147,17 @@ void       vt_ws_free(vt_session *s);
 void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float *w, double eps, float *y);
 /* Rounds to bf16 in place when VT_KIMI_BF16_ACT is on; otherwise nothing. */
 void vt_act_round(const vt_session *s, float *x, int64_t n);
-/* SiLU, sigmoid and softplus on vt_expf (vmath.h: a fixed polynomial, not
- * libm's expf). The array forms give each element the bits of the scalar
- * form, AVX-512 or not: y = exp(x); a = silu(a) * b (b NULL: silu(a));
- * y = sigmoid(x). x and y may be the same array. */
+/* SiLU, sigmoid and softplus on vt_expf and vt_log1pf_pos (vmath.h: fixed
+ * polynomials, not libm's). The array forms give each element the bits of
+ * the scalar form, AVX-512 or not: y = exp(x); a = silu(a) * b (b NULL:
+ * silu(a)); y = sigmoid(x); y = softplus(x). x and y may be the same array. */
 float vt_silu(float x);
 float vt_sigmoid(float x);
 float vt_softplus(float x);
 void  vt_exp_array(const float *x, float *y, int64_t n);
 void  vt_silu_mul(float *a, const float *b, int64_t n);
 void  vt_sigmoid_array(const float *x, float *y, int64_t n);
+void  vt_softplus_array(const float *x, float *y, int64_t n);
 
 /* ------------------------------------------------------------ probes.c */
 

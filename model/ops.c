@@ -142,13 +142,17 @@ void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float
  * never depend on which ran it (nor on the instruction set). */
 float vt_silu(float x) { return x / (1.0f + vt_expf(-x)); }
 float vt_sigmoid(float x) { return 1.0f / (1.0f + vt_expf(-x)); }
-float vt_softplus(float x) { return x > 20.0f ? x : log1pf(vt_expf(x)); }
+float vt_softplus(float x) { return x > 20.0f ? x : vt_log1pf_pos(vt_expf(x)); }
 
 static int simd512(void) { return strcmp(vt_gemm_isa(), "avx512") == 0; }   /* VTLAB_GEMM_ISA=scalar: none */
 
 #define VT_AVX512_FN __attribute__((target("avx512f")))
+/* -x as the scalar code's -x: a sign flip (0 - x would keep a NaN's sign) */
+VT_AVX512_FN static __m512 neg16(__m512 x) {
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
+}
 VT_AVX512_FN static __m512 silu16(__m512 x) {
-    const __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), vt_exp16(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+    const __m512 den = _mm512_add_ps(_mm512_set1_ps(1.0f), vt_exp16(neg16(x)));
 #ifdef VT_MUTATE_SILU_RCP
     return _mm512_mul_ps(x, _mm512_rcp14_ps(den));   /* mutation (make mutation): a "fast" reciprocal, other bits */
 #else
@@ -157,7 +161,12 @@ VT_AVX512_FN static __m512 silu16(__m512 x) {
 }
 VT_AVX512_FN static __m512 sigmoid16(__m512 x) {
     const __m512 one = _mm512_set1_ps(1.0f);
-    return _mm512_div_ps(one, _mm512_add_ps(one, vt_exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    return _mm512_div_ps(one, _mm512_add_ps(one, vt_exp16(neg16(x))));
+}
+
+VT_AVX512_FN static __m512 softplus16(__m512 x) {
+    const __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(20.0f), _CMP_GT_OQ);
+    return _mm512_mask_blend_ps(big, vt_log1p16_pos(vt_exp16(x)), x);
 }
 
 /* The array forms: 16 lanes at a time with AVX-512, the tail masked. */
@@ -181,6 +190,17 @@ VT_AVX512_FN static void sigmoid512(const float *x, float *y, int64_t n) {
     }
 }
 
+VT_AVX512_FN static void softplus512(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, softplus16(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+void vt_softplus_array(const float *x, float *y, int64_t n) {
+    if (simd512()) softplus512(x, y, n);
+    else for (int64_t i = 0; i < n; i++) y[i] = vt_softplus(x[i]);
+}
 void vt_exp_array(const float *x, float *y, int64_t n) {
     if (simd512()) exp512(x, y, n);
     else for (int64_t i = 0; i < n; i++) y[i] = vt_expf(x[i]);

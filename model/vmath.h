@@ -7,14 +7,16 @@
  * was 9% of a 1-thread prefill of the 288M model (perf: __expf_fma 3.6%,
  * vt_silu 3.1%, __log1pf 1.9%, vt_sigmoid 0.7%).
  *
- * The method is Cephes' expf (~1 ulp): n = round(x / ln2) (by adding and
+ * vt_log1pf_pos (log(1 + u), u >= 0) completes softplus the same way.
+ *
+ * The exp is Cephes' expf (~1 ulp): n = round(x / ln2) (by adding and
  * subtracting 1.5 * 2^23), r = x - n ln2 with ln2 in two parts (n * C1 is
  * exact), a degree-7 polynomial in r, times 2^n built from the exponent
  * bits. Below -87, where 2^n would leave the normal range, 0; above 88, +inf
  * (the true value is finite up to 88.72: the callers divide by 1 + exp(..),
  * where that changes nothing above 1e-37). Written with separate multiplies
  * and adds (the build contracts nothing into FMAs, -std=c11), so both forms
- * round alike. NaN gives NaN.
+ * round alike. NaN gives NaN (its sign and payload are not kept alike).
  */
 #ifndef VT_VMATH_H
 #define VT_VMATH_H
@@ -66,6 +68,66 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 vt_exp16(
     __m512 v = _mm512_maskz_mov_ps((__mmask16)~under, _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
     v = _mm512_mask_blend_ps(over, v, _mm512_set1_ps(INFINITY));
     return _mm512_mask_blend_ps(nan, v, x);
+}
+
+/* log(1 + u) for u >= 0 (finite): Cephes' logf on v = 1 + u (v = m 2^e with
+ * m in [sqrt(1/2), sqrt(2)), a degree-8 polynomial in m - 1, ln2 in two
+ * parts), plus the rounding of 1 + u put back, (u - (v - 1)) / v, which v - 1
+ * computes exactly; so a u below 2^-24, where v = 1, still gives u. */
+static inline float vt_log1pf_pos(float u) {
+    const float v = 1.0f + u;
+    uint32_t b;
+    memcpy(&b, &v, sizeof b);
+    float e = (float)((int32_t)(b >> 23) - 126);
+    b = (b & 0x007FFFFFu) | 0x3F000000u;   /* v's mantissa in [0.5, 1) */
+    float m;
+    memcpy(&m, &b, sizeof m);
+    if (m < 0.707106781186547524f) e = e - 1.0f, m = m + m - 1.0f;
+    else m = m - 1.0f;
+    const float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = y * m + -1.1514610310e-1f;
+    y = y * m + 1.1676998740e-1f;
+    y = y * m + -1.2420140846e-1f;
+    y = y * m + 1.4249322787e-1f;
+    y = y * m + -1.6668057665e-1f;
+    y = y * m + 2.0000714765e-1f;
+    y = y * m + -2.4999993993e-1f;
+    y = y * m + 3.3333331174e-1f;
+    y = y * m * z;
+    y = y + e * -2.12194440e-4f;
+    y = y + -0.5f * z;
+    float r = m + y;
+    r = r + e * 0.693359375f;
+    return r + (u - (v - 1.0f)) / v;
+}
+
+/* vt_log1pf_pos on 16 lanes: the same operations, the same bits. */
+static inline __attribute__((always_inline, target("avx512f"))) __m512 vt_log1p16_pos(__m512 u) {
+    const __m512 one = _mm512_set1_ps(1.0f), v = _mm512_add_ps(one, u);
+    const __m512i b = _mm512_castps_si512(v);
+    __m512 e = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 23), _mm512_set1_epi32(126)));
+    __m512 m = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(0x007FFFFF)), _mm512_set1_epi32(0x3F000000)));
+    const __mmask16 lo = _mm512_cmp_ps_mask(m, _mm512_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+    e = _mm512_mask_sub_ps(e, lo, e, one);
+    m = _mm512_mask_blend_ps(lo, _mm512_sub_ps(m, one), _mm512_sub_ps(_mm512_add_ps(m, m), one));
+    const __m512 z = _mm512_mul_ps(m, m);
+    __m512 y = _mm512_set1_ps(7.0376836292e-2f);
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(-1.1514610310e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(1.1676998740e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(-1.2420140846e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(1.4249322787e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(-1.6668057665e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(2.0000714765e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(-2.4999993993e-1f));
+    y = _mm512_add_ps(_mm512_mul_ps(y, m), _mm512_set1_ps(3.3333331174e-1f));
+    y = _mm512_mul_ps(_mm512_mul_ps(y, m), z);
+    y = _mm512_add_ps(y, _mm512_mul_ps(e, _mm512_set1_ps(-2.12194440e-4f)));
+    y = _mm512_add_ps(y, _mm512_mul_ps(_mm512_set1_ps(-0.5f), z));
+    __m512 r = _mm512_add_ps(m, y);
+    r = _mm512_add_ps(r, _mm512_mul_ps(e, _mm512_set1_ps(0.693359375f)));
+    return _mm512_add_ps(r, _mm512_div_ps(_mm512_sub_ps(u, _mm512_sub_ps(v, one)), v));
 }
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * test_vmath.c — vmath.h's exp and the activations built on it (ops.c):
+ * test_vmath.c — vmath.h's exp and log1p and the activations built on them (ops.c):
  * accurate against double-precision libm, and the same bits whichever form
  * computes an element (scalar, 16 AVX-512 lanes, a masked tail; forced
  * scalar with VTLAB_GEMM_ISA's switch), so a result never depends on the
@@ -26,7 +26,10 @@ static double ulps(float got, double want) {
     return fabs((double)got - want) / ulp;
 }
 
-static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+/* The same bits, or both NaN: a NaN's sign and payload are not kept alike
+ * (the compiler may turn the scalar -x of a NaN into either sign: the -O1
+ * and -O2 builds differ). */
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0 || (isnan(a) && isnan(b)); }
 
 /* vt_expf against exp in double over its whole range: at most 2 ulp (Cephes
  * documents ~1), 0 below -87, +inf above 88, NaN kept. */
@@ -59,6 +62,15 @@ static void test_activations_accuracy(void **state) {
     }
     print_message("worst ulp over [-30, 30]: silu %.2f, sigmoid %.2f, softplus %.2f\n", ws, wg, wp);
     if (ws > 4 || wg > 4 || wp > 4) fail_msg("silu %.2f sigmoid %.2f softplus %.2f ulp", ws, wg, wp);
+    /* log1p of what a softplus passes it, u = exp(x) in (0, e^20], and tiny u where 1 + u rounds to 1 */
+    double wl = 0, at = 0;
+    for (int i = 0; i < 200000; i++) {
+        const float u = i < 1000 ? (float)ldexp(urand(), -24 - i % 40) : (float)exp(-100.0 + 120.0 * urand());
+        const double e = ulps(vt_log1pf_pos(u), log1p((double)u));
+        if (e > wl) wl = e, at = u;
+    }
+    print_message("vt_log1pf_pos: worst %.2f ulp at u = %.7g\n", wl, at);
+    if (wl > 2.0) fail_msg("vt_log1pf_pos: %.2f ulp at u = %.9g", wl, at);
 }
 
 /* Inputs every form must agree on: the clamps' edges, the specials, random. */
@@ -96,6 +108,11 @@ static void test_arrays_are_the_scalar_form(void **state) {
                     if (!same_bits(y[i], vt_sigmoid(x[off + i])))
                         fail_msg("%s sigmoid n=%lld [%lld]: %a, scalar %a", isas[s], (long long)n, (long long)i,
                                  y[i], vt_sigmoid(x[off + i]));
+                vt_softplus_array(x + off, y, n);
+                for (int64_t i = 0; i < n; i++)
+                    if (!same_bits(y[i], vt_softplus(x[off + i])))
+                        fail_msg("%s softplus n=%lld [%lld]: %a, scalar %a", isas[s], (long long)n, (long long)i,
+                                 y[i], vt_softplus(x[off + i]));
                 memcpy(a, x + off, sizeof *a * (size_t)n);
                 vt_silu_mul(a, b + off, n);
                 for (int64_t i = 0; i < n; i++)
