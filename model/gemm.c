@@ -133,6 +133,7 @@ typedef struct batch_plan {
     int64_t            njobs;
     const tile_plan   *plans;
     const int64_t     *first;
+    int                solo;    /* every tile runs on the calling thread */
 } batch_plan;
 
 /* Tile t of the batch: its product and block. 0 when t is past the end. */
@@ -160,7 +161,7 @@ static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
     if (!tile_at(b, t, &c)) return;
     const vt_gemm_job *g = c.g;
     const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
-                            g->W->shape[1], g->y, g->ldy, 0};
+                            g->W->shape[1], g->y, g->ldy, 0, b->solo};
     const void *nrows = NULL;
     if (tile_at(b, next, &n) && n.r1 - n.r0 <= VT_GEMV_MAX_ROWS)
         nrows = (const char *)n.g->W->data + (size_t)n.c0 * vt_row_size(n.g->W->dtype, n.g->W->shape[1]);
@@ -310,7 +311,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
         first[j + 1] = first[j] + plans[j].ncb * plans[j].nrb;
     }
     const int64_t ntiles = first[njobs];
-    const batch_plan b = {jobs, njobs, plans, first};
+    batch_plan b = {jobs, njobs, plans, first, 0};
     /* a small batch runs on the calling thread (VT_PAR_MIN_WORK, gemm.h) */
     int64_t work = 0, madds = 0;
     for (int64_t j = 0; j < njobs; j++)
@@ -320,6 +321,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
         }
     const int big = work >= VT_PAR_MIN_WORK;
     if (ntiles <= 1 || !big || nthreads <= 1 || ntiles > 0xFFFFFFFFLL) {
+        b.solo = 1;
         for (int64_t t = 0; t < ntiles; t++) run_tile(&b, t, t + 1 < ntiles ? t + 1 : -1);
     } else if (pool) {
         pool_batch(pool, &b, ntiles);
@@ -337,7 +339,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
 void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
-    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate};
+    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1};
     if (isa() != ISA_AVX512) { scalar_block(&a, 0, M, 0, N); return; }
     for (int64_t i = 0; i < M; i += 256) {   /* rows by 256 keep the x block of a K panel in L2 */
         const int64_t i1 = i + 256 < M ? i + 256 : M;

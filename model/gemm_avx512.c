@@ -166,6 +166,15 @@ static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *xp, const 
     }
 }
 
+/* r[c] = x[i0 + t][k + c] for t < nr (rows past nr: 0) and c < min(kn, 16)
+ * (lanes past kn: 0, unread), i.e. 16 k of up to 16 rows, transposed. */
+VT_INLINE void x_block(const float *x, int64_t ldx, int64_t i0, int64_t nr, int64_t k, int64_t kn, __m512 r[16]) {
+    const __mmask16 km = mask_n(kn);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; t++) r[t] = t < nr ? _mm512_maskz_loadu_ps(km, x + (i0 + t) * ldx + k) : _mm512_setzero_ps();
+    tr16(r);
+}
+
 /* x rows [r0, r1), k in [k0, k0+kc), into xp in the row blocks of ukr_rows:
  * block at rows i..i+mr is xp + (i-r0)*kc, laid out [k][mr]. 16 k of up to
  * 16 rows at a time through the register transpose, stored mr lanes wide. */
@@ -177,12 +186,8 @@ VT_AVX512 static void pack_rows(const float *x, int64_t ldx, int64_t r0, int64_t
         const __mmask16 rm = mask_n(mr);
         float *dst = xp + (i - r0) * kc;
         for (int64_t kk = 0; kk < kc; kk += 16) {
-            const __mmask16 km = mask_n(kc - kk);
             __m512 r[16];
-#pragma GCC unroll 16
-            for (int t = 0; t < 16; t++)
-                r[t] = t < mr ? _mm512_maskz_loadu_ps(km, x + (i + t) * ldx + k0 + kk) : _mm512_setzero_ps();
-            tr16(r);
+            x_block(x, ldx, i, mr, k0 + kk, kc - kk, r);
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++)
                 if (kk + t < kc) _mm512_mask_storeu_ps(dst + (kk + t) * mr, rm, r[t]);
@@ -299,19 +304,20 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
 
 /* ------------------------------------------------------------------- gemv */
 
-/* How the GEMV reads W. A step reads one chunk of 16 k of every row: 64
- * bytes of f32, 32 bytes of bf16/f16. When W is element-aligned and wstride
+/* How the GEMV reads W. A step reads one chunk of every row: 64 bytes of f32
+ * (16 k), 32 bytes of f16 or bf16 (16 k), or 64 bytes of bf16 in pairs (32
+ * k; see gemv_step). When W is element-aligned and wstride
  * is a multiple of the chunk, every row starts the same s elements past a chunk boundary (a safetensors
  * file puts its data at 8 mod 64: s = 2 f32, 4 bf16), and the steps follow
- * the chunks of memory, not k: step n covers k = kb - s + 16n ... + 15, so
+ * the chunks of memory, not k: step n covers k = kb - s + ks n ... + ks - 1, so
  * each load is aligned and never spans two cache lines (an unaligned 64-byte
- * load at +8 always does). Lane c of a chunk is k = kb - s + 16n + c, in
+ * load at +8 always does). Element c of a chunk is k = kb - s + ks n + c, in
  * order, so the FMAs take the transposed vectors in order as before: the
  * chain over k is unchanged. The first step has lanes below s outside [kb,
  * ke), the last one lanes past ke: masked, they are neither read (a masked-off
  * lane touches no memory) nor multiplied. Otherwise (s = 0) the steps start at
  * kb, unaligned. */
-static inline int gemv_chunk(vt_dtype dt) { return dt == VT_F32 ? 64 : 32; }
+static inline int gemv_chunk(vt_dtype dt, int pair) { return dt == VT_F32 || (dt == VT_BF16 && pair) ? 64 : 32; }
 
 /* The prefetch hint for the next tile's rows: T2 on Intel, T0 on AMD.
  * gemm_bench, W from memory, 1 thread, interleaved: on the 2-core Xeon
@@ -329,19 +335,60 @@ static int gemv_hint_t0(void) {
     return h;
 }
 
-/* One step of gemv32 over the 16 rows of half h: lanes [lo, hi) of the chunk
- * at byte offset off of each row, k = k0 + lane. full: lo = 0, hi = 16 (no
- * per-lane tests). pf: 16 chunks of the next tile to prefetch, or NULL. */
-VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const char *const *rows, size_t off, int lo,
-                         int hi, const float *x, int64_t ldx, int64_t k0, __m512 *acc, const char *pf, int t0) {
-    const uint32_t lanes = full ? 0xFFFF : ((((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
+/* One step of gemv32 over the 16 rows of half h: elements [lo, hi) of the
+ * chunk at byte offset off of each row, k = k0 + element. full: all of them
+ * (no per-element tests). pf: 16 chunks of the next tile to prefetch, or
+ * NULL. pair (bf16 only): 32 k per step as 16 pairs of 32 bits: the
+ * transpose (64 shuffles) serves 512 weights instead of 256, and widening a
+ * pair is a shift (the first) and a mask (the second) instead of a
+ * zero-extending shuffle and a shift per weight: 64 + 32 vector ops per 512
+ * weights where the 16-k step takes 160 + 32. Used when the product runs on
+ * one thread (vt_gemm_args.solo), where the 16-k step is compute-bound on the
+ * Zen 5 VM (30 GB/s with W in L2, triad 36); gemm_bench from memory, 1
+ * thread: 0.70-0.76 -> 0.80-0.90 of triad; 288M bf16 decode 1 thread
+ * 115-118 -> 129-134 tok/s. With 2 threads the 16-k step reaches 0.88-0.98
+ * of the 2-thread triad and the pair step only 0.78-0.82 (decode 166-192 ->
+ * 153-160 tok/s), so a team keeps the 16-k step. Same chains, same bits. */
+VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const int pair, const char *const *rows,
+                         size_t off, int lo, int hi, const float *x, int64_t ldx, int64_t k0, __m512 *acc,
+                         const char *pf, int t0) {
+    const uint32_t lanes = full ? 0xFFFFFFFFu
+                                : ((hi >= 32 ? 0xFFFFFFFFu : ((uint32_t)1 << hi) - 1) & ~(((uint32_t)1 << lo) - 1));
     __m512 r[16];
+    if (dt == VT_BF16 && pair) {   /* 32 k: transposed as 16 pairs, each pair widened by a shift and a mask */
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) {
+            if (pf) {
+                if (t0) _mm_prefetch(pf + (size_t)t * 64, _MM_HINT_T0);
+                else _mm_prefetch(pf + (size_t)t * 64, _MM_HINT_T2);
+            }
+            r[t] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16((__mmask32)lanes, rows[t] + off));
+        }
+        tr16(r);
+        const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; c++) {
+            const __m512i v = _mm512_castps_si512(r[c]);
+            if (full || (2 * c >= lo && 2 * c < hi)) {
+                const __m512 w = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));   /* k0 + 2c: the low half */
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + k0 + 2 * c]), w, acc[i]);
+            }
+            if (full || (2 * c + 1 >= lo && 2 * c + 1 < hi)) {
+                const __m512 w = _mm512_castsi512_ps(_mm512_and_si512(v, high));   /* k0 + 2c + 1: the high half */
+#pragma GCC unroll 4
+                for (int i = 0; i < mr; i++)
+                    acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + k0 + 2 * c + 1]), w, acc[i]);
+            }
+        }
+        return;
+    }
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++) {
         const char *p = rows[t] + off;
         if (pf) {
-            if (t0) _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt), _MM_HINT_T0);
-            else _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt), _MM_HINT_T2);
+            if (t0) _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt, 0), _MM_HINT_T0);
+            else _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt, 0), _MM_HINT_T2);
         }
         if (dt == VT_F32) r[t] = _mm512_maskz_loadu_ps((__mmask16)lanes, p);
         else {
@@ -360,8 +407,8 @@ VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const char *
 /* Rows [i0, i0+mr) x columns [j0, j0+nc), nc <= 32, k in [kb, ke), the
  * chunk shift s (0: unaligned steps from kb). The two 16-column halves give
  * 2*mr independent chains per k step. */
-VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, int64_t i0, int64_t j0, int64_t nc,
-                      int64_t kb, int64_t ke, int mode, const char *next) {
+VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, const int pair, int s, int64_t i0, int64_t j0,
+                      int64_t nc, int64_t kb, int64_t ke, int mode, const char *next) {
     const size_t es = dt == VT_F32 ? 4 : 2;
     const int nh = nc > 16 ? 2 : 1;
     const char *rows[32];   /* the first chunk of each row (aligned when s > 0) */
@@ -380,14 +427,15 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, i
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < mr; i++)
             acc[h][i] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m[h], y + i * a->ldy + 16 * h) : _mm512_setzero_ps();
-    int64_t k0 = kb - s;   /* k of lane 0 of the step */
-    for (size_t n = 0; k0 < ke; n++, k0 += 16) {
-        const int lo = k0 < kb ? (int)(kb - k0) : 0, hi = ke - k0 < 16 ? (int)(ke - k0) : 16;
-        const size_t off = n * (size_t)gemv_chunk(dt);
+    const int ks = gemv_chunk(dt, pair) / (int)es;   /* k per step */
+    int64_t k0 = kb - s;   /* k of element 0 of the step */
+    for (size_t n = 0; k0 < ke; n++, k0 += ks) {
+        const int lo = k0 < kb ? (int)(kb - k0) : 0, hi = ke - k0 < ks ? (int)(ke - k0) : ks;
+        const size_t off = n * (size_t)gemv_chunk(dt, pair);
         for (int h = 0; h < nh; h++) {
-            const char *pf = pf_next ? next + (n * 32 + (size_t)16 * h) * (size_t)gemv_chunk(dt) : NULL;
-            if (lo == 0 && hi == 16) gemv_step(mr, 1, dt, rows + 16 * h, off, 0, 16, x, a->ldx, k0, acc[h], pf, t0);
-            else gemv_step(mr, 0, dt, rows + 16 * h, off, lo, hi, x, a->ldx, k0, acc[h], pf, t0);
+            const char *pf = pf_next ? next + (n * 32 + (size_t)16 * h) * (size_t)gemv_chunk(dt, pair) : NULL;
+            if (lo == 0 && hi == ks) gemv_step(mr, 1, dt, pair, rows + 16 * h, off, 0, ks, x, a->ldx, k0, acc[h], pf, t0);
+            else gemv_step(mr, 0, dt, pair, rows + 16 * h, off, lo, hi, x, a->ldx, k0, acc[h], pf, t0);
         }
     }
     for (int i = 0; i < mr; i++)
@@ -399,8 +447,8 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, int s, i
 
 /* The chunk shift of W's rows from k = kb on (see gemv_chunk), or 0 when the
  * rows do not all share one. */
-static int gemv_shift(const vt_gemm_args *a, int64_t kb) {
-    const size_t es = a->dt == VT_F32 ? 4 : 2, chunk = (size_t)gemv_chunk(a->dt);
+static int gemv_shift(const vt_gemm_args *a, int64_t kb, int pair) {
+    const size_t es = a->dt == VT_F32 ? 4 : 2, chunk = (size_t)gemv_chunk(a->dt, pair);
     const uintptr_t at = (uintptr_t)a->w + (uintptr_t)kb * es;
     if (a->wstride % chunk != 0 || at % es != 0) return 0;
     return (int)((at % chunk) / es);
@@ -410,11 +458,14 @@ static int gemv_shift(const vt_gemm_args *a, int64_t kb) {
     VT_AVX512 __attribute__((noinline)) static void gemv_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
                                                              int64_t nc, int64_t kb, int64_t ke, int mode,  \
                                                              const char *next) {                           \
-        const int s = gemv_shift(a, kb);                                                                   \
+        const int pair = a->dt == VT_BF16 && a->solo, s = gemv_shift(a, kb, pair);                         \
         switch (a->dt) {                                                                                   \
-        case VT_BF16: gemv32(n, a, VT_BF16, s, i0, j0, nc, kb, ke, mode, next); break;                      \
-        case VT_F16: gemv32(n, a, VT_F16, s, i0, j0, nc, kb, ke, mode, next); break;                        \
-        default: gemv32(n, a, VT_F32, s, i0, j0, nc, kb, ke, mode, next); break;                            \
+        case VT_BF16:                                                                                      \
+            if (pair) gemv32(n, a, VT_BF16, 1, s, i0, j0, nc, kb, ke, mode, next);                         \
+            else gemv32(n, a, VT_BF16, 0, s, i0, j0, nc, kb, ke, mode, next);                              \
+            break;                                                                                         \
+        case VT_F16: gemv32(n, a, VT_F16, 0, s, i0, j0, nc, kb, ke, mode, next); break;                     \
+        default: gemv32(n, a, VT_F32, 0, s, i0, j0, nc, kb, ke, mode, next); break;                         \
         }                                                                                                  \
     }
 GEMV_FN(1) GEMV_FN(2) GEMV_FN(3) GEMV_FN(4)
@@ -529,12 +580,8 @@ VT_AVX512 static void pack_xt(const float *x, int64_t ldx, int64_t r0, int64_t r
     for (int v = 0; v < mv; v++) {
         const int64_t i0 = r0 + 16 * v, nr = r1 - i0;
         for (int64_t kk = 0; kk < kc; kk += 16) {
-            const __mmask16 km = mask_n(kc - kk);
             __m512 r[16];
-#pragma GCC unroll 16
-            for (int t = 0; t < 16; t++)
-                r[t] = t < nr ? _mm512_maskz_loadu_ps(km, x + (i0 + t) * ldx + k0 + kk) : _mm512_setzero_ps();
-            tr16(r);
+            x_block(x, ldx, i0, nr, k0 + kk, kc - kk, r);
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++)
                 if (kk + t < kc) _mm512_store_ps(xt + (kk + t) * ld + 16 * v, r[t]);

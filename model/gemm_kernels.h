@@ -25,6 +25,7 @@ typedef struct vt_gemm_args {
     float       *y;
     int64_t      ldy;
     int          acc;
+    int          solo;   /* 1: the whole product runs on this thread (picks the GEMV's bf16 step) */
 } vt_gemm_args;
 
 /* Rows at or below this go to the GEMV kernel (W read in place, no packing);

@@ -343,12 +343,15 @@ static void test_gemv_every_shift(void **state) {
                                 }
                                 want[i * ldy + j] = r;
                             }
-                        const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc};
-                        vt_gemm512_gemv(&a, 0, M, 0, N, NULL);
-                        char what[160];
-                        snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d",
-                                 vt_dtype_name(dt), off, (long long)K, wstride, (long long)M, (long long)N, acc);
-                        expect_equal(got, want, M, ldy, ldy, what);
+                        for (int solo = 0; solo < 2; solo++) {   /* bf16: the 16-k step and the pair step */
+                            for (int64_t i = 0; i < M * ldy; i++) got[i] = -7.0f + (float)(i % 5);
+                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo};
+                            vt_gemm512_gemv(&a, 0, M, 0, N, NULL);
+                            char what[160];
+                            snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d solo=%d",
+                                     vt_dtype_name(dt), off, (long long)K, wstride, (long long)M, (long long)N, acc, solo);
+                            expect_equal(got, want, M, ldy, ldy, what);
+                        }
                     }
                     free(wb); free(xb);
                 }
