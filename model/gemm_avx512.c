@@ -319,12 +319,15 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
  * kb, unaligned. */
 static inline int gemv_chunk(vt_dtype dt, int pair) { return dt == VT_F32 || (dt == VT_BF16 && pair) ? 64 : 32; }
 
-/* The prefetch hint for the next tile's rows: T2 on Intel, T0 on AMD.
+/* 1 on AMD: the GEMV's choices that were measured differently there. The
+ * prefetch hint for the next tile's rows: T2 on Intel, T0 on AMD.
  * gemm_bench, W from memory, 1 thread, interleaved: on the 2-core Xeon
  * (Sapphire Rapids) T2 over T1 +2% f32, +5% bf16, T0 and NTA slower; on the
  * 2-core Zen 5 VM T0 over T2 0.69 vs 0.56 of triad (f32), 0.82 vs 0.72-0.78
- * (bf16), NTA between. Read once; a race only writes the same value. */
-static int gemv_hint_t0(void) {
+ * (bf16), NTA between. The bf16 pair step (gemv_step): on AMD only; a
+ * pair-transposed bf16 GEMV measured slower on the Xeon (288M bf16 decode 1
+ * thread 52 -> 48.5 tok/s). Read once; a race only writes the same value. */
+static int gemv_amd(void) {
     static int v = -1;
     int h = __atomic_load_n(&v, __ATOMIC_RELAXED);
     if (h < 0) {
@@ -342,8 +345,8 @@ static int gemv_hint_t0(void) {
  * transpose (64 shuffles) serves 512 weights instead of 256, and widening a
  * pair is a shift (the first) and a mask (the second) instead of a
  * zero-extending shuffle and a shift per weight: 64 + 32 vector ops per 512
- * weights where the 16-k step takes 160 + 32. Used when the product runs on
- * one thread (vt_gemm_args.solo), where the 16-k step is compute-bound on the
+ * weights where the 16-k step takes 160 + 32. Used on AMD (gemv_amd) when
+ * the product runs on one thread (vt_gemm_args.solo), where the 16-k step is compute-bound on the
  * Zen 5 VM (30 GB/s with W in L2, triad 36); gemm_bench from memory, 1
  * thread: 0.70-0.76 -> 0.80-0.90 of triad; 288M bf16 decode 1 thread
  * 115-118 -> 129-134 tok/s. With 2 threads the 16-k step reaches 0.88-0.98
@@ -419,10 +422,10 @@ VT_INLINE void gemv32(const int mr, const vt_gemm_args *a, vt_dtype dt, const in
     float *y = a->y + i0 * a->ldy + j0;
     /* The 32 rows that come next (next: their first row, or NULL), when W
      * rows are contiguous: one sequential region, prefetched in order over
-     * this block's steps, 32 chunks per step, with gemv_hint_t0's hint (on
+     * this block's steps, 32 chunks per step, with the hint gemv_amd picks (on
      * the Xeon: 288M bf16 decode T2 over T1 47.1/51.4 -> 52.5/52.9 tok/s; no
      * prefetch 0.56 of triad for bf16). */
-    const int pf_next = next && a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K, t0 = gemv_hint_t0();
+    const int pf_next = next && a->wstride == (size_t)a->K * es && kb == 0 && ke == a->K, t0 = gemv_amd();
     __m512 acc[2][VT_GEMV_MAX_ROWS];
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < mr; i++)
@@ -458,7 +461,7 @@ static int gemv_shift(const vt_gemm_args *a, int64_t kb, int pair) {
     VT_AVX512 __attribute__((noinline)) static void gemv_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
                                                              int64_t nc, int64_t kb, int64_t ke, int mode,  \
                                                              const char *next) {                           \
-        const int pair = a->dt == VT_BF16 && a->solo, s = gemv_shift(a, kb, pair);                         \
+        const int pair = a->dt == VT_BF16 && a->solo && gemv_amd(), s = gemv_shift(a, kb, pair);           \
         switch (a->dt) {                                                                                   \
         case VT_BF16:                                                                                      \
             if (pair) gemv32(n, a, VT_BF16, 1, s, i0, j0, nc, kb, ke, mode, next);                         \
