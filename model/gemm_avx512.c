@@ -306,17 +306,17 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
 
 /* How the GEMV reads W. A step reads one chunk of every row: 64 bytes of f32
  * (16 k), 32 bytes of f16 or bf16 (16 k), or 64 bytes of bf16 in pairs (32
- * k; see gemv_step). When W is element-aligned and wstride
- * is a multiple of the chunk, every row starts the same s elements past a chunk boundary (a safetensors
- * file puts its data at 8 mod 64: s = 2 f32, 4 bf16), and the steps follow
- * the chunks of memory, not k: step n covers k = kb - s + ks n ... + ks - 1, so
- * each load is aligned and never spans two cache lines (an unaligned 64-byte
- * load at +8 always does). Element c of a chunk is k = kb - s + ks n + c, in
- * order, so the FMAs take the transposed vectors in order as before: the
- * chain over k is unchanged. The first step has lanes below s outside [kb,
- * ke), the last one lanes past ke: masked, they are neither read (a masked-off
- * lane touches no memory) nor multiplied. Otherwise (s = 0) the steps start at
- * kb, unaligned. */
+ * k; see gemv_step). When W is element-aligned and wstride is a multiple of
+ * the chunk, every row starts the same s elements past a chunk boundary (a
+ * safetensors file puts its data at 8 mod 64: s = 2 f32, 4 bf16), and the
+ * steps follow the chunks of memory, not k: step n covers k = kb - s + ks n
+ * ... + ks - 1 (ks: k per step), so each load is aligned and never spans two
+ * cache lines (an unaligned 64-byte load at +8 always does). Element c of a
+ * chunk is k = kb - s + ks n + c, in order, so the FMAs take the transposed
+ * vectors in order as before: the chain over k is unchanged. The first step
+ * has elements below s outside [kb, ke), the last one elements past ke:
+ * masked, they are neither read (a masked-off lane touches no memory) nor
+ * multiplied. Otherwise (s = 0) the steps start at kb, unaligned. */
 static inline int gemv_chunk(vt_dtype dt, int pair) { return dt == VT_F32 || (dt == VT_BF16 && pair) ? 64 : 32; }
 
 /* 1 on AMD: the GEMV's choices that were measured differently there. The
@@ -346,8 +346,9 @@ static int gemv_amd(void) {
  * pair is a shift (the first) and a mask (the second) instead of a
  * zero-extending shuffle and a shift per weight: 64 + 32 vector ops per 512
  * weights where the 16-k step takes 160 + 32. Used on AMD (gemv_amd) when
- * the product runs on one thread (vt_gemm_args.solo), where the 16-k step is compute-bound on the
- * Zen 5 VM (30 GB/s with W in L2, triad 36); gemm_bench from memory, 1
+ * the product runs on one thread (vt_gemm_args.solo), where the 16-k step
+ * is compute-bound on the Zen 5 VM (30 GB/s with W in L2, triad 36):
+ * gemm_bench from memory, 1
  * thread: 0.70-0.76 -> 0.80-0.90 of triad; 288M bf16 decode 1 thread
  * 115-118 -> 129-134 tok/s. With 2 threads the 16-k step reaches 0.88-0.98
  * of the 2-thread triad and the pair step only 0.78-0.82 (decode 166-192 ->

@@ -33,14 +33,13 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
     memcpy(buf, cache, vt_row_size(VT_F32, (K - 1) * P));
     memcpy(buf + (K - 1) * P, x0, vt_row_size(VT_F32, T * P));
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
-    for (int64_t t = 0; t < T; t++)
-    {
+    for (int64_t t = 0; t < T; t++) {
         for (int64_t c = 0; c < P; c++) {
             float acc = 0.0f;
             for (int64_t j = 0; j < K; j++) acc += w[c * K + j] * buf[(t + j) * P + c];
             y[t * P + c] = acc;
         }
-        vt_silu_mul(y + t * P, NULL, P);
+        vt_silu_mul(y + t * P, NULL, P);   /* the row's SiLU, 16 at a time */
     }
     memcpy(cache, buf + T * P, vt_row_size(VT_F32, (K - 1) * P));
 }

@@ -170,29 +170,30 @@ VT_AVX512_FN static __m512 softplus16(__m512 x) {
 }
 
 /* The array forms: 16 lanes at a time with AVX-512, the tail masked. */
+static inline __mmask16 lanes16(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
 VT_AVX512_FN static void exp512(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 m = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, m, vt_exp16(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
 VT_AVX512_FN static void silu_mul512(float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 m = lanes16(n - i);
         const __m512 x = silu16(_mm512_maskz_loadu_ps(m, a + i));
         _mm512_mask_storeu_ps(a + i, m, b ? _mm512_mul_ps(x, _mm512_maskz_loadu_ps(m, b + i)) : x);
     }
 }
 VT_AVX512_FN static void sigmoid512(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 m = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, m, sigmoid16(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
 
 VT_AVX512_FN static void softplus512(const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 m = lanes16(n - i);
         _mm512_mask_storeu_ps(y + i, m, softplus16(_mm512_maskz_loadu_ps(m, x + i)));
     }
 }
