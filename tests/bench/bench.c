@@ -69,8 +69,9 @@ static double sgemm_gflops(int n, int threads) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     /* best of at least 5 calls and 0.3 s: five 2-thread calls take ~25 ms, a
      * window a short burst on the other core (the kernel writing back a
-     * just-written checkpoint, say) can cover whole; it measured the 2-thread
-     * peak at the 1-thread one in 2 of 3 runs on the Zen 5 VM */
+     * just-written checkpoint, say) can cover whole. That alone did not cure
+     * a 2-thread peak equal to the 1-thread one on the Zen 5 VM, so main()
+     * also measures it again after the phases */
     double best = 1e30, start = now();
     for (int r = 0; r < 5 || now() - start < 0.3; r++) {
         double t0 = now();
