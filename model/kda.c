@@ -51,14 +51,15 @@ static void gates_and_norms(const vt_kda_w *w, int64_t T, int64_t H, int64_t d, 
     const int64_t P = H * d;
     const float *A_log = w->A_log.data, *dt_bias = w->dt_bias.data;
     const float qscale = 1.0f / sqrtf((float)d);
-    float neg_a[H];   /* -exp(A_log) per head, once per call, not per element */
-    for (int64_t h = 0; h < H; h++) neg_a[h] = -vt_expf(A_log[h]);
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         float *ft = f + t * P;   /* -exp(A_log) * softplus(f + dt_bias), a token's row at once */
         for (int64_t ch = 0; ch < P; ch++) ft[ch] = ft[ch] + dt_bias[ch];
         vt_softplus_array(ft, ft, P);
-        for (int64_t ch = 0; ch < P; ch++) ft[ch] = neg_a[ch / d] * ft[ch];
+        for (int64_t h = 0; h < H; h++) {   /* -exp(A_log) once per head, not per element */
+            const float neg_a = -vt_expf(A_log[h]);
+            for (int64_t i = 0; i < d; i++) ft[h * d + i] = neg_a * ft[h * d + i];
+        }
         for (int64_t h = 0; h < H; h++) {
             beta[t * H + h] = vt_sigmoid(beta[t * H + h]);
             float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
@@ -81,9 +82,13 @@ static void gated_norm(float *o, const float *gg, const float *onw, int64_t T, i
             const float *gh = gg + t * P + h * d;
             double ss = 0.0;
             for (int64_t i = 0; i < d; i++) ss += (double)oh[i] * oh[i];
-            float inv = (float)(1.0 / sqrt(ss / (double)d + eps)), sg[d];
-            vt_sigmoid_array(gh, sg, d);
-            for (int64_t i = 0; i < d; i++) oh[i] = oh[i] * inv * onw[i] * sg[i];
+            const float inv = (float)(1.0 / sqrt(ss / (double)d + eps));
+            for (int64_t i0 = 0; i0 < d; i0 += 64) {   /* the gate's sigmoid 64 at a time (no VLA of d) */
+                const int64_t n = d - i0 < 64 ? d - i0 : 64;
+                float sg[64];
+                vt_sigmoid_array(gh + i0, sg, n);
+                for (int64_t i = 0; i < n; i++) oh[i0 + i] = oh[i0 + i] * inv * onw[i0 + i] * sg[i];
+            }
         }
 }
 
