@@ -338,6 +338,12 @@ static int gemv_amd(void) {
     return h;
 }
 
+/* A line of the next tile, with the hint gemv_amd picks (t0: T0, else T2). */
+VT_INLINE void gemv_prefetch(const char *p, int t0) {
+    if (t0) _mm_prefetch(p, _MM_HINT_T0);
+    else _mm_prefetch(p, _MM_HINT_T2);
+}
+
 /* One step of gemv32 over the 16 rows of half h: elements [lo, hi) of the
  * chunk at byte offset off of each row, k = k0 + element. full: all of them
  * (no per-element tests). pf: 16 chunks of the next tile to prefetch, or
@@ -348,9 +354,8 @@ static int gemv_amd(void) {
  * weights where the 16-k step takes 160 + 32. Used on AMD (gemv_amd) when
  * the product runs on one thread (vt_gemm_args.solo), where the 16-k step
  * is compute-bound on the Zen 5 VM (30 GB/s with W in L2, triad 36):
- * gemm_bench from memory, 1
- * thread: 0.70-0.76 -> 0.80-0.90 of triad; 288M bf16 decode 1 thread
- * 115-118 -> 129-134 tok/s. With 2 threads the 16-k step reaches 0.88-0.98
+ * gemm_bench from memory, 1 thread: 0.70-0.76 -> 0.80-0.90 of triad; 288M
+ * bf16 decode 1 thread 115-118 -> 129-134 tok/s. With 2 threads the 16-k step reaches 0.88-0.98
  * of the 2-thread triad and the pair step only 0.78-0.82 (decode 166-192 ->
  * 153-160 tok/s), so a team keeps the 16-k step. Same chains, same bits. */
 VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const int pair, const char *const *rows,
@@ -362,10 +367,7 @@ VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const int pa
     if (dt == VT_BF16 && pair) {   /* 32 k: transposed as 16 pairs, each pair widened by a shift and a mask */
 #pragma GCC unroll 16
         for (int t = 0; t < 16; t++) {
-            if (pf) {
-                if (t0) _mm_prefetch(pf + (size_t)t * 64, _MM_HINT_T0);
-                else _mm_prefetch(pf + (size_t)t * 64, _MM_HINT_T2);
-            }
+            if (pf) gemv_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt, pair), t0);
             r[t] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16((__mmask32)lanes, rows[t] + off));
         }
         tr16(r);
@@ -390,10 +392,7 @@ VT_INLINE void gemv_step(const int mr, const int full, vt_dtype dt, const int pa
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++) {
         const char *p = rows[t] + off;
-        if (pf) {
-            if (t0) _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt, 0), _MM_HINT_T0);
-            else _mm_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt, 0), _MM_HINT_T2);
-        }
+        if (pf) gemv_prefetch(pf + (size_t)t * (size_t)gemv_chunk(dt, pair), t0);
         if (dt == VT_F32) r[t] = _mm512_maskz_loadu_ps((__mmask16)lanes, p);
         else {
             const __m256i v = _mm256_maskz_loadu_epi16((__mmask16)lanes, p);

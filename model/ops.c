@@ -169,42 +169,35 @@ VT_AVX512_FN static __m512 softplus16(__m512 x) {
     return _mm512_mask_blend_ps(big, vt_log1p16_pos(vt_exp16(x)), x);
 }
 
-/* The array forms: 16 lanes at a time with AVX-512, the tail masked. */
+/* The array forms: y = op(x), 16 lanes at a time with AVX-512 (the tail
+ * masked), else the scalar form element by element. */
+enum act_op { ACT_EXP, ACT_SIGMOID, ACT_SOFTPLUS };
+static float act1(enum act_op op, float x) {
+    return op == ACT_EXP ? vt_expf(x) : op == ACT_SIGMOID ? vt_sigmoid(x) : vt_softplus(x);
+}
 static inline __mmask16 lanes16(int64_t left) { return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1); }
-VT_AVX512_FN static void exp512(const float *x, float *y, int64_t n) {
+VT_AVX512_FN static void act512(enum act_op op, const float *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = lanes16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, vt_exp16(_mm512_maskz_loadu_ps(m, x + i)));
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        _mm512_mask_storeu_ps(y + i, m, op == ACT_EXP ? vt_exp16(v) : op == ACT_SIGMOID ? sigmoid16(v) : softplus16(v));
     }
 }
+static void act_array(enum act_op op, const float *x, float *y, int64_t n) {
+    if (simd512()) act512(op, x, y, n);
+    else for (int64_t i = 0; i < n; i++) y[i] = act1(op, x[i]);
+}
+void vt_exp_array(const float *x, float *y, int64_t n) { act_array(ACT_EXP, x, y, n); }
+void vt_sigmoid_array(const float *x, float *y, int64_t n) { act_array(ACT_SIGMOID, x, y, n); }
+void vt_softplus_array(const float *x, float *y, int64_t n) { act_array(ACT_SOFTPLUS, x, y, n); }
+
+/* a = silu(a) * b (b NULL: silu(a)), in place. */
 VT_AVX512_FN static void silu_mul512(float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = lanes16(n - i);
         const __m512 x = silu16(_mm512_maskz_loadu_ps(m, a + i));
         _mm512_mask_storeu_ps(a + i, m, b ? _mm512_mul_ps(x, _mm512_maskz_loadu_ps(m, b + i)) : x);
     }
-}
-VT_AVX512_FN static void sigmoid512(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = lanes16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, sigmoid16(_mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
-
-VT_AVX512_FN static void softplus512(const float *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = lanes16(n - i);
-        _mm512_mask_storeu_ps(y + i, m, softplus16(_mm512_maskz_loadu_ps(m, x + i)));
-    }
-}
-
-void vt_softplus_array(const float *x, float *y, int64_t n) {
-    if (simd512()) softplus512(x, y, n);
-    else for (int64_t i = 0; i < n; i++) y[i] = vt_softplus(x[i]);
-}
-void vt_exp_array(const float *x, float *y, int64_t n) {
-    if (simd512()) exp512(x, y, n);
-    else for (int64_t i = 0; i < n; i++) y[i] = vt_expf(x[i]);
 }
 #ifdef VT_MUTATE_SILU_RCP
 static float silu_rcp(float x) { return x * (1.0f / (1.0f + vt_expf(-x))); }   /* the same defect, no AVX-512 */
@@ -216,8 +209,4 @@ void vt_silu_mul(float *a, const float *b, int64_t n) {
     if (simd512()) silu_mul512(a, b, n);
     else if (b) for (int64_t i = 0; i < n; i++) a[i] = SILU_ARRAY(a[i]) * b[i];
     else for (int64_t i = 0; i < n; i++) a[i] = SILU_ARRAY(a[i]);
-}
-void vt_sigmoid_array(const float *x, float *y, int64_t n) {
-    if (simd512()) sigmoid512(x, y, n);
-    else for (int64_t i = 0; i < n; i++) y[i] = vt_sigmoid(x[i]);
 }
