@@ -163,28 +163,74 @@ void vt_model_free(vt_model *m) {
     free(m);
 }
 
-/* VTLAB_WEIGHTS: "map" (the default: the weights are the checkpoint's mapped
- * pages, zero-copy) or "load" (read into anonymous memory, vt_ckpt_load). */
-static int weights_mode(int *load, vt_err *err) {
+/* VTLAB_WEIGHTS: how the weights are held.
+ *   panel (the default): read into anonymous memory (vt_ckpt_load) and every
+ *         matrix a GEMM reads rearranged there, in place, into panels
+ *         (tensor.h): the kernels then read W as they want it, with no
+ *         transpose. The same bytes, the same RSS as the checkpoint.
+ *   map:  the checkpoint's mapped pages, zero-copy, rows as in the file.
+ *   load: read into anonymous memory, rows as in the file.
+ * The bits of every result are the same in all three (gemm.h). */
+typedef enum { WEIGHTS_PANEL = 0, WEIGHTS_MAP, WEIGHTS_LOAD } weights_mode_t;
+
+static int weights_mode(weights_mode_t *mode, vt_err *err) {
     const char *v = getenv("VTLAB_WEIGHTS");
-    *load = v && !strcmp(v, "load");
-    if (v && *v && !*load && strcmp(v, "map"))
-        return vt_errf(err, VT_EINPUT, "VTLAB_WEIGHTS=%s: expected map (the default) or load", v);
+    *mode = WEIGHTS_PANEL;
+    if (!v || !*v || !strcmp(v, "panel")) return VT_OK;
+    if (!strcmp(v, "map")) *mode = WEIGHTS_MAP;
+    else if (!strcmp(v, "load")) *mode = WEIGHTS_LOAD;
+    else return vt_errf(err, VT_EINPUT, "VTLAB_WEIGHTS=%s: expected panel (the default), map or load", v);
     return VT_OK;
+}
+
+/* Every matrix the GEMMs read as W (gemm.h), each once; the embedding is
+ * gathered by rows and is not one of them. Returns the count (up to max). */
+static int64_t model_matrices(vt_model *m, vt_tensor **out, int64_t max) {
+    int64_t n = 0;
+#define ADD(T) do { if (n < max && (T)->data) out[n] = (T); n++; } while (0)
+    ADD(&m->lm_head);
+    for (int64_t i = 0; i < m->cfg.num_hidden_layers; i++) {
+        vt_layer_w *L = &m->layers[i];
+        vt_tensor *ts[] = {&L->kda.q, &L->kda.k, &L->kda.v, &L->kda.fa, &L->kda.fb, &L->kda.b, &L->kda.ga, &L->kda.gb,
+                           &L->kda.o, &L->mla.q, &L->mla.kva, &L->mla.kvb, &L->mla.o, &L->ffn.router};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+            if (ts[j]->data) ADD(ts[j]);
+        vt_swiglu_w *sw[2] = {&L->ffn.dense, &L->ffn.shared};
+        for (int j = 0; j < 2; j++)
+            if (sw[j]->gate.data) { ADD(&sw[j]->gate); ADD(&sw[j]->up); ADD(&sw[j]->down); }
+        for (int64_t e = 0; L->ffn.experts && e < m->cfg.num_experts; e++) {
+            ADD(&L->ffn.experts[e].gate); ADD(&L->ffn.experts[e].up); ADD(&L->ffn.experts[e].down);
+        }
+    }
+#undef ADD
+    return n;
+}
+
+/* WEIGHTS_PANEL: the matrices into panels, in the loaded (anonymous) bytes. */
+static int panelize_model(vt_model *m, vt_ckpt *ck, vt_err *err) {
+    const int64_t n = model_matrices(m, NULL, 0);
+    vt_tensor **ts = calloc((size_t)(n > 0 ? n : 1), sizeof *ts);
+    if (!ts) return vt_errf(err, VT_ENOMEM, "out of memory");
+    model_matrices(m, ts, n);
+    int rc = vt_ckpt_set_writable(ck, 1, err);
+    for (int64_t i = 0; !rc && i < n; i++) rc = vt_tensor_panelize(ts[i], err);
+    if (!rc) rc = vt_ckpt_set_writable(ck, 0, err);
+    free(ts);
+    return rc;
 }
 
 static int model_open(vt_model **out, const char *dir, vt_err *err) {
     char path[4200];
-    int load = 0;
+    weights_mode_t mode = WEIGHTS_PANEL;
     snprintf(path, sizeof path, "%s/config.json", dir);
     vt_model *m = calloc(1, sizeof *m);
     if (!m) return vt_errf(err, VT_ENOMEM, "out of memory");
     vt_ckpt *ck = NULL;
     int rc = vt_config_load(path, &m->cfg, err);
-    if (!rc) rc = weights_mode(&load, err);
+    if (!rc) rc = weights_mode(&mode, err);
     if (!rc) rc = vt_ckpt_open(dir, &ck, err);
     if (!rc) rc = vt_ckpt_validate(&m->cfg, ck, err);
-    if (!rc && load) rc = vt_ckpt_load(ck, err);
+    if (!rc && mode != WEIGHTS_MAP) rc = vt_ckpt_load(ck, err);
     if (rc) goto fail;
     const vt_config *cfg = &m->cfg;
     const vt_st_entry *emb = vt_ckpt_find(ck, "model.embed_tokens.weight");
@@ -200,6 +246,7 @@ static int model_open(vt_model **out, const char *dir, vt_err *err) {
     if (!m->layers) { rc = vt_errf(err, VT_ENOMEM, "out of memory"); goto fail; }
     for (int64_t i = 0; i < cfg->num_hidden_layers; i++)
         if ((rc = load_layer(cfg, ck, i, &m->layers[i], err))) goto fail;
+    if (mode == WEIGHTS_PANEL && (rc = panelize_model(m, ck, err))) goto fail;
     m->ck = ck;   /* the views above point into its mappings */
     *out = m;
     return VT_OK;

@@ -44,6 +44,7 @@ enum { MR = 12, NR = 32, KC = 256 };
  * packed once per tile, so wide tiles make its packing (a 16x16 transpose per
  * 256 values) 1/16 of the tile's FMA work at 128 columns, 1/32 at 256. */
 enum { MC = 96, TILE_COLS = 256 };
+_Static_assert(NR == VT_PANEL, "a W panel (tensor.h) is one micro-kernel panel");
 
 /* How a micro-kernel's chains start: at 0, or at y's value (a later K block,
  * or accumulate = 1). MODE_ADD exists only in the mutation build below. */
@@ -252,14 +253,33 @@ static void empty_chain(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c
 
 static _Thread_local _Alignas(64) float xbuf[MC * KC];
 
+/* Panel p (its first column, a multiple of NR) of a W in panels, from k0 on:
+ * [k][NR] as the micro-kernel reads a packed panel (tensor.h). */
+static inline const char *panel_at(const vt_gemm_args *a, int64_t p, int64_t k0) {
+    return (const char *)a->w + (size_t)p * a->wstride + (size_t)k0 * NR * (a->dt == VT_F32 ? 4 : 2);
+}
+
+/* A bf16/f16 panel's K block widened into buf[kk*NR + jj]: no transpose,
+ * the panel already is [k][NR]. */
+VT_AVX512 static void widen_panel(const vt_gemm_args *a, int64_t p, int64_t k0, int64_t kc, float *buf) {
+    const char *src = panel_at(a, p, k0);
+    for (int64_t kk = 0; kk < kc; kk++) {
+        _mm512_store_ps(buf + kk * NR, wload(src, a->dt, kk * NR, 0xFFFF));
+        _mm512_store_ps(buf + kk * NR + 16, wload(src, a->dt, kk * NR + 16, 0xFFFF));
+    }
+}
+
 /* The columns [c0, c1) of one tile, c1 - c0 <= TILE_COLS: per K block, its
- * W panels packed once, then x by MC rows, each against every panel. */
+ * W panels packed once (W in panels: f32 read in place, bf16/f16 widened),
+ * then x by MC rows, each against every panel. */
 VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
+    const int inplace = 0 && c0 < a->npanel && a->dt == VT_F32;
     for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
         const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
         const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
-        for (int64_t p = c0; p < c1; p += NR) {
+        for (int64_t p = c0; p < c1 && !inplace; p += NR) {
+            if (c0 < a->npanel) { widen_panel(a, p, k0, kc, wbuf[(p - c0) / NR]); continue; }
             panel_pf pf = {p + NR, c1 - p - NR, k0, kc};                /* the next panel, same K block */
             if (pf.nc <= 0) pf = (panel_pf){c0, c1 - c0, k0 + KC, a->K - k0 - KC};   /* the first, next K block */
             if (pf.nc > NR) pf.nc = NR;
@@ -270,8 +290,10 @@ VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, 
         for (int64_t m0 = r0; m0 < r1; m0 += MC) {
             const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
             pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
-            for (int64_t p = c0; p < c1; p += NR)
-                ukr_rows(m0, m1, kc, xbuf, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
+            for (int64_t p = c0; p < c1; p += NR) {
+                const float *b = inplace ? (const float *)panel_at(a, p, k0) : wbuf[(p - c0) / NR];
+                ukr_rows(m0, m1, kc, xbuf, b, NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
+            }
         }
     }
 }
@@ -279,6 +301,10 @@ VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, 
 VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
     for (int64_t c = c0; c < c1; c += TILE_COLS) block_cols(a, r0, r1, c, c1 - c < TILE_COLS ? c1 : c + TILE_COLS);
+}
+
+VT_AVX512 void vt_gemm512_panel_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    vt_gemm512_block(a, r0, r1, c0, c1);   /* block_cols reads the panels where c0 < npanel */
 }
 
 /* --------------------------------------------------------------------- nn */
@@ -492,6 +518,99 @@ VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, in
     }
 }
 
+/* ------------------------------------------------------------ panel gemv */
+
+/* The GEMV over W in panels (tensor.h): per k, the panel's row of 32
+ * weights is contiguous, so the 16x16 transposes of gemv32 are gone and the
+ * whole of W is one sequential stream, prefetched PANEL_PF bytes ahead.
+ * 2 mr chains per k. bf16 takes the row of 32 as one load of 16 pairs: the
+ * even columns widened by a shift, the odd ones by a mask (2 vector ops per
+ * 32 weights where a widening load takes 4); the two accumulators then hold
+ * the even and the odd columns, interleaved back once per panel. Each lane
+ * is still one output's chain over k. */
+enum { PANEL_PF = 1024 };
+
+VT_INLINE __m512 pair_lanes(__m512 a, __m512 b, const int8_t *idx) {   /* lane l: idx[l] < 16 ? a : b */
+    __m512i v = _mm512_set_epi32(idx[15], idx[14], idx[13], idx[12], idx[11], idx[10], idx[9], idx[8], idx[7],
+                                 idx[6], idx[5], idx[4], idx[3], idx[2], idx[1], idx[0]);
+    return _mm512_permutex2var_ps(a, v, b);
+}
+static const int8_t EVEN[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+static const int8_t ODD[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+static const int8_t LO[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+static const int8_t HI[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+VT_INLINE void gemvp(const int mr, vt_dtype dt, const vt_gemm_args *a, int64_t i0, int64_t j0, int64_t kb,
+                     int64_t ke, int mode) {
+    const size_t es = dt == VT_F32 ? 4 : 2;
+    const int pairs = dt == VT_BF16;   /* acc[0]: columns 0, 2, ..., 30; acc[1]: 1, 3, ..., 31 */
+    const char *pw = (const char *)a->w + (size_t)j0 * a->wstride;
+    const float *x = a->x + i0 * a->ldx;
+    float *y = a->y + i0 * a->ldy + j0;
+    __m512 acc[2][VT_GEMV_MAX_ROWS];
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) {
+        if (mode != MODE_LOAD) { acc[0][i] = acc[1][i] = _mm512_setzero_ps(); continue; }
+        const __m512 y0 = _mm512_loadu_ps(y + i * a->ldy), y1 = _mm512_loadu_ps(y + i * a->ldy + 16);
+        acc[0][i] = pairs ? pair_lanes(y0, y1, EVEN) : y0;
+        acc[1][i] = pairs ? pair_lanes(y0, y1, ODD) : y1;
+    }
+    const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (int64_t k = kb; k < ke; k++) {
+        const char *p = pw + (size_t)k * NR * es;
+        _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
+        if (es == 4) _mm_prefetch(p + PANEL_PF + 64, _MM_HINT_T0);
+        __m512 w0, w1;
+        if (pairs) {
+            const __m512i v = _mm512_loadu_si512(p);
+            w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+            w1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+        } else w0 = wload(p, dt, 0, 0xFFFF), w1 = wload(p, dt, 16, 0xFFFF);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            const __m512 xb = _mm512_set1_ps(x[i * a->ldx + k]);
+            acc[0][i] = _mm512_fmadd_ps(xb, w0, acc[0][i]);
+            acc[1][i] = _mm512_fmadd_ps(xb, w1, acc[1][i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < mr; i++) {
+        __m512 o[2] = {acc[0][i], acc[1][i]};
+        if (pairs) o[0] = pair_lanes(acc[0][i], acc[1][i], LO), o[1] = pair_lanes(acc[0][i], acc[1][i], HI);
+        for (int h = 0; h < 2; h++) {
+            if (mode == MODE_ADD) o[h] = _mm512_add_ps(o[h], _mm512_loadu_ps(y + i * a->ldy + 16 * h));
+            _mm512_storeu_ps(y + i * a->ldy + 16 * h, o[h]);
+        }
+    }
+}
+
+#define GEMVP_FN(n)                                                                                          \
+    VT_AVX512 __attribute__((noinline)) static void gemvp_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
+                                                              int64_t kb, int64_t ke, int mode) {           \
+        switch (a->dt) {                                                                                    \
+        case VT_BF16: gemvp(n, VT_BF16, a, i0, j0, kb, ke, mode); break;                                    \
+        case VT_F16: gemvp(n, VT_F16, a, i0, j0, kb, ke, mode); break;                                      \
+        default: gemvp(n, VT_F32, a, i0, j0, kb, ke, mode); break;                                          \
+        }                                                                                                   \
+    }
+GEMVP_FN(1) GEMVP_FN(2) GEMVP_FN(3) GEMVP_FN(4)
+
+typedef void (*gemvp_fn)(const vt_gemm_args *, int64_t, int64_t, int64_t, int64_t, int);
+static const gemvp_fn gemvp_by_rows[VT_GEMV_MAX_ROWS + 1] = {NULL, gemvp_1, gemvp_2, gemvp_3, gemvp_4};
+
+VT_AVX512 void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
+    const gemvp_fn f = gemvp_by_rows[r1 - r0];
+    for (int64_t j = c0; j < c1; j += NR) {
+#ifdef VT_MUTATE_GEMM_SPLIT_K
+        f(a, r0, j, 0, a->K / 2, a->acc ? MODE_LOAD : MODE_ZERO);   /* two partial sums: the mutation */
+        f(a, r0, j, a->K / 2, a->K, MODE_ADD);
+#else
+        f(a, r0, j, 0, a->K, a->acc ? MODE_LOAD : MODE_ZERO);
+#endif
+    }
+}
+
 /* ------------------------------------------------------------ small M */
 
 /* y = x·Wᵀ for a tile of 5..VT_BCAST_MAX_ROWS rows with f32 W (a MoE
@@ -520,8 +639,8 @@ VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, in
  * the transpose (M = 32: 156 packed, 147 widened copy). */
 enum { BK = 256, BCAST_MV_MAX = 4, BCAST_NRW_MAX = 14, BCAST_PF = 512 };
 
-VT_INLINE void bcast_kernel(const int mv, const int nrw, int64_t kc, const float *xt, const char *w, size_t wstride,
-                            float *yt, int mode) {
+VT_INLINE void bcast_kernel(const int mv, const int nrw, int64_t kc, const float *xt, const char *w, size_t jstep,
+                            size_t kstep, float *yt, int mode) {
     const int64_t ld = 16 * mv;
     __m512 acc[BCAST_NRW_MAX][BCAST_MV_MAX];
 #pragma GCC unroll 14
@@ -529,16 +648,21 @@ VT_INLINE void bcast_kernel(const int mv, const int nrw, int64_t kc, const float
 #pragma GCC unroll 4
         for (int v = 0; v < mv; v++) acc[j][v] = mode == MODE_LOAD ? _mm512_load_ps(yt + j * ld + 16 * v) : _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        if ((k & 15) == 0)   /* a line of each row per 16 steps, BCAST_PF bytes ahead */
+        if (kstep == 4) {   /* rows: a line of each row per 16 steps, BCAST_PF bytes ahead */
+            if ((k & 15) == 0)
 #pragma GCC unroll 14
-            for (int j = 0; j < nrw; j++) _mm_prefetch(w + (size_t)j * wstride + 4 * (size_t)k + BCAST_PF, _MM_HINT_T0);
+                for (int j = 0; j < nrw; j++) _mm_prefetch(w + (size_t)j * jstep + 4 * (size_t)k + BCAST_PF, _MM_HINT_T0);
+        } else {            /* a panel: one stream, kstep bytes per step */
+            _mm_prefetch(w + (size_t)k * kstep + 4 * BCAST_PF, _MM_HINT_T0);
+            _mm_prefetch(w + (size_t)k * kstep + 4 * BCAST_PF + 64, _MM_HINT_T0);
+        }
         __m512 xv[BCAST_MV_MAX];
 #pragma GCC unroll 4
         for (int v = 0; v < mv; v++) xv[v] = _mm512_load_ps(xt + k * ld + 16 * v);
 #pragma GCC unroll 14
         for (int j = 0; j < nrw; j++) {
             float s;
-            memcpy(&s, w + (size_t)j * wstride + 4 * (size_t)k, 4);
+            memcpy(&s, w + (size_t)j * jstep + (size_t)k * kstep, 4);
             const __m512 b = _mm512_set1_ps(s);
 #pragma GCC unroll 4
             for (int v = 0; v < mv; v++) acc[j][v] = _mm512_fmadd_ps(b, xv[v], acc[j][v]);
@@ -558,15 +682,16 @@ VT_INLINE void bcast_kernel(const int mv, const int nrw, int64_t kc, const float
  * the rest of a tile. */
 #define BCAST_FN(mv, nrw)                                                                                  \
     VT_AVX512 __attribute__((noinline)) static void bcast_##mv##_##nrw(int64_t kc, const float *xt, const char *w, \
-                                                                     size_t wstride, float *yt, int mode) { \
-        bcast_kernel(mv, nrw, kc, xt, w, wstride, yt, mode);                                              \
+                                                                     size_t jstep, size_t kstep, float *yt,   \
+                                                                     int mode) {                              \
+        bcast_kernel(mv, nrw, kc, xt, w, jstep, kstep, yt, mode);                                         \
     }
 BCAST_FN(1, 14) BCAST_FN(1, 8) BCAST_FN(1, 4) BCAST_FN(1, 2) BCAST_FN(1, 1)
 BCAST_FN(2, 12) BCAST_FN(2, 8) BCAST_FN(2, 4) BCAST_FN(2, 2) BCAST_FN(2, 1)
 BCAST_FN(3, 8) BCAST_FN(3, 4) BCAST_FN(3, 2) BCAST_FN(3, 1)
 BCAST_FN(4, 6) BCAST_FN(4, 4) BCAST_FN(4, 2) BCAST_FN(4, 1)
 
-typedef void (*bcast_fn)(int64_t, const float *, const char *, size_t, float *, int);
+typedef void (*bcast_fn)(int64_t, const float *, const char *, size_t, size_t, float *, int);
 typedef struct bcast_width { int nrw; bcast_fn fn; } bcast_width;
 static const bcast_width bcast_widths[BCAST_MV_MAX + 1][5] = {
     {{0, NULL}},
@@ -604,10 +729,14 @@ VT_AVX512 void vt_gemm512_bcast(const vt_gemm_args *a, int64_t r0, int64_t r1, i
             const int64_t kc = a->K - k0 < BK ? a->K - k0 : BK;
             pack_xt(a->x, a->ldx, r0, r1, k0, kc, mv, xt);
             for (int64_t j = c; j < ce;) {
+                /* W[j][k] at w + j jstep + k kstep: rows, or within one panel (tensor.h) */
+                const int pan = j < a->npanel;
+                const int64_t je = pan ? j - j % NR + NR : ce;   /* a call stays inside its panel */
                 const bcast_width *bw = bcast_widths[mv];
-                while (bw->nrw > ce - j) bw++;
-                bw->fn(kc, xt, (const char *)a->w + (size_t)j * a->wstride + 4 * (size_t)k0, a->wstride,
-                       yt + (j - c) * ld, k0 == 0 ? MODE_ZERO : MODE_CONTINUE);
+                while (bw->nrw > je - j) bw++;
+                const char *w = pan ? (const char *)a->w + (size_t)(j - j % NR) * a->wstride + 4 * ((size_t)k0 * NR + (size_t)(j % NR))
+                                    : (const char *)a->w + (size_t)j * a->wstride + 4 * (size_t)k0;
+                bw->fn(kc, xt, w, pan ? 4 : a->wstride, pan ? 4 * NR : 4, yt + (j - c) * ld, k0 == 0 ? MODE_ZERO : MODE_CONTINUE);
                 j += bw->nrw;
             }
         }

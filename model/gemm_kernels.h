@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "tensor.h"
 
 /* One product y[M,N] (+)= x[M,K] · W[N,K]ᵀ as the kernels see it: W row j is
  * at (const char *)w + j * wstride, in dtype dt (f32, bf16 or f16), with no
@@ -26,6 +27,9 @@ typedef struct vt_gemm_args {
     int64_t      ldy;
     int          acc;
     int          solo;   /* 1: the whole product runs on this thread (picks the GEMV's bf16 step) */
+    int64_t      npanel; /* columns [0, npanel) of W are in panels of VT_PANEL (tensor.h): column
+                            j's element k at w + (j - j % 32) wstride + (32 k + j % 32) es. The
+                            kernels take blocks entirely inside or entirely past it. 0: none */
 } vt_gemm_args;
 
 /* Rows at or below this go to the GEMV kernel (W read in place, no packing);
@@ -44,6 +48,13 @@ void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, 
  * vt_gemm512_bcast (W broadcast from its rows in place, no packing). */
 #define VT_BCAST_MAX_ROWS 64
 void vt_gemm512_bcast(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+
+/* The same over columns [c0, c1) inside the panels (c0, c1 multiples of
+ * VT_PANEL, c1 <= npanel): panel_block for any row count (f32 panels read in
+ * place by the micro-kernel, bf16/f16 widened per K block, no transpose),
+ * panel_gemv for r1 - r0 <= VT_GEMV_MAX_ROWS (W streamed in place). */
+void vt_gemm512_panel_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /* C[M,N] (+)= A[M,K] · B[K,N] (B row-major [K][N], read in place). */
 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,

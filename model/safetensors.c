@@ -377,6 +377,7 @@ typedef struct st_file {
     char        *path;       /* as opened: DIR/shard or the path given */
     void        *map;        /* read-only mapping of the whole file */
     size_t       map_len;
+    int          loaded;     /* 1: map is anonymous memory holding the file (vt_ckpt_load) */
     vt_st_header h;
 } st_file;
 
@@ -508,6 +509,17 @@ static int load_file(st_file *f, vt_err *err) {
     munmap(f->map, f->map_len);
     f->map = mem;
     f->map_len = len;
+    f->loaded = 1;
+    return VT_OK;
+}
+
+int vt_ckpt_set_writable(vt_ckpt *c, int on, vt_err *err) {
+    for (int i = 0; i < c->nfiles; i++) {
+        st_file *f = &c->files[i];
+        if (!f->loaded) return vt_errf(err, VT_EINTERNAL, "%s: not loaded: a file's mapping stays read-only", f->path);
+        if (mprotect(f->map, f->map_len, on ? PROT_READ | PROT_WRITE : PROT_READ) != 0)
+            return vt_errf(err, VT_EIO, "%s: cannot change the loaded weights' protection: %s", f->path, strerror(errno));
+    }
     return VT_OK;
 }
 

@@ -69,6 +69,10 @@ void vt_ckpt_close(vt_ckpt *c);
  * the same either way (the mapping's pages count once touched); the page
  * cache may keep a second copy until the kernel needs the memory. */
 int  vt_ckpt_load(vt_ckpt *c, vt_err *err);
+/* After vt_ckpt_load: makes the loaded bytes writable (on = 1), so that the
+ * model can rearrange its matrices in place (tensor.h's panels), or
+ * read-only again (on = 0). Refused for a file that is only mapped. */
+int  vt_ckpt_set_writable(vt_ckpt *c, int on, vt_err *err);
 size_t             vt_ckpt_count(const vt_ckpt *c);
 const vt_st_entry *vt_ckpt_entry(const vt_ckpt *c, size_t i);
 const vt_st_entry *vt_ckpt_find(const vt_ckpt *c, const char *name);   /* NULL if absent */

@@ -80,14 +80,71 @@ int64_t vt_tensor_ncols(const vt_tensor *t) { return t->ndim > 0 ? t->shape[t->n
 size_t vt_tensor_row_bytes(const vt_tensor *t) { return vt_row_size(t->dtype, vt_tensor_ncols(t)); }
 
 void *vt_tensor_row(const vt_tensor *t, int64_t i) {
-    if (i < 0 || i >= vt_tensor_nrows(t)) return NULL;
+    if (i < 0 || i >= vt_tensor_nrows(t) || t->panel) return NULL;
     return (char *)t->data + (size_t)i * vt_tensor_row_bytes(t);
+}
+
+/* ------------------------------------------------------------ panels */
+
+/* dst[k][c] = src[c][k] for VT_PANEL rows c of K elements (the bytes of one
+ * panel, moved as bytes: the bits, never a float value; the data may be
+ * unaligned, as a checkpoint's tensors may be). */
+#define VT_INTERLEAVE(NAME, ES)                                                                      \
+    static void NAME(char *dst, const char *src, int64_t K) {                                        \
+        for (int64_t k = 0; k < K; k++)                                                               \
+            for (int64_t c = 0; c < VT_PANEL; c++)                                                    \
+                memcpy(dst + (size_t)(k * VT_PANEL + c) * ES, src + (size_t)(c * K + k) * ES, ES);   \
+    }
+VT_INTERLEAVE(interleave32, 4)
+VT_INTERLEAVE(interleave16, 2)
+
+int vt_tensor_panelize(vt_tensor *t, vt_err *err) {
+    if (t->panel) return VT_OK;
+    if (t->ndim != 2 || !t->data || !vt_dtype_traits_of(t->dtype) || !vt_dtype_traits_of(t->dtype)->is_float)
+        return vt_errf(err, VT_EINTERNAL, "panelize: expected a 2-D float tensor with data (%d dims, %s)", t->ndim,
+                       vt_dtype_name(t->dtype));
+    const int64_t N = t->shape[0], K = t->shape[1], np = N / VT_PANEL;
+    const size_t es = vt_dtype_size(t->dtype), pbytes = (size_t)VT_PANEL * (size_t)K * es;
+    int failed = 0;
+    #pragma omp parallel if (np > 1 && (size_t)np * pbytes >= ((size_t)8 << 20))
+    {
+        char *tmp = malloc(pbytes);   /* one panel's rows as they were */
+        if (!tmp) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t p = 0; p < np; p++) {
+            if (!tmp) continue;
+            char *base = (char *)t->data + (size_t)p * pbytes;
+            memcpy(tmp, base, pbytes);
+            if (es == 4) interleave32(base, tmp, K);
+            else interleave16(base, tmp, K);
+        }
+        free(tmp);
+    }
+    if (failed) return vt_errf(err, VT_ENOMEM, "panelize: cannot allocate %zu bytes of scratch", pbytes);
+    t->panel = VT_PANEL;
+    return VT_OK;
+}
+
+void vt_tensor_unpanel(const vt_tensor *t, int64_t r0, int64_t n, void *dst) {
+    const int64_t K = t->shape[t->ndim - 1], N32 = t->panel ? t->shape[0] / VT_PANEL * VT_PANEL : 0;
+    const size_t es = vt_dtype_size(t->dtype), row = (size_t)K * es;
+    for (int64_t j = r0; j < r0 + n; j++) {
+        char *d = (char *)dst + (size_t)(j - r0) * row;
+        if (j >= N32) { memcpy(d, (const char *)t->data + (size_t)j * row, row); continue; }
+        const char *p = (const char *)t->data + (size_t)(j / VT_PANEL) * VT_PANEL * row + (size_t)(j % VT_PANEL) * es;
+        for (int64_t k = 0; k < K; k++) memcpy(d + (size_t)k * es, p + (size_t)k * VT_PANEL * es, es);
+    }
 }
 
 /* Same dtype and row width, or an error naming both. */
 static int check_pair(const char *op, const vt_tensor *dst, const vt_tensor *src, vt_err *err) {
     if (!dst->data || !src->data)
         return vt_errf(err, VT_EINTERNAL, "%s: tensor without data", op);
+    if (dst->panel || src->panel)
+        return vt_errf(err, VT_EINTERNAL, "%s: a weight in panels has no rows to copy (vt_tensor_unpanel)", op);
     if (dst->dtype != src->dtype)
         return vt_errf(err, VT_EINTERNAL, "%s: source is %s, destination is %s (a dtype change needs vt_rows_convert)",
                        op, vt_dtype_name(src->dtype), vt_dtype_name(dst->dtype));

@@ -31,7 +31,19 @@ typedef struct vt_tensor {
     size_t   nbytes;                /* bytes covered by the tensor */
     void    *data;
     int      owned;                 /* 1: vt_tensor_free releases data */
+    int      panel;                 /* 0: row-major; VT_PANEL: a weight in panels (below) */
 } vt_tensor;
+
+/* The panel layout of a 2-D weight [N, K] (vt_tensor_panelize): its first
+ * N - N % VT_PANEL rows in panels of VT_PANEL rows, panel p holding
+ * W[VT_PANEL p + c][k] at element VT_PANEL p K + VT_PANEL k + c, i.e. the
+ * panel's rows interleaved, one k after the other; the last N % VT_PANEL rows
+ * row-major where they were. The same bytes in the same place, reordered
+ * within each panel: the GEMMs (gemm.h) then read a weight as the packed
+ * kernels want it, with no transpose. Only gemm.c reads a panel tensor's
+ * elements; the row functions below refuse one (vt_tensor_row: NULL), and
+ * vt_tensor_unpanel gives the rows back. */
+#define VT_PANEL 32
 
 /* What a row copy did, recorded by the probes. */
 typedef struct vt_copy_stats {
@@ -56,7 +68,12 @@ int64_t vt_tensor_nelem(const vt_tensor *t);
 int64_t vt_tensor_nrows(const vt_tensor *t);     /* product of all dims but the last */
 int64_t vt_tensor_ncols(const vt_tensor *t);     /* shape[ndim-1] */
 size_t  vt_tensor_row_bytes(const vt_tensor *t); /* vt_row_size(dtype, ncols) */
-/* Pointer to row i, or NULL when i is out of range. */
+/* Rearranges a row-major 2-D float tensor into the panel layout, in place
+ * (t->data must be writable; scratch of VT_PANEL rows). Idempotent. */
+int  vt_tensor_panelize(vt_tensor *t, vt_err *err);
+/* Rows [r0, r0 + n) of a 2-D tensor, row-major, into dst (any layout). */
+void vt_tensor_unpanel(const vt_tensor *t, int64_t r0, int64_t n, void *dst);
+/* Pointer to row i, or NULL when i is out of range or t is in panels. */
 void   *vt_tensor_row(const vt_tensor *t, int64_t i);
 
 /* dst rows [d0, d0+n) <- src rows [s0, s0+n). Same dtype and row width. */

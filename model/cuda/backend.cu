@@ -112,7 +112,10 @@ static int put(upload *u, const cu_mat *dst, int64_t elem_off, const vt_tensor *
         return vt_errf(err, VT_EINTERNAL, "cuda upload: %lld elements at %lld overflow a %lld x %lld matrix",
                        (long long)n, (long long)elem_off, (long long)dst->rows, (long long)dst->cols);
     char *base = (char *)dst->p + vt_row_size(dst->dtype, elem_off);
-    const char *src = (const char *)t->data;
+    /* a CPU matrix in panels (tensor.h): its rows, in order, for the device */
+    std::vector<char> rows(t->panel ? t->nbytes : 0);
+    if (t->panel) vt_tensor_unpanel(t, 0, vt_tensor_nrows(t), rows.data());
+    const char *src = t->panel ? rows.data() : (const char *)t->data;
     const int64_t chunk = (int64_t)u->stage.size();
     for (int64_t i0 = 0; i0 < n; i0 += chunk) {
         int64_t m = n - i0 < chunk ? n - i0 : chunk;

@@ -456,13 +456,14 @@ static int env_int(const char *name, int dflt) {
     return v && *v ? atoi(v) : dflt;
 }
 
-/* Decode with the weights mapped (the default) and loaded into anonymous
- * memory (VTLAB_WEIGHTS=load, model/safetensors.h), 1 and 2 threads. Runs
- * after the peak RSS is printed: the second copy of the weights would count
- * in it. (Not in a forked child: libgomp's thread pool does not survive a
- * fork.) Each of the four sessions prefills T tokens once, then NL rounds of
- * NB decode steps interleave. out[mode][threads] = median tok/s (mode 0
- * mapped, 1 loaded). Returns 0, or -1 when the loaded model cannot open. */
+/* Decode with the weights in panels (the default: loaded into anonymous
+ * memory and rearranged, tensor.h) and as the checkpoint's mapped rows
+ * (VTLAB_WEIGHTS=map, model/forward.c), 1 and 2 threads. Runs after the peak
+ * RSS is printed: the second copy of the weights would count in it. (Not in
+ * a forked child: libgomp's thread pool does not survive a fork.) Each of the
+ * four sessions prefills T tokens once, then NL rounds of NB decode steps
+ * interleave. out[mode][threads] = median tok/s (mode 0 panels, 1 mapped
+ * rows). Returns 0, or -1 when the mapped model cannot open. */
 static int weights_phase(vt_model *m, const char *dir, const int32_t *tok, int T, float *logits,
                          double out[2][3]) {
     enum { NL = 3, NB = 32 };
@@ -470,7 +471,7 @@ static int weights_phase(vt_model *m, const char *dir, const int32_t *tok, int T
     vt_model *ml = NULL;
     const char *prev = getenv("VTLAB_WEIGHTS");
     char *saved = prev ? strdup(prev) : NULL;
-    setenv("VTLAB_WEIGHTS", "load", 1);
+    setenv("VTLAB_WEIGHTS", "map", 1);
     int rc = vt_model_open(&ml, dir, err, sizeof err);
     if (saved) setenv("VTLAB_WEIGHTS", saved, 1);
     else unsetenv("VTLAB_WEIGHTS");
@@ -725,28 +726,28 @@ int main(int argc, char **argv) {
     int64_t rss_pk = rss_peak();
     printf("memory: peak RSS %.1f MB (getrusage ru_maxrss, all phases above) = %.2f x the checkpoint's %.1f MB\n",
            mb((double)rss_pk), ckpt > 0 ? (double)rss_pk / (double)ckpt : 0.0, mb((double)ckpt));
-    /* decode with the weights mapped vs loaded (VTLAB_WEIGHTS=load) */
+    /* decode with the weights in panels (the default) vs mapped rows (VTLAB_WEIGHTS=map) */
     double wl[2][3] = {{0}};
     int have_wl = 0;
     vt_bench_phase *wl_ph[3] = {0};
     if (env_int("BENCH_WEIGHTS", 1)) {
-        if (weights_phase(m, dir, tok, T, logits, wl) != 0) printf("weights mapped vs loaded: failed (see above)\n");
+        if (weights_phase(m, dir, tok, T, logits, wl) != 0) printf("weights panels vs mapped: failed (see above)\n");
         else {
             have_wl = 1;
-            printf("weights mapped (default) vs loaded (VTLAB_WEIGHTS=load: read into anonymous huge pages), decode "
-                   "32 steps after a %d-token prefill, median of 3 interleaved rounds:\n", T);
+            printf("weights in panels (default) vs mapped rows (VTLAB_WEIGHTS=map: the checkpoint's pages, zero-copy), "
+                   "decode 32 steps after a %d-token prefill, median of 3 interleaved rounds:\n", T);
             for (int th = 1; th <= 2; th++) {
-                printf("  t%d: mapped %6.1f tok/s, loaded %6.1f tok/s: loaded/mapped = %.2f\n", th, wl[0][th],
-                       wl[1][th], wl[1][th] / wl[0][th]);
+                printf("  t%d: panels %6.1f tok/s, mapped %6.1f tok/s: panels/mapped = %.2f\n", th, wl[0][th],
+                       wl[1][th], wl[0][th] / wl[1][th]);
                 char nm[32];
-                snprintf(nm, sizeof nm, "decode-loaded-t%d", th);
+                snprintf(nm, sizeof nm, "decode-mapped-t%d", th);
                 vt_bench_phase *p = wl_ph[th] = add_phase(&P, nm);
                 p->context = T, p->threads = th, p->tokens = 32, p->seconds = 32 / wl[1][th];
                 p->flops = 32 * flops_per_token(&cfg, T + 48.0), p->bytes = 32 * bpt;
                 p->peak_flops = peak[th] * 1e9;
             }
         }
-    } else printf("weights mapped vs loaded: skipped (BENCH_WEIGHTS=0)\n");
+    } else printf("weights panels vs mapped: skipped (BENCH_WEIGHTS=0)\n");
 
 
     double gbs[3] = {0};
@@ -768,7 +769,7 @@ int main(int argc, char **argv) {
         if (have_wl)
             for (int th = 1; th <= 2; th++) {
                 double bw = wl[1][th] * bpt / 1e9;
-                printf("  decode t%d, weights loaded: %.1f tok/s = %.2f GB/s = %.1f%% of triad\n", th, wl[1][th], bw,
+                printf("  decode t%d, weights mapped: %.1f tok/s = %.2f GB/s = %.1f%% of triad\n", th, wl[1][th], bw,
                        100 * bw / gbs[th]);
                 wl_ph[th]->peak_bytes = gbs[th] * 1e9;
             }

@@ -198,8 +198,9 @@ static void run_gemv(void *p) {
  * every row starts 8 bytes into a cache line. The last shape again with one
  * copy of W read over and over (f32 1 MiB, bf16 512 KiB): W in L2, where the
  * GEMV is bound by its shuffles, not by memory. */
-enum { NDEC = 4, NOFF = 2 };
-static const size_t DEC_OFF[NOFF] = {0, 8};
+enum { NDEC = 4, NOFF = 3 };
+static const size_t DEC_OFF[NOFF] = {0, 8, 8};
+static const int DEC_PANEL[NOFF] = {0, 0, 1};   /* W in panels (tensor.h; the model's default) */
 
 static void bench_decode(int threads, char *pool, size_t pool_bytes, triad_arg *tr) {
     static const int64_t NK[NDEC][2] = {{32000, 1024}, {1024, 1024}, {256, 1024}, {256, 1024}};
@@ -217,6 +218,7 @@ static void bench_decode(int threads, char *pool, size_t pool_bytes, triad_arg *
                 for (int64_t c = 0; c < g->ncopy; c++) {
                     g->W[c].dtype = dt; g->W[c].ndim = 2; g->W[c].shape[0] = NK[s][0]; g->W[c].shape[1] = NK[s][1];
                     g->W[c].data = pool + DEC_OFF[o] + (size_t)c * one;
+                    g->W[c].panel = DEC_PANEL[o] ? VT_PANEL : 0;   /* the same bytes read as panels */
                 }
                 g->x = x; g->y = y; g->bytes = (double)one * g->ncopy;
             }
@@ -229,14 +231,16 @@ static void bench_decode(int threads, char *pool, size_t pool_bytes, triad_arg *
     }
     printf("\n== decode GEMV (M=1, W from memory), %d thread%s: STREAM triad %.1f GB/s (best), %.1f (median)\n",
            threads, threads > 1 ? "s" : "", best(triad, ROUNDS), median(triad, ROUNDS));
-    printf("   %-20s %6s %5s %8s %8s %10s %9s\n", "N x K", "W", "W off", "GB/s max", "GB/s med", "ratio best", "ratio med");
+    printf("   %-20s %6s %9s %8s %8s %10s %9s\n", "N x K", "W", "W off", "GB/s max", "GB/s med", "ratio best", "ratio med");
     for (int s = 0; s < NDEC; s++)
         for (int d = 0; d < 2; d++)
             for (int o = 0; o < NOFF; o++) {
                 char nm[32];
                 snprintf(nm, sizeof nm, "%lld x %lld%s", (long long)NK[s][0], (long long)NK[s][1],
                          s == NDEC - 1 ? " in L2" : "");
-                printf("   %-20s %6s %5zu %8.1f %8.1f %10.3f %9.3f\n", nm, d ? "bf16" : "f32", DEC_OFF[o],
+                char off[16];
+                snprintf(off, sizeof off, "%zu%s", DEC_OFF[o], DEC_PANEL[o] ? " panel" : "");
+                printf("   %-20s %6s %9s %8.1f %8.1f %10.3f %9.3f\n", nm, d ? "bf16" : "f32", off,
                        best(gbs[s][d][o], ROUNDS), median(gbs[s][d][o], ROUNDS),
                        best(gbs[s][d][o], ROUNDS) / best(triad, ROUNDS), median(gbs[s][d][o], ROUNDS) / median(triad, ROUNDS));
                 free(gc[s][d][o].W);
@@ -265,7 +269,7 @@ static void bench_threshold(char *pool) {
         for (int d = 0; d < 2; d++)
             for (int gv = 0; gv < 2; gv++) {
                 kern_arg k = {{x, 1024, pool, vt_row_size(d ? VT_BF16 : VT_F32, 1024), d ? VT_BF16 : VT_F32, 1024, y,
-                               1024, 0, 1}, M, 1024, gv};
+                               1024, 0, 1, 0}, M, 1024, gv};
                 double b = 1e30;
                 for (int r = 0; r < ROUNDS; r++) {
                     double s = (gv && M > VT_GEMV_MAX_ROWS) ? 0 : time_call(run_kernel, &k);

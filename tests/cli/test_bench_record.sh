@@ -14,7 +14,7 @@ PY=/usr/bin/python3
 
 "$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 1 --out "$W/tiny" >/dev/null
 # the quick phases only: no T-scaling table (BENCH_TMAX=0), no STREAM triad (BENCH_TRIAD_MIB=0);
-# prefill and decode at 1 and 2 threads, and decode with the weights loaded (VTLAB_WEIGHTS=load) at 1 and 2
+# prefill and decode at 1 and 2 threads, and decode with the weights mapped (VTLAB_WEIGHTS=map) at 1 and 2
 expect_exit "bench --json writes a report" 0 env BENCH_TMAX=0 BENCH_TRIAD_MIB=0 "$BENCH" "$W/tiny" 16 --json "$W/r.json"
 expect_exit "record-bench records it" 0 "$VTLAB" record-bench "$W/r.json" --db "$W/a.db"
 # the runs hold exactly what the report says
@@ -24,7 +24,7 @@ r = json.load(open(sys.argv[1])); db = sqlite3.connect(sys.argv[2])
 runs = db.execute("SELECT id, experiment, arm, status, backend, device, model_sha256, dataset_sha256, code_version,"
                   " assertions_ok, logits_sha256, n_tokens, forward_s FROM runs ORDER BY id").fetchall()
 assert len(runs) == len(r["phases"]) == 6, (len(runs), len(r["phases"]))
-assert [p["name"] for p in r["phases"]][-2:] == ["decode-loaded-t1", "decode-loaded-t2"], r["phases"]
+assert [p["name"] for p in r["phases"]][-2:] == ["decode-mapped-t1", "decode-mapped-t2"], r["phases"]
 for row, p in zip(runs, r["phases"]):
     rid, exp, arm, status, be, dev, msha, dsha, code, aok, lsha, ntok, fwd = row
     assert (exp, arm, status, be, dev) == ("bench-tiny", p["name"], "FINISHED", "cpu", r["device"]), row

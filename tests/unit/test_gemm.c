@@ -109,22 +109,33 @@ static void check_one(vt_dtype dt, int64_t M, int64_t N, int64_t K) {
     for (size_t i = 0; i < ny; i++) want[i] = got[i] = -7.0f;   /* padding sentinel */
     vt_gemm_job g = {x, ldx, M, &w.t, want, ldy};
     ref_job(&g, want);
+    /* the same W in panels (tensor.h), still one element off alignment */
+    wmat wp = w;
+    wp.base = malloc(w.t.nbytes + 64);
+    assert_non_null(wp.base);
+    wp.t.data = wp.base + vt_dtype_size(dt);
+    memcpy(wp.t.data, w.t.data, w.t.nbytes);
+    vt_err err = {0};
+    VT_ASSERT_OK(vt_tensor_panelize(&wp.t, &err), err);
+    assert_int_equal(wp.t.panel, VT_PANEL);
     const char *isas[2] = {"avx512", "scalar"};
-    for (int s = 0; s < 2; s++) {
-        if (vt_gemm_force_isa(isas[s]) != 0) continue;
-        for (int th = 1; th <= 2; th++) {
-            omp_set_num_threads(th);
-            for (size_t i = 0; i < ny; i++) got[i] = -7.0f;
-            g.y = got;
-            vt_gemm_batch(&g, 1);
-            char what[128];
-            snprintf(what, sizeof what, "%s %s M=%lld N=%lld K=%lld threads=%d", isas[s], vt_dtype_name(dt),
-                     (long long)M, (long long)N, (long long)K, th);
-            expect_equal(got, want, M, ldy, ldy, what);   /* the whole row: padding must stay -7 */
+    for (int lay = 0; lay < 2; lay++)
+        for (int s = 0; s < 2; s++) {
+            if (vt_gemm_force_isa(isas[s]) != 0) continue;
+            for (int th = 1; th <= 2; th++) {
+                omp_set_num_threads(th);
+                for (size_t i = 0; i < ny; i++) got[i] = -7.0f;
+                g.y = got;
+                g.W = lay ? &wp.t : &w.t;
+                vt_gemm_batch(&g, 1);
+                char what[128];
+                snprintf(what, sizeof what, "%s %s%s M=%lld N=%lld K=%lld threads=%d", isas[s], vt_dtype_name(dt),
+                         lay ? " panels" : "", (long long)M, (long long)N, (long long)K, th);
+                expect_equal(got, want, M, ldy, ldy, what);   /* the whole row: padding must stay -7 */
+            }
         }
-    }
     vt_gemm_force_isa("avx512");
-    free(xb); free(w.base); free(want); free(got);
+    free(xb); free(w.base); free(wp.base); free(want); free(got);
 }
 
 static void test_batch_every_remainder(void **state) {
@@ -132,7 +143,7 @@ static void test_batch_every_remainder(void **state) {
     /* every kernel: the GEMV (1..4 rows), the broadcast kernel for f32 (5..64:
      * 1, 2, 3 and 4 vectors of rows) and the packed one (bf16, f16, 65 on) */
     const int64_t Ms[] = {1, 2, 3, 5, 8, 13, 31, 47, 64, 65, 257};
-    const int64_t Ns[] = {1, 15, 16, 17, 33, 100, 1024};
+    const int64_t Ns[] = {1, 15, 16, 17, 33, 64, 100, 1024};   /* panels: none, 1 + a tail, 2 exact, ... */
     const int64_t Ks[] = {1, 7, 16, 100, 1029};
     for (int d = 0; d < 3; d++)
         for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
@@ -174,6 +185,10 @@ static void test_batch_many_jobs(void **state) {
         got[j] = calloc((size_t)(Ms[j] * N + 1), 4);
         jobs[j] = (vt_gemm_job){x + (j % 4), LDX, Ms[j], &w[j].t, want[j], N};   /* shared, shifted x */
         ref_job(&jobs[j], want[j]);
+        if (j % 2) {   /* every other W in panels (tensor.h) */
+            vt_err err = {0};
+            VT_ASSERT_OK(vt_tensor_panelize(&w[j].t, &err), err);
+        }
         jobs[j].y = got[j];
     }
     /* 1 to 3 threads; then 4 asked for inside a region of 2 threads, where
@@ -345,7 +360,7 @@ static void test_gemv_every_shift(void **state) {
                             }
                         for (int solo = 0; solo < 2; solo++) {   /* bf16: the 16-k step and the pair step */
                             for (int64_t i = 0; i < M * ldy; i++) got[i] = -7.0f + (float)(i % 5);
-                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo};
+                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo, 0};
                             vt_gemm512_gemv(&a, 0, M, 0, N, NULL);
                             char what[160];
                             snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d solo=%d",

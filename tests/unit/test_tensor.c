@@ -129,6 +129,57 @@ static void test_sentinel(void **state) {
     vt_tensor_free(&a); vt_tensor_free(&s);
 }
 
+/* The panel layout (tensor.h): element (j, k) of the first N - N % 32 rows
+ * at 32 p K + 32 k + j % 32 of panel p = j / 32, the tail rows in place; the
+ * rows come back out bit for bit; the row functions refuse a panel tensor. */
+static void test_panels(void **state) {
+    (void)state;
+    const vt_dtype dts[2] = {VT_F32, VT_BF16};
+    const int64_t Ns[3] = {70, 32, 5}, K = 7;
+    for (int d = 0; d < 2; d++)
+        for (int n = 0; n < 3; n++) {
+            const int64_t N = Ns[n], shape[2] = {N, K};
+            const size_t es = vt_dtype_size(dts[d]);
+            vt_tensor t;
+            vt_err err = {0};
+            VT_ASSERT_OK(vt_tensor_alloc(&t, dts[d], 2, shape, &err), err);
+            for (int64_t i = 0; i < N * K; i++) {   /* each element's bytes name its (j, k) */
+                const uint16_t v = (uint16_t)(i * 3 + 1);
+                memcpy((char *)t.data + (size_t)i * es, &v, 2);
+                if (es == 4) memcpy((char *)t.data + (size_t)i * es + 2, &v, 2);
+            }
+            char *orig = malloc(t.nbytes), *back = malloc(t.nbytes);
+            memcpy(orig, t.data, t.nbytes);
+            VT_ASSERT_OK(vt_tensor_panelize(&t, &err), err);
+            assert_int_equal(t.panel, VT_PANEL);
+            const int64_t N32 = N / 32 * 32;
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t at = j < N32 ? (j / 32) * 32 * K + 32 * k + j % 32 : j * K + k;
+                    assert_memory_equal((char *)t.data + (size_t)at * es, orig + (size_t)(j * K + k) * es, es);
+                }
+            VT_ASSERT_OK(vt_tensor_panelize(&t, &err), err);   /* idempotent: already in panels */
+            vt_tensor_unpanel(&t, 0, N, back);
+            assert_memory_equal(back, orig, t.nbytes);
+            vt_tensor_unpanel(&t, N - 3, 3, back);   /* a part */
+            assert_memory_equal(back, orig + (size_t)((N - 3) * K) * es, (size_t)(3 * K) * es);
+            assert_null(vt_tensor_row(&t, 0));
+            vt_tensor dst;
+            VT_ASSERT_OK(vt_tensor_alloc(&dst, dts[d], 2, shape, &err), err);
+            assert_int_equal(vt_rows_copy(&dst, 0, &t, 0, 1, NULL, &err), VT_EINTERNAL);
+            assert_non_null(strstr(err.msg, "panels"));
+            vt_tensor_free(&dst);
+            vt_tensor_free(&t);
+            free(orig); free(back);
+        }
+    vt_tensor v;
+    vt_err err = {0};
+    const int64_t s1[1] = {64};
+    VT_ASSERT_OK(vt_tensor_alloc(&v, VT_F32, 1, s1, &err), err);
+    assert_int_equal(vt_tensor_panelize(&v, &err), VT_EINTERNAL);   /* a vector has no panels */
+    vt_tensor_free(&v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strides_from_dtype),
@@ -137,6 +188,7 @@ int main(void) {
         cmocka_unit_test(test_copies_refuse_mismatch),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_sentinel),
+        cmocka_unit_test(test_panels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

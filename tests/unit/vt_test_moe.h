@@ -20,19 +20,28 @@ static inline float *vt_test_moe_input(int64_t N, int64_t D) {
 
 /* Naive f64 SwiGLU of expert w (hidden D, intermediate I) on row x into y[D]:
  * a recomputation that shares no code with the gather/GEMM/scatter path. */
-/* The weights are views in the checkpoint's dtype: each row is widened first. */
+/* The weights are in the checkpoint's dtype, possibly in panels (tensor.h):
+ * each row is taken out (vt_tensor_unpanel) and widened first. */
+static inline void vt_test_weight_row(const vt_tensor *t, int64_t i, float *dst) {
+    char *row = malloc(vt_tensor_row_bytes(t));
+    assert_non_null(row);
+    vt_tensor_unpanel(t, i, 1, row);
+    vt_convert(dst, VT_F32, row, t->dtype, (size_t)vt_tensor_ncols(t));
+    free(row);
+}
+
 static inline void vt_test_expert_ref(const vt_swiglu_w *w, int64_t D, int64_t I, const float *x, double *y) {
     double *h = malloc(sizeof(double) * (size_t)I);
     float *g = malloc(sizeof(float) * (size_t)(D > I ? D : I)), *u = malloc(sizeof(float) * (size_t)D);
     for (int64_t i = 0; i < I; i++) {
         double a = 0, b = 0;
-        vt_convert(g, VT_F32, vt_tensor_row(&w->gate, i), w->gate.dtype, (size_t)D);
-        vt_convert(u, VT_F32, vt_tensor_row(&w->up, i), w->up.dtype, (size_t)D);
+        vt_test_weight_row(&w->gate, i, g);
+        vt_test_weight_row(&w->up, i, u);
         for (int64_t k = 0; k < D; k++) { a += (double)g[k] * x[k]; b += (double)u[k] * x[k]; }
         h[i] = a / (1.0 + exp(-a)) * b;
     }
     for (int64_t j = 0; j < D; j++) {
-        vt_convert(g, VT_F32, vt_tensor_row(&w->down, j), w->down.dtype, (size_t)I);
+        vt_test_weight_row(&w->down, j, g);
         double acc = 0;
         for (int64_t i = 0; i < I; i++) acc += (double)g[i] * h[i];
         y[j] = acc;
