@@ -14,7 +14,9 @@
  * therefore checked bit-for-bit against the scalar one (tests/unit/test_gemm.c).
  *
  * Weights are read in the dtype they have in the checkpoint (f32, bf16 or
- * f16, usually straight from the mmapped file) and widened inside the kernel.
+ * f16) and widened inside the kernel, as rows or, for a W with W->panel set,
+ * in the panel layout of tensor.h (the model's default: no transposes); a
+ * W's layout never changes a result.
  */
 #ifndef VT_GEMM_H
 #define VT_GEMM_H

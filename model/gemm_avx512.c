@@ -19,6 +19,12 @@
  *    transposed in registers so that each vector holds one k of 16 columns,
  *    then 16 FMAs per row of x. No packing: each W element is used M <= 4
  *    times, packing would cost a second pass over W.
+ *  - W in panels (tensor.h, the model's default): the GEMV reads each k's 32
+ *    weights as two vectors (no transpose), the packed kernel copies or
+ *    widens a panel instead of transposing it, the broadcast kernel
+ *    broadcasts from the panel. gemm_bench decode, 1 thread, W from memory:
+ *    f32 0.76-0.80 of triad as rows, 0.94-1.07 in panels; bf16 0.72-0.78 ->
+ *    0.92-1.01; 2 threads f32 0.75-0.81 -> 1.03-1.31.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -270,15 +276,18 @@ VT_AVX512 static void widen_panel(const vt_gemm_args *a, int64_t p, int64_t k0, 
 }
 
 /* The columns [c0, c1) of one tile, c1 - c0 <= TILE_COLS: per K block, its
- * W panels packed once (W in panels: f32 read in place, bf16/f16 widened),
- * then x by MC rows, each against every panel. */
+ * W panels packed once, then x by MC rows, each against every panel. W in
+ * panels (tensor.h) is copied (f32) or widened (bf16/f16), with no
+ * transpose. Reading f32 panels in place, with no copy, measured slower
+ * (288M f32 prefill, 1 thread: 528 against 636 tok/s with rows): the first
+ * micro-kernel call on a panel then waits on memory, where the copy streams
+ * it in one pass. */
 VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
-    const int inplace = 0 && c0 < a->npanel && a->dt == VT_F32;
     for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
         const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
         const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
-        for (int64_t p = c0; p < c1 && !inplace; p += NR) {
+        for (int64_t p = c0; p < c1; p += NR) {
             if (c0 < a->npanel) { widen_panel(a, p, k0, kc, wbuf[(p - c0) / NR]); continue; }
             panel_pf pf = {p + NR, c1 - p - NR, k0, kc};                /* the next panel, same K block */
             if (pf.nc <= 0) pf = (panel_pf){c0, c1 - c0, k0 + KC, a->K - k0 - KC};   /* the first, next K block */
@@ -290,10 +299,8 @@ VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, 
         for (int64_t m0 = r0; m0 < r1; m0 += MC) {
             const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
             pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
-            for (int64_t p = c0; p < c1; p += NR) {
-                const float *b = inplace ? (const float *)panel_at(a, p, k0) : wbuf[(p - c0) / NR];
-                ukr_rows(m0, m1, kc, xbuf, b, NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
-            }
+            for (int64_t p = c0; p < c1; p += NR)
+                ukr_rows(m0, m1, kc, xbuf, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
         }
     }
 }
@@ -540,74 +547,93 @@ static const int8_t ODD[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27
 static const int8_t LO[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
 static const int8_t HI[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
-VT_INLINE void gemvp(const int mr, vt_dtype dt, const vt_gemm_args *a, int64_t i0, int64_t j0, int64_t kb,
-                     int64_t ke, int mode) {
-    const size_t es = dt == VT_F32 ? 4 : 2;
-    const int pairs = dt == VT_BF16;   /* acc[0]: columns 0, 2, ..., 30; acc[1]: 1, 3, ..., 31 */
+VT_INLINE void gemvp(const int mr, const int np, vt_dtype dt, const vt_gemm_args *a, int64_t i0, int64_t j0,
+                     int64_t kb, int64_t ke, int mode) {
+    const size_t es = dt == VT_F32 ? 4 : 2, pstride = NR * a->wstride;   /* panel q at pw + q pstride */
+    const int pairs = dt == VT_BF16;   /* acc[q][0]: columns 0, 2, ..., 30; acc[q][1]: 1, 3, ..., 31 */
     const char *pw = (const char *)a->w + (size_t)j0 * a->wstride;
     const float *x = a->x + i0 * a->ldx;
-    float *y = a->y + i0 * a->ldy + j0;
-    __m512 acc[2][VT_GEMV_MAX_ROWS];
+    __m512 acc[2][2][VT_GEMV_MAX_ROWS];
+#pragma GCC unroll 2
+    for (int q = 0; q < np; q++)
 #pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) {
-        if (mode != MODE_LOAD) { acc[0][i] = acc[1][i] = _mm512_setzero_ps(); continue; }
-        const __m512 y0 = _mm512_loadu_ps(y + i * a->ldy), y1 = _mm512_loadu_ps(y + i * a->ldy + 16);
-        acc[0][i] = pairs ? pair_lanes(y0, y1, EVEN) : y0;
-        acc[1][i] = pairs ? pair_lanes(y0, y1, ODD) : y1;
-    }
+        for (int i = 0; i < mr; i++) {
+            if (mode != MODE_LOAD) { acc[q][0][i] = acc[q][1][i] = _mm512_setzero_ps(); continue; }
+            const float *y = a->y + (i0 + i) * a->ldy + j0 + NR * q;
+            const __m512 y0 = _mm512_loadu_ps(y), y1 = _mm512_loadu_ps(y + 16);
+            acc[q][0][i] = pairs ? pair_lanes(y0, y1, EVEN) : y0;
+            acc[q][1][i] = pairs ? pair_lanes(y0, y1, ODD) : y1;
+        }
     const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
     for (int64_t k = kb; k < ke; k++) {
-        const char *p = pw + (size_t)k * NR * es;
-        _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
-        if (es == 4) _mm_prefetch(p + PANEL_PF + 64, _MM_HINT_T0);
-        __m512 w0, w1;
-        if (pairs) {
-            const __m512i v = _mm512_loadu_si512(p);
-            w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-            w1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));
-        } else w0 = wload(p, dt, 0, 0xFFFF), w1 = wload(p, dt, 16, 0xFFFF);
+        __m512 w[2][2];
+#pragma GCC unroll 2
+        for (int q = 0; q < np; q++) {
+            const char *p = pw + q * pstride + (size_t)k * NR * es;
+            _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
+            if (es == 4) _mm_prefetch(p + PANEL_PF + 64, _MM_HINT_T0);
+            if (pairs) {
+                const __m512i v = _mm512_loadu_si512(p);
+                w[q][0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+                w[q][1] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+            } else w[q][0] = wload(p, dt, 0, 0xFFFF), w[q][1] = wload(p, dt, 16, 0xFFFF);
+        }
 #pragma GCC unroll 4
         for (int i = 0; i < mr; i++) {
             const __m512 xb = _mm512_set1_ps(x[i * a->ldx + k]);
-            acc[0][i] = _mm512_fmadd_ps(xb, w0, acc[0][i]);
-            acc[1][i] = _mm512_fmadd_ps(xb, w1, acc[1][i]);
+#pragma GCC unroll 2
+            for (int q = 0; q < np; q++) {
+                acc[q][0][i] = _mm512_fmadd_ps(xb, w[q][0], acc[q][0][i]);
+                acc[q][1][i] = _mm512_fmadd_ps(xb, w[q][1], acc[q][1][i]);
+            }
         }
     }
+#pragma GCC unroll 2
+    for (int q = 0; q < np; q++)
 #pragma GCC unroll 4
-    for (int i = 0; i < mr; i++) {
-        __m512 o[2] = {acc[0][i], acc[1][i]};
-        if (pairs) o[0] = pair_lanes(acc[0][i], acc[1][i], LO), o[1] = pair_lanes(acc[0][i], acc[1][i], HI);
-        for (int h = 0; h < 2; h++) {
-            if (mode == MODE_ADD) o[h] = _mm512_add_ps(o[h], _mm512_loadu_ps(y + i * a->ldy + 16 * h));
-            _mm512_storeu_ps(y + i * a->ldy + 16 * h, o[h]);
+        for (int i = 0; i < mr; i++) {
+            float *y = a->y + (i0 + i) * a->ldy + j0 + NR * q;
+            __m512 o[2] = {acc[q][0][i], acc[q][1][i]};
+            if (pairs) o[0] = pair_lanes(acc[q][0][i], acc[q][1][i], LO), o[1] = pair_lanes(acc[q][0][i], acc[q][1][i], HI);
+            for (int h = 0; h < 2; h++) {
+                if (mode == MODE_ADD) o[h] = _mm512_add_ps(o[h], _mm512_loadu_ps(y + 16 * h));
+                _mm512_storeu_ps(y + 16 * h, o[h]);
+            }
         }
-    }
 }
 
-#define GEMVP_FN(n)                                                                                          \
-    VT_AVX512 __attribute__((noinline)) static void gemvp_##n(const vt_gemm_args *a, int64_t i0, int64_t j0,  \
-                                                              int64_t kb, int64_t ke, int mode) {           \
-        switch (a->dt) {                                                                                    \
-        case VT_BF16: gemvp(n, VT_BF16, a, i0, j0, kb, ke, mode); break;                                    \
-        case VT_F16: gemvp(n, VT_F16, a, i0, j0, kb, ke, mode); break;                                      \
-        default: gemvp(n, VT_F32, a, i0, j0, kb, ke, mode); break;                                          \
-        }                                                                                                   \
+/* np = 2: two panels side by side, 4 mr chains per k (one panel's 2 mr
+ * chains left bf16 bound by the FMA latency at 1 thread: 28 G weights/s with
+ * W in L2, f32 the same per k at twice the bytes). */
+#define GEMVP_FN(n, np)                                                                                        \
+    VT_AVX512 __attribute__((noinline)) static void gemvp_##n##_##np(const vt_gemm_args *a, int64_t i0,        \
+                                                                     int64_t j0, int64_t kb, int64_t ke,     \
+                                                                     int mode) {                             \
+        switch (a->dt) {                                                                                      \
+        case VT_BF16: gemvp(n, np, VT_BF16, a, i0, j0, kb, ke, mode); break;                                  \
+        case VT_F16: gemvp(n, np, VT_F16, a, i0, j0, kb, ke, mode); break;                                    \
+        default: gemvp(n, np, VT_F32, a, i0, j0, kb, ke, mode); break;                                        \
+        }                                                                                                     \
     }
-GEMVP_FN(1) GEMVP_FN(2) GEMVP_FN(3) GEMVP_FN(4)
+GEMVP_FN(1, 1) GEMVP_FN(2, 1) GEMVP_FN(3, 1) GEMVP_FN(4, 1)
+GEMVP_FN(1, 2) GEMVP_FN(2, 2) GEMVP_FN(3, 2) GEMVP_FN(4, 2)
 
 typedef void (*gemvp_fn)(const vt_gemm_args *, int64_t, int64_t, int64_t, int64_t, int);
-static const gemvp_fn gemvp_by_rows[VT_GEMV_MAX_ROWS + 1] = {NULL, gemvp_1, gemvp_2, gemvp_3, gemvp_4};
+static const gemvp_fn gemvp_by_rows[2][VT_GEMV_MAX_ROWS + 1] = {{NULL, gemvp_1_1, gemvp_2_1, gemvp_3_1, gemvp_4_1},
+                                                                {NULL, gemvp_1_2, gemvp_2_2, gemvp_3_2, gemvp_4_2}};
 
 VT_AVX512 void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
-    const gemvp_fn f = gemvp_by_rows[r1 - r0];
-    for (int64_t j = c0; j < c1; j += NR) {
+    for (int64_t j = c0; j < c1;) {
+        const int np = c1 - j >= 2 * NR ? 2 : 1;
+        const gemvp_fn f = gemvp_by_rows[np - 1][r1 - r0];
 #ifdef VT_MUTATE_GEMM_SPLIT_K
         f(a, r0, j, 0, a->K / 2, a->acc ? MODE_LOAD : MODE_ZERO);   /* two partial sums: the mutation */
         f(a, r0, j, a->K / 2, a->K, MODE_ADD);
 #else
         f(a, r0, j, 0, a->K, a->acc ? MODE_LOAD : MODE_ZERO);
 #endif
+        j += np * NR;
     }
 }
 

@@ -3,9 +3,10 @@
  * per-op entry points shared by forward.c, kda.c, mla.c and moe.c.
  *
  * Shapes are written on every field as in the checkpoint: [out, in] for
- * linear weights. Matrix weights are vt_tensor views into the mapped
- * checkpoint, in its dtype (f32, bf16 or f16): nothing is copied at load, and
- * the GEMMs (gemm.h) widen bf16/f16 to f32 inside the kernel, which is exact.
+ * linear weights. Matrix weights are vt_tensor views into the checkpoint's
+ * bytes, in its dtype (f32, bf16 or f16), by default loaded and rearranged in
+ * place into panels (tensor.h; VTLAB_WEIGHTS, forward.c); the GEMMs (gemm.h)
+ * widen bf16/f16 to f32 inside the kernel, which is exact.
  * The small vectors read element-wise (norm weights, biases, conv kernels,
  * A_log) are owned f32 copies. Activations are f32 except where a knob puts a
  * buffer in bf16: the residual stream (VT_KIMI_BF16_STREAM) and the expert

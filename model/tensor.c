@@ -88,12 +88,17 @@ void *vt_tensor_row(const vt_tensor *t, int64_t i) {
 
 /* dst[k][c] = src[c][k] for VT_PANEL rows c of K elements (the bytes of one
  * panel, moved as bytes: the bits, never a float value; the data may be
- * unaligned, as a checkpoint's tensors may be). */
-#define VT_INTERLEAVE(NAME, ES)                                                                      \
-    static void NAME(char *dst, const char *src, int64_t K) {                                        \
-        for (int64_t k = 0; k < K; k++)                                                               \
-            for (int64_t c = 0; c < VT_PANEL; c++)                                                    \
-                memcpy(dst + (size_t)(k * VT_PANEL + c) * ES, src + (size_t)(c * K + k) * ES, ES);   \
+ * unaligned, as a checkpoint's tensors may be). By blocks of 16 k: a line of
+ * each source row, one 16 x 32 block of dst (0.3 s for the 288M model's
+ * 1.15 GB, where k by k took 2-3 times that). */
+#define VT_INTERLEAVE(NAME, ES)                                                                          \
+    static void NAME(char *dst, const char *src, int64_t K) {                                            \
+        for (int64_t k0 = 0; k0 < K; k0 += 16) {                                                          \
+            const int64_t k1 = K - k0 < 16 ? K : k0 + 16;                                                 \
+            for (int64_t c = 0; c < VT_PANEL; c++)                                                        \
+                for (int64_t k = k0; k < k1; k++)                                                         \
+                    memcpy(dst + (size_t)(k * VT_PANEL + c) * ES, src + (size_t)(c * K + k) * ES, ES);   \
+        }                                                                                                 \
     }
 VT_INTERLEAVE(interleave32, 4)
 VT_INTERLEAVE(interleave16, 2)
