@@ -145,6 +145,7 @@ typedef struct batch_plan {
     const tile_plan   *plans;
     const int64_t     *first;
     int                solo;    /* every tile runs on the calling thread */
+    const float *const *xp;     /* [njobs]: x packed once for the job's tiles (pack_shared), or NULL */
 } batch_plan;
 
 /* Tile t of the batch: its product and block. 0 when t is past the end. */
@@ -178,8 +179,9 @@ static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
 #else
     const int64_t npanel = g->W->panel ? g->W->shape[0] / VT_PANEL * VT_PANEL : 0;   /* tensor.h */
 #endif
+    const float *xp = b->xp && c.r0 == 0 && c.r1 == g->M ? b->xp[g - b->jobs] : NULL;
     const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
-                            g->W->shape[1], g->y, g->ldy, 0, b->solo, npanel};
+                            g->W->shape[1], g->y, g->ldy, 0, b->solo, npanel, xp, g->M};
     const void *nrows = NULL;
     if (tile_at(b, next, &n) && n.r1 - n.r0 <= VT_GEMV_MAX_ROWS)
         nrows = (const char *)n.g->W->data + (size_t)n.c0 * vt_row_size(n.g->W->dtype, n.g->W->shape[1]);
@@ -314,6 +316,54 @@ int vt_gemm_step(int nthreads, int (*fn)(void *), void *arg) {
     return rc;
 }
 
+/* x packed once per batch for the packed kernel. A job cut into several
+ * column tiles over all its rows packed its x once per tile (each of the 125
+ * tiles of the lm_head, say), and jobs that share x (KDA's q/k/v/f/b/g, MLA's
+ * q and kv_a) packed it again per job: here it is packed once, on the
+ * calling thread, before the tiles run, into a buffer that stays this
+ * thread's (it grows, never shrinks). Only for jobs the packed kernel runs
+ * (gemm.c's run_block) with one row block and several column blocks. Same
+ * packing, same bits. Without memory for it, the tiles pack as before. */
+static _Thread_local float *t_xpack;
+static _Thread_local size_t t_xpack_cap;
+
+static int packs_x(const vt_gemm_job *g, const tile_plan *p) {
+    return p->nrb == 1 && p->ncb > 1 && g->M > VT_GEMV_MAX_ROWS && g->W->shape[1] > 0 &&
+           !(g->M <= VT_BCAST_MAX_ROWS && g->W->dtype == VT_F32);
+}
+
+static void pack_shared(const vt_gemm_job *jobs, int64_t njobs, const tile_plan *plans, const float **xp) {
+    size_t need = 0;
+    for (int64_t j = 0; j < njobs; j++) {
+        xp[j] = NULL;
+        if (packs_x(&jobs[j], &plans[j])) need += vt_gemm512_pack_x_floats(jobs[j].M, jobs[j].W->shape[1]);
+    }
+    if (need == 0) return;
+    if (need > t_xpack_cap) {
+        float *nb = aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
+        if (!nb) return;
+        free(t_xpack);
+        t_xpack = nb, t_xpack_cap = need;
+    }
+    size_t used = 0;
+    for (int64_t j = 0; j < njobs; j++) {
+        const vt_gemm_job *g = &jobs[j];
+        if (!packs_x(g, &plans[j])) continue;
+        for (int64_t i = 0; i < j && !xp[j]; i++)   /* the same x packed for an earlier job */
+            if (xp[i] && jobs[i].x == g->x && jobs[i].ldx == g->ldx && jobs[i].M == g->M &&
+#ifdef VT_MUTATE_XPACK_ANY_K
+                1)   /* mutation (make mutation): a packing shared whatever the K; test_gemm must go red */
+#else
+                jobs[i].W->shape[1] == g->W->shape[1])
+#endif
+                xp[j] = xp[i];
+        if (xp[j]) continue;
+        vt_gemm512_pack_x(g->x, g->ldx, g->M, g->W->shape[1], t_xpack + used);
+        xp[j] = t_xpack + used;
+        used += vt_gemm512_pack_x_floats(g->M, g->W->shape[1]);
+    }
+}
+
 int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
     step_pool *pool = t_pool;
     const int nthreads = pool ? pool->n : omp_get_max_threads();
@@ -329,7 +379,9 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
         first[j + 1] = first[j] + plans[j].ncb * plans[j].nrb;
     }
     const int64_t ntiles = first[njobs];
-    batch_plan b = {jobs, njobs, plans, first, 0};
+    const float *xp[njobs > 0 ? njobs : 1];
+    batch_plan b = {jobs, njobs, plans, first, 0, NULL};
+    if (isa() == ISA_AVX512) pack_shared(jobs, njobs, plans, xp), b.xp = xp;
     /* a small batch runs on the calling thread (VT_PAR_MIN_WORK, gemm.h) */
     int64_t work = 0, madds = 0;
     for (int64_t j = 0; j < njobs; j++)
@@ -357,7 +409,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
 void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
-    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1, 0};
+    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1, 0, NULL, 0};
     if (isa() != ISA_AVX512) { scalar_block(&a, 0, M, 0, N); return; }
     for (int64_t i = 0; i < M; i += 256) {   /* rows by 256 keep the x block of a K panel in L2 */
         const int64_t i1 = i + 256 < M ? i + 256 : M;

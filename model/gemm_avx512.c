@@ -298,10 +298,23 @@ VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, 
         }
         for (int64_t m0 = r0; m0 < r1; m0 += MC) {
             const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
-            pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
+            const float *xs = xbuf;
+            if (a->xp) xs = a->xp + k0 * a->xpm + m0 * kc;   /* packed once for the batch (r0 = 0) */
+            else pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
             for (int64_t p = c0; p < c1; p += NR)
-                ukr_rows(m0, m1, kc, xbuf, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
+                ukr_rows(m0, m1, kc, xs, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
         }
+    }
+}
+
+size_t vt_gemm512_pack_x_floats(int64_t M, int64_t K) { return (size_t)M * (size_t)((K + KC - 1) / KC * KC); }
+
+/* The layout block_cols reads: K block k0 at xp + k0 M, its MC-row block m0
+ * at + m0 kc, each as pack_rows lays it out. */
+void vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, float *xp) {
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        const int64_t kc = K - k0 < KC ? K - k0 : KC;
+        for (int64_t m0 = 0; m0 < M; m0 += MC) pack_rows(x, ldx, m0, M - m0 < MC ? M : m0 + MC, k0, kc, xp + k0 * M + m0 * kc);
     }
 }
 

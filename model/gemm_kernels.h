@@ -30,7 +30,16 @@ typedef struct vt_gemm_args {
     int64_t      npanel; /* columns [0, npanel) of W are in panels of VT_PANEL (tensor.h): column
                             j's element k at w + (j - j % 32) wstride + (32 k + j % 32) es. The
                             kernels take blocks entirely inside or entirely past it. 0: none */
+    const float *xp;     /* NULL, or x's rows [0, xpm) packed by vt_gemm512_pack_x, for blocks
+                            over all of them (the packed kernel then packs nothing) */
+    int64_t      xpm;
 } vt_gemm_args;
+
+/* x[M, K] packed as the packed kernel packs it for rows [0, M) (per K block,
+ * per MC rows), once for every tile of a batch that reads it; xp holds
+ * vt_gemm512_pack_x_floats(M, K) floats. */
+size_t vt_gemm512_pack_x_floats(int64_t M, int64_t K);
+void   vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, float *xp);
 
 /* Rows at or below this go to the GEMV kernel (W read in place, no packing);
  * above it, to the packed micro-kernel. Measured: see gemm_avx512.c. */

@@ -360,7 +360,7 @@ static void test_gemv_every_shift(void **state) {
                             }
                         for (int solo = 0; solo < 2; solo++) {   /* bf16: the 16-k step and the pair step */
                             for (int64_t i = 0; i < M * ldy; i++) got[i] = -7.0f + (float)(i % 5);
-                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo, 0};
+                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo, 0, NULL, 0};
                             vt_gemm512_gemv(&a, 0, M, 0, N, NULL);
                             char what[160];
                             snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d solo=%d",
@@ -524,6 +524,45 @@ static void test_isa_name(void **state) {
     assert_string_equal(vt_gemm_isa(), s);
 }
 
+/* Jobs that share x (KDA's six projections, MLA's two) get x packed once
+ * per batch (gemm.c's pack_shared): rows in panels or not, any dtype, and a
+ * job on the same x with a shorter K (the same pointer, another packing)
+ * must not be given the others' packing; 1 and 2 threads. */
+static void test_batch_shared_x(void **state) {
+    (void)state;
+    enum { NJ = 5, M = 100, LDX = 310 };
+    const int64_t Ks[NJ] = {300, 300, 300, 200, 300}, Ns[NJ] = {512, 512, 300, 512, 1024};
+    float *xb, *x = make_x(M, LDX, &xb);
+    wmat w[NJ];
+    vt_gemm_job jobs[NJ];
+    float *want[NJ], *got[NJ];
+    for (int j = 0; j < NJ; j++) {
+        w[j] = make_w(DTYPES[j % 3], Ns[j], Ks[j]);
+        want[j] = calloc((size_t)(M * Ns[j]), 4);
+        got[j] = calloc((size_t)(M * Ns[j]), 4);
+        jobs[j] = (vt_gemm_job){x, LDX, M, &w[j].t, want[j], Ns[j]};
+        ref_job(&jobs[j], want[j]);
+        jobs[j].y = got[j];
+        if (j % 2) {
+            vt_err err = {0};
+            VT_ASSERT_OK(vt_tensor_panelize(&w[j].t, &err), err);
+        }
+    }
+    for (int th = 1; th <= 2; th++) {
+        omp_set_num_threads(th);
+        for (int j = 0; j < NJ; j++)
+            for (int64_t i = 0; i < M * Ns[j]; i++) got[j][i] = NAN;
+        vt_gemm_batch(jobs, NJ);
+        for (int j = 0; j < NJ; j++) {
+            char what[96];
+            snprintf(what, sizeof what, "shared x, job %d (K=%lld), threads=%d", j, (long long)Ks[j], th);
+            expect_equal(got[j], want[j], M, Ns[j], Ns[j], what);
+        }
+    }
+    for (int j = 0; j < NJ; j++) { free(w[j].base); free(want[j]); free(got[j]); }
+    free(xb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_name),
@@ -531,6 +570,7 @@ int main(void) {
         cmocka_unit_test(test_batch_every_remainder),
         cmocka_unit_test(test_batch_large),
         cmocka_unit_test(test_batch_many_jobs),
+        cmocka_unit_test(test_batch_shared_x),
         cmocka_unit_test(test_gemm_step),
         cmocka_unit_test(test_gemv_every_shift),
         cmocka_unit_test(test_gemv_shifts_batch),
