@@ -542,13 +542,18 @@ VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, in
 
 /* The GEMV over W in panels (tensor.h): per k, the panel's row of 32
  * weights is contiguous, so the 16x16 transposes of gemv32 are gone and the
- * whole of W is one sequential stream, prefetched PANEL_PF bytes ahead.
+ * whole of W is one sequential stream, prefetched ahead (PANEL_PF).
  * 2 mr chains per k. bf16 takes the row of 32 as one load of 16 pairs: the
  * even columns widened by a shift, the odd ones by a mask (2 vector ops per
  * 32 weights where a widening load takes 4); the two accumulators then hold
  * the even and the odd columns, interleaved back once per panel. Each lane
  * is still one output's chain over k. */
-enum { PANEL_PF = 1024 };
+/* How far ahead the panel GEMV prefetches (bytes): bf16/f16 read half the
+ * bytes per step, and at 1024 bytes ahead stayed at 0.86-0.94 of triad
+ * (gemm_bench, 1 thread); 4096: 288M bf16 decode 1 thread 115/126 -> 129/140
+ * tok/s, 2 threads 148/153 -> 169/162 (interleaved). f32: 1024 and 2048 the
+ * same within the noise. */
+enum { PANEL_PF = 1024, PANEL_PF16 = 4096 };
 
 VT_INLINE __m512 pair_lanes(__m512 a, __m512 b, const int8_t *idx) {   /* lane l: idx[l] < 16 ? a : b */
     __m512i v = _mm512_set_epi32(idx[15], idx[14], idx[13], idx[12], idx[11], idx[10], idx[9], idx[8], idx[7],
@@ -583,8 +588,8 @@ VT_INLINE void gemvp(const int mr, const int np, vt_dtype dt, const vt_gemm_args
 #pragma GCC unroll 2
         for (int q = 0; q < np; q++) {
             const char *p = pw + q * pstride + (size_t)k * NR * es;
-            _mm_prefetch(p + PANEL_PF, _MM_HINT_T0);
-            if (es == 4) _mm_prefetch(p + PANEL_PF + 64, _MM_HINT_T0);
+            if (es == 4) _mm_prefetch(p + PANEL_PF, _MM_HINT_T0), _mm_prefetch(p + PANEL_PF + 64, _MM_HINT_T0);
+            else _mm_prefetch(p + PANEL_PF16, _MM_HINT_T0);
             if (pairs) {
                 const __m512i v = _mm512_loadu_si512(p);
                 w[q][0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
