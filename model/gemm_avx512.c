@@ -311,11 +311,10 @@ size_t vt_gemm512_pack_x_floats(int64_t M, int64_t K) { return (size_t)M * (size
 
 /* The layout block_cols reads: K block k0 at xp + k0 M, its MC-row block m0
  * at + m0 kc, each as pack_rows lays it out. */
-void vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, float *xp) {
-    for (int64_t k0 = 0; k0 < K; k0 += KC) {
-        const int64_t kc = K - k0 < KC ? K - k0 : KC;
-        for (int64_t m0 = 0; m0 < M; m0 += MC) pack_rows(x, ldx, m0, M - m0 < MC ? M : m0 + MC, k0, kc, xp + k0 * M + m0 * kc);
-    }
+_Static_assert(KC == VT_PACK_KC, "gemm.c cuts the shared packing of x into K blocks of KC");
+void vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t k0, float *xp) {
+    const int64_t kc = K - k0 < KC ? K - k0 : KC;
+    for (int64_t m0 = 0; m0 < M; m0 += MC) pack_rows(x, ldx, m0, M - m0 < MC ? M : m0 + MC, k0, kc, xp + k0 * M + m0 * kc);
 }
 
 VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {

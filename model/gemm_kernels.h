@@ -35,11 +35,13 @@ typedef struct vt_gemm_args {
     int64_t      xpm;
 } vt_gemm_args;
 
-/* x[M, K] packed as the packed kernel packs it for rows [0, M) (per K block,
- * per MC rows), once for every tile of a batch that reads it; xp holds
- * vt_gemm512_pack_x_floats(M, K) floats. */
+/* x[M, K] packed as the packed kernel packs it for rows [0, M) (per K block
+ * of VT_PACK_KC, per MC rows), once for every tile of a batch that reads it;
+ * xp holds vt_gemm512_pack_x_floats(M, K) floats. One K block (k0 a
+ * multiple of VT_PACK_KC) per call: blocks can be packed in parallel. */
+#define VT_PACK_KC 256
 size_t vt_gemm512_pack_x_floats(int64_t M, int64_t K);
-void   vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, float *xp);
+void   vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t k0, float *xp);
 
 /* Rows at or below this go to the GEMV kernel (W read in place, no packing);
  * above it, to the packed micro-kernel. Measured: see gemm_avx512.c. */
