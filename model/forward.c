@@ -187,7 +187,7 @@ static int weights_mode(weights_mode_t *mode, vt_err *err) {
  * gathered by rows and is not one of them. Returns the count (up to max). */
 static int64_t model_matrices(vt_model *m, vt_tensor **out, int64_t max) {
     int64_t n = 0;
-#define ADD(T) do { if (n < max && (T)->data) out[n] = (T); n++; } while (0)
+#define ADD(T) do { if (n < max) out[n] = (T); n++; } while (0)
     ADD(&m->lm_head);
     for (int64_t i = 0; i < m->cfg.num_hidden_layers; i++) {
         vt_layer_w *L = &m->layers[i];
