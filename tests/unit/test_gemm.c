@@ -563,6 +563,44 @@ static void test_batch_shared_x(void **state) {
     free(xb);
 }
 
+/* The panel GEMV itself (W in panels, tensor.h), chains from 0 and from y
+ * (accumulate: bf16's even/odd lanes taken apart and put back), 1..4 rows,
+ * three panels (two side by side, then one), every dtype. */
+static void test_panel_gemv_accumulate(void **state) {
+    (void)state;
+    if (vt_gemm_force_isa("avx512") != 0) skip();
+    enum { N = 96, K = 37, LDX = 40, LDY = 100 };
+    for (int d = 0; d < 3; d++) {
+        wmat w = make_w(DTYPES[d], N, K);
+        float *xb, *x = make_x(VT_GEMV_MAX_ROWS, LDX, &xb);
+        float want[VT_GEMV_MAX_ROWS * LDY], got[VT_GEMV_MAX_ROWS * LDY];
+        for (int acc = 0; acc < 2; acc++)
+            for (int64_t M = 1; M <= VT_GEMV_MAX_ROWS; M++) {
+                for (int64_t i = 0; i < M * LDY; i++) want[i] = got[i] = (float)(i % 7) - 3.0f;
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        float r = acc ? want[i * LDY + j] : 0.0f;
+                        for (int64_t k = 0; k < K; k++) r = fmaf(x[i * LDX + k], wval(&w.t, j, k), r);
+                        want[i * LDY + j] = r;
+                    }
+                wmat wp = w;   /* a panel copy (wval reads rows: the reference above) */
+                wp.base = malloc(w.t.nbytes + 64);
+                wp.t.data = wp.base;
+                memcpy(wp.t.data, w.t.data, w.t.nbytes);
+                vt_err err = {0};
+                VT_ASSERT_OK(vt_tensor_panelize(&wp.t, &err), err);
+                const vt_gemm_args a = {x, LDX, wp.t.data, vt_row_size(DTYPES[d], K), DTYPES[d], K, got, LDY, acc, 1, N,
+                                        NULL, 0};
+                vt_gemm512_panel_gemv(&a, 0, M, 0, N);
+                char what[96];
+                snprintf(what, sizeof what, "panel gemv %s M=%lld acc=%d", vt_dtype_name(DTYPES[d]), (long long)M, acc);
+                expect_equal(got, want, M, LDY, LDY, what);
+                free(wp.base);
+            }
+        free(w.base); free(xb);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_isa_name),
@@ -571,6 +609,7 @@ int main(void) {
         cmocka_unit_test(test_batch_large),
         cmocka_unit_test(test_batch_many_jobs),
         cmocka_unit_test(test_batch_shared_x),
+        cmocka_unit_test(test_panel_gemv_accumulate),
         cmocka_unit_test(test_gemm_step),
         cmocka_unit_test(test_gemv_every_shift),
         cmocka_unit_test(test_gemv_shifts_batch),
