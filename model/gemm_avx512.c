@@ -539,14 +539,6 @@ VT_AVX512 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, in
 
 /* ------------------------------------------------------------ panel gemv */
 
-/* The GEMV over W in panels (tensor.h): per k, the panel's row of 32
- * weights is contiguous, so the 16x16 transposes of gemv32 are gone and the
- * whole of W is one sequential stream, prefetched ahead (PANEL_PF).
- * 2 mr chains per k. bf16 takes the row of 32 as one load of 16 pairs: the
- * even columns widened by a shift, the odd ones by a mask (2 vector ops per
- * 32 weights where a widening load takes 4); the two accumulators then hold
- * the even and the odd columns, interleaved back once per panel. Each lane
- * is still one output's chain over k. */
 /* How far ahead the panel GEMV prefetches (bytes): bf16/f16 read half the
  * bytes per step, and at 1024 bytes ahead stayed at 0.86-0.94 of triad
  * (gemm_bench, 1 thread); 4096: 288M bf16 decode 1 thread 115/126 -> 129/140
@@ -564,6 +556,14 @@ static const int8_t ODD[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27
 static const int8_t LO[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
 static const int8_t HI[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
+/* The GEMV over W in panels (tensor.h), np panels side by side from column
+ * j0: per k, a panel's row of 32 weights is contiguous, so the 16x16
+ * transposes of gemv32 are gone and the whole of W is one sequential stream,
+ * prefetched ahead. 2 np mr chains per k. bf16 takes the row of 32 as one
+ * load of 16 pairs: the even columns widened by a shift, the odd ones by a
+ * mask (2 vector ops per 32 weights where a widening load takes 4); the two
+ * accumulators then hold the even and the odd columns, interleaved back once
+ * per panel. Each lane is still one output's chain over k. */
 VT_INLINE void gemvp(const int mr, const int np, vt_dtype dt, const vt_gemm_args *a, int64_t i0, int64_t j0,
                      int64_t kb, int64_t ke, int mode) {
     const size_t es = dt == VT_F32 ? 4 : 2, pstride = NR * a->wstride;   /* panel q at pw + q pstride */
