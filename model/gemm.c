@@ -172,10 +172,12 @@ static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
     tile c, n;
     if (!tile_at(b, t, &c)) return;
     const vt_gemm_job *g = c.g;
-#ifdef VT_MUTATE_PANEL_TAIL
-    /* Mutation (make mutation): the row tail past the last full panel read as
-     * if it were one more panel; test_gemm's N = 33 and 100 must go red. */
-    const int64_t npanel = g->W->panel ? (g->W->shape[0] + VT_PANEL - 1) / VT_PANEL * VT_PANEL : 0;
+#ifdef VT_MUTATE_PANEL_BOUNDARY
+    /* Mutation (make mutation): the panel/row boundary one panel too low, so
+     * the last full panel is read as rows (every read stays inside W; a
+     * boundary too high read past it, corrupted the heap, and once hung the
+     * mutant); test_gemm must go red. */
+    const int64_t npanel = g->W->panel && g->W->shape[0] >= VT_PANEL ? g->W->shape[0] / VT_PANEL * VT_PANEL - VT_PANEL : 0;
 #else
     const int64_t npanel = g->W->panel ? g->W->shape[0] / VT_PANEL * VT_PANEL : 0;   /* tensor.h */
 #endif
