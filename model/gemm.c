@@ -81,20 +81,28 @@ int vt_gemm_force_isa(const char *name) {
     return -1;
 }
 
+/* Whether rows of a product with f32-or-not W go to the broadcast kernel
+ * (run_block; pack_shared packs x only for the packed kernel). */
+static int bcast_rows(int64_t rows, vt_dtype dt, int acc) {
+    return rows > VT_GEMV_MAX_ROWS && rows <= VT_BCAST_MAX_ROWS && !acc && dt == VT_F32;
+}
+
 /* One block of one product with the kernel for this CPU and this row count;
- * next: the GEMV's prefetch target after the block (vt_gemm512_gemv). */
+ * next: the GEMV's prefetch target after the block (vt_gemm512_gemv). A
+ * block across the panels' end (W in panels, tensor.h) runs as two: the
+ * panels, then the rows after them. */
 static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *next) {
-    if (isa() != ISA_AVX512) scalar_block(a, r0, r1, c0, c1);
-    else if (c0 < a->npanel) {   /* W in panels: the panel kernels up to npanel, the rows after it */
-        const int64_t cp = c1 < a->npanel ? c1 : a->npanel;
-        if (r1 - r0 <= VT_GEMV_MAX_ROWS) vt_gemm512_panel_gemv(a, r0, r1, c0, cp);
-        else if (r1 - r0 <= VT_BCAST_MAX_ROWS && !a->acc && a->dt == VT_F32) vt_gemm512_bcast(a, r0, r1, c0, cp);
-        else vt_gemm512_panel_block(a, r0, r1, c0, cp);
-        if (cp < c1) run_block(a, r0, r1, cp, c1, next);
+    if (isa() != ISA_AVX512) { scalar_block(a, r0, r1, c0, c1); return; }
+    if (c0 < a->npanel && a->npanel < c1) {
+        run_block(a, r0, r1, c0, a->npanel, NULL);
+        run_block(a, r0, r1, a->npanel, c1, next);
+        return;
     }
-    else if (r1 - r0 <= VT_GEMV_MAX_ROWS) vt_gemm512_gemv(a, r0, r1, c0, c1, next);
-    else if (r1 - r0 <= VT_BCAST_MAX_ROWS && !a->acc && a->dt == VT_F32) vt_gemm512_bcast(a, r0, r1, c0, c1);
-    else vt_gemm512_block(a, r0, r1, c0, c1);
+    if (r1 - r0 <= VT_GEMV_MAX_ROWS) {
+        if (c0 < a->npanel) vt_gemm512_panel_gemv(a, r0, r1, c0, c1);
+        else vt_gemm512_gemv(a, r0, r1, c0, c1, next);
+    } else if (bcast_rows(r1 - r0, a->dt, a->acc)) vt_gemm512_bcast(a, r0, r1, c0, c1);
+    else vt_gemm512_block(a, r0, r1, c0, c1);   /* panels or rows: block_cols reads either */
 }
 
 /* ---------------------------------------------------------------- the batch */
@@ -177,9 +185,9 @@ static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
      * the last full panel is read as rows (every read stays inside W; a
      * boundary too high read past it, corrupted the heap, and once hung the
      * mutant); test_gemm must go red. */
-    const int64_t npanel = g->W->panel && g->W->shape[0] >= VT_PANEL ? g->W->shape[0] / VT_PANEL * VT_PANEL - VT_PANEL : 0;
+    const int64_t npanel = vt_tensor_panel_rows(g->W) >= VT_PANEL ? vt_tensor_panel_rows(g->W) - VT_PANEL : 0;
 #else
-    const int64_t npanel = g->W->panel ? g->W->shape[0] / VT_PANEL * VT_PANEL : 0;   /* tensor.h */
+    const int64_t npanel = vt_tensor_panel_rows(g->W);
 #endif
     const float *xp = b->xp && c.r0 == 0 && c.r1 == g->M ? b->xp[g - b->jobs] : NULL;
     const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
@@ -333,7 +341,7 @@ static _Thread_local size_t t_xpack_cap;
 
 static int packs_x(const vt_gemm_job *g, const tile_plan *p) {
     return p->nrb == 1 && p->ncb > 1 && g->M > VT_GEMV_MAX_ROWS && g->W->shape[1] > 0 &&
-           !(g->M <= VT_BCAST_MAX_ROWS && g->W->dtype == VT_F32);
+           !bcast_rows(g->M, g->W->dtype, 0);
 }
 
 /* The packings a batch needs: xp[j] for each job (NULL: its tiles pack), and
@@ -420,12 +428,13 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
             madds += jobs[j].M * jobs[j].W->shape[0] * jobs[j].W->shape[1];
         }
     const int big = work >= VT_PAR_MIN_WORK;
-    if (ntiles <= 1 || !big || nthreads <= 1 || ntiles > 0xFFFFFFFFLL) {
-        b.solo = 1;
+    const int solo = ntiles <= 1 || !big || nthreads <= 1 || ntiles > 0xFFFFFFFFLL;
+    if (solo || pool)   /* x packed here; in the batch's own region, by the team (below) */
         for (int64_t u = 0; u < nunits; u++) pack_unit(jobs, xp, own, nown, u);
+    if (solo) {
+        b.solo = 1;
         for (int64_t t = 0; t < ntiles; t++) run_tile(&b, t, t + 1 < ntiles ? t + 1 : -1);
     } else if (pool) {
-        for (int64_t u = 0; u < nunits; u++) pack_unit(jobs, xp, own, nown, u);
         pool_batch(pool, &b, ntiles);
     } else {
         tile_range ranges[nthreads];

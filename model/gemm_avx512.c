@@ -322,10 +322,6 @@ VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, i
     for (int64_t c = c0; c < c1; c += TILE_COLS) block_cols(a, r0, r1, c, c1 - c < TILE_COLS ? c1 : c + TILE_COLS);
 }
 
-VT_AVX512 void vt_gemm512_panel_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    vt_gemm512_block(a, r0, r1, c0, c1);   /* block_cols reads the panels where c0 < npanel */
-}
-
 /* --------------------------------------------------------------------- nn */
 
 VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
@@ -777,7 +773,7 @@ VT_AVX512 void vt_gemm512_bcast(const vt_gemm_args *a, int64_t r0, int64_t r1, i
                 const int64_t je = pan ? j - j % NR + NR : ce;   /* a call stays inside its panel */
                 const bcast_width *bw = bcast_widths[mv];
                 while (bw->nrw > je - j) bw++;
-                const char *w = pan ? (const char *)a->w + (size_t)(j - j % NR) * a->wstride + 4 * ((size_t)k0 * NR + (size_t)(j % NR))
+                const char *w = pan ? panel_at(a, j - j % NR, k0) + 4 * (size_t)(j % NR)
                                     : (const char *)a->w + (size_t)j * a->wstride + 4 * (size_t)k0;
                 bw->fn(kc, xt, w, pan ? 4 : a->wstride, pan ? 4 * NR : 4, yt + (j - c) * ld, k0 == 0 ? MODE_ZERO : MODE_CONTINUE);
                 j += bw->nrw;

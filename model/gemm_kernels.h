@@ -60,11 +60,10 @@ void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, 
 #define VT_BCAST_MAX_ROWS 64
 void vt_gemm512_bcast(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
-/* The same over columns [c0, c1) inside the panels (c0, c1 multiples of
- * VT_PANEL, c1 <= npanel): panel_block for any row count (f32 panels read in
- * place by the micro-kernel, bf16/f16 widened per K block, no transpose),
- * panel_gemv for r1 - r0 <= VT_GEMV_MAX_ROWS (W streamed in place). */
-void vt_gemm512_panel_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+/* Columns [c0, c1) inside the panels (c0, c1 multiples of VT_PANEL,
+ * c1 <= npanel), r1 - r0 <= VT_GEMV_MAX_ROWS: the GEMV streaming W's panels
+ * in place. (vt_gemm512_block and vt_gemm512_bcast take blocks inside the
+ * panels too: each reads W as npanel says.) */
 void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /* C[M,N] (+)= A[M,K] · B[K,N] (B row-major [K][N], read in place). */

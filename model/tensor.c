@@ -133,8 +133,10 @@ int vt_tensor_panelize(vt_tensor *t, vt_err *err) {
     return VT_OK;
 }
 
+int64_t vt_tensor_panel_rows(const vt_tensor *t) { return t->panel ? t->shape[0] / VT_PANEL * VT_PANEL : 0; }
+
 void vt_tensor_unpanel(const vt_tensor *t, int64_t r0, int64_t n, void *dst) {
-    const int64_t K = t->shape[t->ndim - 1], N32 = t->panel ? t->shape[0] / VT_PANEL * VT_PANEL : 0;
+    const int64_t K = t->shape[t->ndim - 1], N32 = vt_tensor_panel_rows(t);
     const size_t es = vt_dtype_size(t->dtype), row = (size_t)K * es;
     for (int64_t j = r0; j < r0 + n; j++) {
         char *d = (char *)dst + (size_t)(j - r0) * row;

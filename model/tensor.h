@@ -71,6 +71,8 @@ size_t  vt_tensor_row_bytes(const vt_tensor *t); /* vt_row_size(dtype, ncols) */
 /* Rearranges a row-major 2-D float tensor into the panel layout, in place
  * (t->data must be writable; scratch of VT_PANEL rows). Idempotent. */
 int  vt_tensor_panelize(vt_tensor *t, vt_err *err);
+/* Rows in panels: N - N % VT_PANEL for a tensor in panels, else 0. */
+int64_t vt_tensor_panel_rows(const vt_tensor *t);
 /* Rows [r0, r0 + n) of a 2-D tensor, row-major, into dst (any layout). */
 void vt_tensor_unpanel(const vt_tensor *t, int64_t r0, int64_t n, void *dst);
 /* Pointer to row i, or NULL when i is out of range or t is in panels. */
