@@ -243,13 +243,15 @@ sanitize: deps
 
 # Each mutation rebuilds the library with one deliberate defect; the guarding
 # test must fail for every one of them, or `make mutation` fails.
-# MACRO:TEST pairs: the library rebuilt with -DMACRO must turn build/.../tests/TEST red.
+# MACRO:TEST pairs: the library rebuilt with -DMACRO must turn build/.../tests/TEST red;
+# MACRO:cli/TEST: vtlab rebuilt with it must turn tests/cli/TEST.sh red (a "not ok").
 MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYTES:test_scatter \
              VT_MUTATE_NO_STALE_GUARD:test_oom VT_MUTATE_PROBE_LOST_UNCOUNTED:test_oom \
              VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store \
              VT_MUTATE_GEMM_SPLIT_K:test_gemm VT_MUTATE_ATTN_NO_CAUSAL_MASK:test_attn \
              VT_MUTATE_KDA_CHUNK_NO_DECAY:test_kda_chunk VT_MUTATE_SILU_RCP:test_vmath \
-             VT_MUTATE_PANEL_BOUNDARY:test_gemm VT_MUTATE_XPACK_ANY_K:test_gemm
+             VT_MUTATE_PANEL_BOUNDARY:test_gemm VT_MUTATE_XPACK_ANY_K:test_gemm \
+             VT_MUTATE_ACK_UNCONFIRMED:cli/test_nightly_reliability
 # The libraries are built once without a defect (build/mut-base); each mutation
 # starts from a copy of those objects and recompiles only the .c files that
 # name its macro (all of them when a header does), so nine mutations cost one
@@ -265,14 +267,17 @@ mutation: deps
 	  if grep -lq -- "$$m" model/*.h harness/*.h; then mkdir -p build/mut-$$m; \
 	  else cp -a build/mut-base build/mut-$$m; \
 	    for f in $$(grep -l -- "$$m" model/*.c harness/*.c); do rm -f build/mut-$$m/$${f%.c}.o; done; fi; \
-	  $(MAKE) --no-print-directory -s -j$(JOBS) BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m build/mut-$$m/tests/$$t \
+	  case $$t in cli/*) goal=build/mut-$$m/vtlab; run="bash tests/$$t.sh build/mut-$$m/vtlab"; red="^not ok";; \
+	    *) goal=build/mut-$$m/tests/$$t; run=build/mut-$$m/tests/$$t; red="^\[  FAILED  \] test_";; esac; \
+	  $(MAKE) --no-print-directory -s -j$(JOBS) BUILD=build/mut-$$m NO_CUDA=1 EXTRA_CFLAGS=-D$$m $$goal \
 	    >build/mut-$$m/build.log 2>&1 || { tail -20 build/mut-$$m/build.log; exit 1; }; \
-	  timeout 900 build/mut-$$m/tests/$$t >build/mut-$$m/out.log 2>&1; \
-	  if ! grep -qE "^\[  FAILED  \] test_" build/mut-$$m/out.log; then \
+	  timeout 900 $$run >build/mut-$$m/out.log 2>&1 </dev/null; \
+	  if ! grep -qE "$$red" build/mut-$$m/out.log; then \
 	    echo "mutation $$m SURVIVED: no test of $$t failed with the defect built in (a crash is not a kill)"; \
 	    tail -5 build/mut-$$m/out.log; exit 1; \
 	  else echo "mutation $$m killed: $$t went red, as it must, in:" \
-	    $$(grep -oE "^\[  FAILED  \] test_[a-z0-9_]+" build/mut-$$m/out.log | sort -u | sed 's/.* //'); fi; \
+	    $$(grep -oE "^\[  FAILED  \] test_[a-z0-9_]+|^not ok - .{1,50}" build/mut-$$m/out.log | sort -u | \
+	      sed 's/^\[  FAILED  \] //; s/^not ok - \(.*\)/"\1..."/'); fi; \
 	done; echo "mutation: $(words $(MUTATIONS)) killed, 0 survived"
 
 # --------------------------------------------------------------------- run

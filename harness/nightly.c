@@ -479,16 +479,25 @@ static void evidence_add(char *ev, size_t len, const char *fmt, ...) {
 
 
 /* An acknowledged throughput drop stays silent while tonight is not
- * significantly below the level that was acknowledged. */
-static int perf_acknowledged(lab_store *st, const perf_eval *pe, finding *f, char *err, size_t errlen) {
+ * significantly below the level that was acknowledged. Passing that level
+ * is a new drop, and like any drop it must be confirmed: when the arm was
+ * re-measured (rs), the re-measurement must be below the level too (one
+ * slow stretch of a shared host moves a night, rarely both). */
+static int perf_acknowledged(lab_store *st, const perf_eval *pe, const nset *rs, finding *f, char *err, size_t errlen) {
     lab_nightly_ack a;
     if (!f->regression) return LAB_OK;
     int rc = find_ack(st, f->experiment, f->arm, "performance", &a, err, errlen);
     if (rc) return rc;
-    if (a.found && (isnan(a.value) || a.value <= 0 || log(f->value / a.value) >= -pe->thr))
-        mark_acknowledged(f, &a);
-    else if (!isnan(a.value))
-        evidence_add(f->evidence, sizeof f->evidence, "\"ack_exceeded\":1");
+    if (!a.found) return LAB_OK;
+    int nr = 0;
+    double rlog = rs ? arm_log_mean(rs, f->arm, pe->norm, &nr, NULL) : NAN;
+    int below = !isnan(a.value) && a.value > 0 && log(f->value / a.value) < -pe->thr;
+#ifdef VT_MUTATE_ACK_UNCONFIRMED
+    nr = 0;   /* mutation: the re-measurement ignored */
+#endif
+    if (below && nr && rlog - log(a.value) >= -pe->thr) below = 0;
+    if (!below) mark_acknowledged(f, &a);
+    else evidence_add(f->evidence, sizeof f->evidence, "\"ack_exceeded\":1");
     return LAB_OK;
 }
 
@@ -547,7 +556,7 @@ static int compare_perf(lab_store *st, int64_t nightly, const char *eid, const c
         return put_finding(st, nightly, &f, n_reg, err, errlen);
     }
     if (!perf_judged(&pe, rs, &f)) return LAB_OK;
-    if ((rc = perf_acknowledged(st, &pe, &f, err, errlen))) return rc;
+    if ((rc = perf_acknowledged(st, &pe, rs, &f, err, errlen))) return rc;
     return put_finding(st, nightly, &f, n_reg, err, errlen);
 }
 
@@ -1009,22 +1018,41 @@ static int write_unfinished(const char *out_dir, int64_t id, const char *status,
     return rc;
 }
 
-/* Test-only hook (docs/nightly.md): VTLAB_TEST_PLANT_SLOWDOWN=F, 0 < F < 1,
+/* Test-only hooks (docs/nightly.md): VTLAB_TEST_PLANT_SLOWDOWN=F, 0 < F < 1,
  * scales the tokens/s this process measured (runs after run id `after`) by
  * 1 - F, as a code change that made the forward pass that much slower
- * would. It exists to measure the detection rate of the throughput check
- * (tests/soak/nightly_noise.sh); a nightly run with it says so on stderr.
+ * would; VTLAB_TEST_PLANT_REMEASURE=R, when set, scales the re-measurements
+ * by 1 - R instead (remeasure = 1), so that a night whose re-measurement
+ * disagrees with its sweep can be planted. They exist to measure the
+ * detection rate of the throughput check (tests/soak/nightly_noise.sh) and
+ * to test the confirmation; a nightly run with one says so on stderr.
  * The model has no knob that slows the forward pass; one (a sleep
  * proportional to the forward time) would plant it where it happens. */
-static int plant_slowdown(lab_store *st, int64_t after, const char *host, int64_t pid, char *err, size_t errlen) {
-    const char *v = getenv("VTLAB_TEST_PLANT_SLOWDOWN");
+static const char *plant_var(int remeasure) {
+    const char *r = getenv("VTLAB_TEST_PLANT_REMEASURE");
+    return remeasure && r && *r ? "VTLAB_TEST_PLANT_REMEASURE" : "VTLAB_TEST_PLANT_SLOWDOWN";
+}
+
+/* Parses the hook's value into *f (0 when unset); LAB_EINPUT when it is not a fraction in (0, 1). */
+static int plant_fraction(const char *var, double *f, char *err, size_t errlen) {
+    const char *v = getenv(var);
+    *f = 0;
     if (!v || !*v) return LAB_OK;
     char *end;
-    double f = strtod(v, &end);
-    if (*end || !(f > 0 && f < 1))
-        return lab_errf(err, errlen, LAB_EINPUT, "VTLAB_TEST_PLANT_SLOWDOWN must be a fraction in (0, 1), got \"%s\"", v);
-    fprintf(stderr, "vtlab nightly: TEST HOOK VTLAB_TEST_PLANT_SLOWDOWN=%g: throughput of this night's runs scaled by %g\n",
-            f, 1 - f);
+    *f = strtod(v, &end);
+    if (*end || !(*f > 0 && *f < 1))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s must be a fraction in (0, 1), got \"%s\"", var, v);
+    return LAB_OK;
+}
+
+static int plant_slowdown(lab_store *st, int64_t after, const char *host, int64_t pid, int remeasure, char *err,
+                          size_t errlen) {
+    const char *var = plant_var(remeasure);
+    double f;
+    int rc = plant_fraction(var, &f, err, errlen);
+    if (rc || f == 0) return rc;
+    fprintf(stderr, "vtlab nightly: TEST HOOK %s=%g: throughput of this night's %s scaled by %g\n", var, f,
+            remeasure ? "re-measurements" : "runs", 1 - f);
     return lab_store_nightly_scale_throughput(st, after, host, pid, 1 - f, err, errlen);
 }
 
@@ -1098,7 +1126,7 @@ static int remeasure_one(lab_store *st, int64_t id, const char *file, const char
                 sizeof herr))
         fprintf(stderr, "vtlab nightly: re-measuring %s: %s\n", file, rerr);
     if (herr[0]) fprintf(stderr, "vtlab nightly: re-measuring %s: %s\n", file, herr);
-    if ((rc = plant_slowdown(st, before, host, pid, err, errlen))) return rc;
+    if ((rc = plant_slowdown(st, before, host, pid, 1, err, errlen))) return rc;
     return lab_store_nightly_attach_runs(st, id, before, host, pid, 1, err, errlen);
 }
 
@@ -1313,7 +1341,7 @@ static int bisect_regressions(night *n, char *err, size_t errlen) {
  * re-measured; the audit; the comparison; the status and the outputs. */
 static int judge_nightly(night *n, int sweep_rc, const char *sweep_err, int64_t *n_reg, char *err, size_t errlen) {
     int rc = lab_store_nightly_attach_runs(n->st, n->id, n->before, n->host, n->pid, 0, err, errlen);
-    if (!rc) rc = plant_slowdown(n->st, n->before, n->host, n->pid, err, errlen);
+    if (!rc) rc = plant_slowdown(n->st, n->before, n->host, n->pid, 0, err, errlen);
     if (rc) return rc;
     /* A throughput drop is confirmed by a second measurement before it is flagged. */
     if (!lab_interrupted) remeasure_suspects(n->st, n->id, n->files, n->ids, n->nf, n->o, n->host, n->pid);
@@ -1369,12 +1397,12 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
 
 int lab_nightly_cmd(const lab_nightly_opts *opts, int specs_given) {
     lab_nightly_opts o = *opts;
-    const char *plant = getenv("VTLAB_TEST_PLANT_SLOWDOWN");   /* test-only: checked before anything is written */
-    if (plant && *plant) {
-        char *end;
-        double f = strtod(plant, &end);
-        if (*end || !(f > 0 && f < 1)) {
-            fprintf(stderr, "vtlab nightly: VTLAB_TEST_PLANT_SLOWDOWN must be a fraction in (0, 1), got \"%s\"\n", plant);
+    /* The test-only hooks are checked before anything is written. */
+    for (int i = 0; i < 2; i++) {
+        double f;
+        char perr[256];
+        if (plant_fraction(i ? "VTLAB_TEST_PLANT_REMEASURE" : "VTLAB_TEST_PLANT_SLOWDOWN", &f, perr, sizeof perr)) {
+            fprintf(stderr, "vtlab nightly: %s\n", perr);
             return 2;
         }
     }
