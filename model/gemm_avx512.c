@@ -116,9 +116,11 @@ VT_INLINE void tr16(__m512 r[16]) {
 
 /* y[0..mr)[0..32) over kc steps: x packed as x[k*mr + r], W vectors at
  * b + k*ldb (+16), columns outside m0/m1 neither read nor written. mr is a
- * constant after inlining into ukr_<n>. */
+ * constant after inlining into ukr_<n>. pf (NULL: none): the panel read
+ * next, prefetched pfstep bytes per step (64 or 128: one or two lines), so
+ * that memory streams it in while these FMAs run. */
 VT_INLINE void ukr(const int mr, int64_t kc, const float *x, const float *b, int64_t ldb, float *y, int64_t ldy,
-                   __mmask16 m0, __mmask16 m1, int mode) {
+                   __mmask16 m0, __mmask16 m1, int mode, const char *pf, int64_t pfstep) {
     __m512 c0[MR], c1[MR];
 #pragma GCC unroll 12
     for (int r = 0; r < mr; r++) {
@@ -126,6 +128,10 @@ VT_INLINE void ukr(const int mr, int64_t kc, const float *x, const float *b, int
         c1[r] = mode == MODE_LOAD ? _mm512_maskz_loadu_ps(m1, y + r * ldy + 16) : _mm512_setzero_ps();
     }
     for (int64_t k = 0; k < kc; k++) {
+        if (pf) {
+            _mm_prefetch(pf + k * pfstep, _MM_HINT_T0);
+            if (pfstep > 64) _mm_prefetch(pf + k * pfstep + 64, _MM_HINT_T0);
+        }
         const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + 16);
 #pragma GCC unroll 12
         for (int r = 0; r < mr; r++) {
@@ -148,13 +154,15 @@ VT_INLINE void ukr(const int mr, int64_t kc, const float *x, const float *b, int
 #define UKR_FN(n)                                                                                        \
     VT_AVX512 __attribute__((noinline)) static void ukr_##n(int64_t kc, const float *x, const float *b,  \
                                                             int64_t ldb, float *y, int64_t ldy,           \
-                                                            __mmask16 m0, __mmask16 m1, int mode) {       \
-        ukr(n, kc, x, b, ldb, y, ldy, m0, m1, mode);                                                     \
+                                                            __mmask16 m0, __mmask16 m1, int mode,         \
+                                                            const char *pf, int64_t pfstep) {             \
+        ukr(n, kc, x, b, ldb, y, ldy, m0, m1, mode, pf, pfstep);                                         \
     }
 UKR_FN(1) UKR_FN(2) UKR_FN(3) UKR_FN(4) UKR_FN(5) UKR_FN(6)
 UKR_FN(7) UKR_FN(8) UKR_FN(9) UKR_FN(10) UKR_FN(11) UKR_FN(12)
 
-typedef void (*ukr_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t, __mmask16, __mmask16, int);
+typedef void (*ukr_fn)(int64_t, const float *, const float *, int64_t, float *, int64_t, __mmask16, __mmask16, int,
+                       const char *, int64_t);
 static const ukr_fn ukr_by_rows[MR + 1] = {NULL,   ukr_1, ukr_2, ukr_3, ukr_4,  ukr_5, ukr_6,
                                            ukr_7,  ukr_8, ukr_9, ukr_10, ukr_11, ukr_12};
 
@@ -163,12 +171,12 @@ static const ukr_fn ukr_by_rows[MR + 1] = {NULL,   ukr_1, ukr_2, ukr_3, ukr_4,  
  * under 4 rows has under 8 chains, too few to hide the FMA latency (4 cycles
  * at 2 FMAs per cycle), and would take as long as a full one. */
 static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *xp, const float *b, int64_t ldb, float *y,
-                     int64_t ldy, int64_t nc, int mode) {
+                     int64_t ldy, int64_t nc, int mode, const char *pf, int64_t pfstep) {
     const __mmask16 m0 = mask_n(nc), m1 = mask_n(nc - 16);
     const int64_t nb = (r1 - r0 + MR - 1) / MR;
     for (int64_t q = 0, i = r0; q < nb; q++) {
         const int mr = (int)((r1 - i) / (nb - q));   /* the remaining rows shared by the remaining blocks */
-        ukr_by_rows[mr](kc, xp + (i - r0) * kc, b, ldb, y + i * ldy, ldy, m0, m1, mode);
+        ukr_by_rows[mr](kc, xp + (i - r0) * kc, b, ldb, y + i * ldy, ldy, m0, m1, mode, q ? NULL : pf, pfstep);
         i += mr;
     }
 }
@@ -275,20 +283,15 @@ VT_AVX512 static void widen_panel(const vt_gemm_args *a, int64_t p, int64_t k0, 
     }
 }
 
-/* The columns [c0, c1) of one tile, c1 - c0 <= TILE_COLS: per K block, its
- * W panels packed once, then x by MC rows, each against every panel. W in
- * panels (tensor.h) is copied (f32) or widened (bf16/f16), with no
- * transpose. Reading f32 panels in place, with no copy, measured slower
- * (288M f32 prefill, 1 thread: 528 against 636 tok/s with rows): the first
- * micro-kernel call on a panel then waits on memory, where the copy streams
- * it in one pass. */
+/* The columns [c0, c1) of one tile, c1 - c0 <= TILE_COLS, W in rows: per K
+ * block, its W panels packed once (each packing prefetches the next), then
+ * x by MC rows, each against every panel. */
 VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
     for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
         const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
         const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
         for (int64_t p = c0; p < c1; p += NR) {
-            if (c0 < a->npanel) { widen_panel(a, p, k0, kc, wbuf[(p - c0) / NR]); continue; }
             panel_pf pf = {p + NR, c1 - p - NR, k0, kc};                /* the next panel, same K block */
             if (pf.nc <= 0) pf = (panel_pf){c0, c1 - c0, k0 + KC, a->K - k0 - KC};   /* the first, next K block */
             if (pf.nc > NR) pf.nc = NR;
@@ -302,7 +305,48 @@ VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, 
             if (a->xp) xs = a->xp + k0 * a->xpm + m0 * kc;   /* packed once for the batch (r0 = 0) */
             else pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
             for (int64_t p = c0; p < c1; p += NR)
-                ukr_rows(m0, m1, kc, xs, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode);
+                ukr_rows(m0, m1, kc, xs, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode,
+                         NULL, 0);
+        }
+    }
+}
+
+/* The same for W in panels (tensor.h), whose K block already is [k][NR]:
+ * f32 is read in place, bf16/f16 widened into wbuf right before its first
+ * use. Either way the first row block's micro-kernel calls prefetch the
+ * panel that comes next (the next panel of this K block, or the tile's first
+ * of the next), so W streams from memory under the FMAs. Before, every panel
+ * of a K block was copied first, a phase that waited on memory: with an
+ * expert's ~32 rows (MoE at prefill), as long as the FMAs after it. Reading
+ * f32 in place without the prefetch was slower still (528 against 636
+ * tok/s, 288M f32 prefill, 1 thread). Measured (Zen 5 VM, one process,
+ * interleaved), an expert's gate/up/down at 32 experts with 8-70 rows, f32
+ * GFLOP/s: 1 thread 122 -> 159, 2 threads 226 -> 311; bf16 1 thread 120 ->
+ * 161; the 288M f32 prefill, T = 256: 1 thread 708 -> 790 tok/s, 2 threads
+ * 1276 -> 1436. */
+VT_AVX512 static void block_panels(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
+    const int inplace = a->dt == VT_F32;
+    const int64_t step = NR * (a->dt == VT_F32 ? 4 : 2);   /* bytes of a panel per k */
+    for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
+        const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
+        const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
+        for (int64_t m0 = r0; m0 < r1; m0 += MC) {
+            const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
+            const float *xs = xbuf;
+            if (a->xp) xs = a->xp + k0 * a->xpm + m0 * kc;   /* packed once for the batch (r0 = 0) */
+            else pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
+            for (int64_t p = c0; p < c1; p += NR) {
+                float *wb = wbuf[(p - c0) / NR];
+                const char *pf = NULL;
+                if (m0 == r0) {   /* the first pass over this K block's panels */
+                    if (p + NR < c1) pf = panel_at(a, p + NR, k0);
+                    else if (k0 + KC < a->K) pf = panel_at(a, c0, k0 + KC);
+                    if (!inplace) widen_panel(a, p, k0, kc, wb);
+                }
+                ukr_rows(m0, m1, kc, xs, inplace ? (const float *)panel_at(a, p, k0) : wb, NR, a->y + p, a->ldy,
+                         c1 - p < NR ? c1 - p : NR, mode, pf, step);
+            }
         }
     }
 }
@@ -319,7 +363,11 @@ void vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int64_
 
 VT_AVX512 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
     if (a->K == 0) { empty_chain(a, r0, r1, c0, c1); return; }
-    for (int64_t c = c0; c < c1; c += TILE_COLS) block_cols(a, r0, r1, c, c1 - c < TILE_COLS ? c1 : c + TILE_COLS);
+    for (int64_t c = c0; c < c1; c += TILE_COLS) {
+        const int64_t ce = c1 - c < TILE_COLS ? c1 : c + TILE_COLS;
+        if (c < a->npanel) block_panels(a, r0, r1, c, ce);
+        else block_cols(a, r0, r1, c, ce);
+    }
 }
 
 /* --------------------------------------------------------------------- nn */
@@ -338,7 +386,7 @@ VT_AVX512 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, i
             const int64_t m1 = M - m0 < MC ? M : m0 + MC;
             pack_rows(A, lda, m0, m1, k0, kc, xbuf);
             for (int64_t p = 0; p < N; p += NR)
-                ukr_rows(m0, m1, kc, xbuf, B + k0 * ldb + p, ldb, C + p, ldc, N - p < NR ? N - p : NR, mode);
+                ukr_rows(m0, m1, kc, xbuf, B + k0 * ldb + p, ldb, C + p, ldc, N - p < NR ? N - p : NR, mode, NULL, 0);
         }
     }
 }
@@ -652,7 +700,7 @@ VT_AVX512 void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t 
 
 /* ------------------------------------------------------------ small M */
 
-/* y = x·Wᵀ for a tile of 5..VT_BCAST_MAX_ROWS rows with f32 W (a MoE
+/* y = x·Wᵀ for a tile of 5..VT_BCAST_MAX_ROWS rows with f32 W in rows (a MoE
  * expert's tokens at prefill: 8 to 70 rows), turned around: a vector holds
  * 16 rows i of one column j, and each step broadcasts W[j][k] straight from
  * W's row (no packing) against x transposed, xt[k][16 v + r] = x[r][k] (zero
@@ -679,7 +727,7 @@ VT_AVX512 void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t 
 enum { BK = 256, BCAST_MV_MAX = 4, BCAST_NRW_MAX = 14, BCAST_PF = 512 };
 
 VT_INLINE void bcast_kernel(const int mv, const int nrw, int64_t kc, const float *xt, const char *w, size_t jstep,
-                            size_t kstep, float *yt, int mode) {
+                            float *yt, int mode) {
     const int64_t ld = 16 * mv;
     __m512 acc[BCAST_NRW_MAX][BCAST_MV_MAX];
 #pragma GCC unroll 14
@@ -687,21 +735,16 @@ VT_INLINE void bcast_kernel(const int mv, const int nrw, int64_t kc, const float
 #pragma GCC unroll 4
         for (int v = 0; v < mv; v++) acc[j][v] = mode == MODE_LOAD ? _mm512_load_ps(yt + j * ld + 16 * v) : _mm512_setzero_ps();
     for (int64_t k = 0; k < kc; k++) {
-        if (kstep == 4) {   /* rows: a line of each row per 16 steps, BCAST_PF bytes ahead */
-            if ((k & 15) == 0)
+        if ((k & 15) == 0)   /* a line of each row per 16 steps, BCAST_PF bytes ahead */
 #pragma GCC unroll 14
-                for (int j = 0; j < nrw; j++) _mm_prefetch(w + (size_t)j * jstep + 4 * (size_t)k + BCAST_PF, _MM_HINT_T0);
-        } else {            /* a panel: one stream, kstep bytes per step */
-            _mm_prefetch(w + (size_t)k * kstep + 4 * BCAST_PF, _MM_HINT_T0);
-            _mm_prefetch(w + (size_t)k * kstep + 4 * BCAST_PF + 64, _MM_HINT_T0);
-        }
+            for (int j = 0; j < nrw; j++) _mm_prefetch(w + (size_t)j * jstep + 4 * (size_t)k + BCAST_PF, _MM_HINT_T0);
         __m512 xv[BCAST_MV_MAX];
 #pragma GCC unroll 4
         for (int v = 0; v < mv; v++) xv[v] = _mm512_load_ps(xt + k * ld + 16 * v);
 #pragma GCC unroll 14
         for (int j = 0; j < nrw; j++) {
             float s;
-            memcpy(&s, w + (size_t)j * jstep + (size_t)k * kstep, 4);
+            memcpy(&s, w + (size_t)j * jstep + 4 * (size_t)k, 4);
             const __m512 b = _mm512_set1_ps(s);
 #pragma GCC unroll 4
             for (int v = 0; v < mv; v++) acc[j][v] = _mm512_fmadd_ps(b, xv[v], acc[j][v]);
@@ -721,16 +764,15 @@ VT_INLINE void bcast_kernel(const int mv, const int nrw, int64_t kc, const float
  * the rest of a tile. */
 #define BCAST_FN(mv, nrw)                                                                                  \
     VT_AVX512 __attribute__((noinline)) static void bcast_##mv##_##nrw(int64_t kc, const float *xt, const char *w, \
-                                                                     size_t jstep, size_t kstep, float *yt,   \
-                                                                     int mode) {                              \
-        bcast_kernel(mv, nrw, kc, xt, w, jstep, kstep, yt, mode);                                         \
+                                                                     size_t jstep, float *yt, int mode) {     \
+        bcast_kernel(mv, nrw, kc, xt, w, jstep, yt, mode);                                                \
     }
 BCAST_FN(1, 14) BCAST_FN(1, 8) BCAST_FN(1, 4) BCAST_FN(1, 2) BCAST_FN(1, 1)
 BCAST_FN(2, 12) BCAST_FN(2, 8) BCAST_FN(2, 4) BCAST_FN(2, 2) BCAST_FN(2, 1)
 BCAST_FN(3, 8) BCAST_FN(3, 4) BCAST_FN(3, 2) BCAST_FN(3, 1)
 BCAST_FN(4, 6) BCAST_FN(4, 4) BCAST_FN(4, 2) BCAST_FN(4, 1)
 
-typedef void (*bcast_fn)(int64_t, const float *, const char *, size_t, size_t, float *, int);
+typedef void (*bcast_fn)(int64_t, const float *, const char *, size_t, float *, int);
 typedef struct bcast_width { int nrw; bcast_fn fn; } bcast_width;
 static const bcast_width bcast_widths[BCAST_MV_MAX + 1][5] = {
     {{0, NULL}},
@@ -768,14 +810,10 @@ VT_AVX512 void vt_gemm512_bcast(const vt_gemm_args *a, int64_t r0, int64_t r1, i
             const int64_t kc = a->K - k0 < BK ? a->K - k0 : BK;
             pack_xt(a->x, a->ldx, r0, r1, k0, kc, mv, xt);
             for (int64_t j = c; j < ce;) {
-                /* W[j][k] at w + j jstep + k kstep: rows, or within one panel (tensor.h) */
-                const int pan = j < a->npanel;
-                const int64_t je = pan ? j - j % NR + NR : ce;   /* a call stays inside its panel */
                 const bcast_width *bw = bcast_widths[mv];
-                while (bw->nrw > je - j) bw++;
-                const char *w = pan ? panel_at(a, j - j % NR, k0) + 4 * (size_t)(j % NR)
-                                    : (const char *)a->w + (size_t)j * a->wstride + 4 * (size_t)k0;
-                bw->fn(kc, xt, w, pan ? 4 : a->wstride, pan ? 4 * NR : 4, yt + (j - c) * ld, k0 == 0 ? MODE_ZERO : MODE_CONTINUE);
+                while (bw->nrw > ce - j) bw++;
+                bw->fn(kc, xt, (const char *)a->w + (size_t)j * a->wstride + 4 * (size_t)k0, a->wstride, yt + (j - c) * ld,
+                       k0 == 0 ? MODE_ZERO : MODE_CONTINUE);
                 j += bw->nrw;
             }
         }

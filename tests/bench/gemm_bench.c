@@ -6,7 +6,8 @@
  * For 1 and 2 threads it prints
  *   - OpenBLAS cblas_sgemm on 1024^3 (x·Wᵀ layout): the peak to compare with;
  *   - vt_gemm_batch GFLOP/s on the prefill shapes of kimi-linear-small
- *     (M = 256 tokens) with f32 and bf16 weights, and the ratio to that peak;
+ *     (M = 256 tokens) with f32 and bf16 weights, as rows and in panels
+ *     (tensor.h; the model's default), and the ratio to that peak;
  *   - the decode GEMV (M = 1) in GB/s of weights read, from memory (enough
  *     copies of W to exceed 1 GiB, cycled), against a STREAM triad on
  *     3 x 512 MiB arrays, and the ratio; W 64-byte aligned and at +8 bytes
@@ -123,12 +124,13 @@ typedef struct bench_case {
     double      flops;
 } bench_case;
 
-static void setup_case(bench_case *c, const shape *s, vt_dtype dt, float *x, float *y, void *wbuf) {
+static void setup_case(bench_case *c, const shape *s, vt_dtype dt, int panel, float *x, float *y, void *wbuf) {
     c->flops = 0;
     for (int64_t j = 0; j < s->njobs; j++) {
         vt_tensor *W = &c->W[j];
         memset(W, 0, sizeof *W);
         W->dtype = dt; W->ndim = 2; W->shape[0] = s->N; W->shape[1] = s->K;
+        W->panel = panel ? VT_PANEL : 0;   /* the same bytes read as panels (tensor.h; the model's default) */
         W->data = (char *)wbuf + (size_t)(s->moe ? j % 32 : j) * vt_row_size(dt, s->N * s->K);
         int64_t M = s->moe ? moe_rows((int)(j % 32)) : TOKENS;
         c->jobs[j] = (vt_gemm_job){x, s->K, M, W, y + (size_t)j * 70 * s->N * (s->moe ? 1 : 4), s->N};
@@ -150,25 +152,27 @@ static void bench_prefill(int threads) {
     fill(x, 2816 * 256, 1.0f); fill(w32, wmax, 0.05f); to_bf16(w32, w16, wmax);
     sg_arg sg = {xalloc(4 << 22), xalloc(4 << 22), xalloc(4 << 22), 1024};
     fill(sg.a, 1 << 20, 1); fill(sg.b, 1 << 20, 1);
-    static bench_case cs[NSHAPES][2];
-    for (int s = 0; s < NSHAPES; s++) {
-        setup_case(&cs[s][0], &SHAPES[s], VT_F32, x, y, w32);
-        setup_case(&cs[s][1], &SHAPES[s], VT_BF16, x, y, w16);
-    }
-    double peak[MAXR], gf[NSHAPES][2][MAXR];
+    /* W: f32 rows, bf16 rows, f32 panels, bf16 panels */
+    enum { NW = 4 };
+    static const char *wname[NW] = {"f32", "bf16", "f32 pan", "bf16 pan"};
+    static bench_case cs[NSHAPES][NW];
+    for (int s = 0; s < NSHAPES; s++)
+        for (int d = 0; d < NW; d++)
+            setup_case(&cs[s][d], &SHAPES[s], d % 2 ? VT_BF16 : VT_F32, d / 2, x, y, d % 2 ? (void *)w16 : (void *)w32);
+    double peak[MAXR], gf[NSHAPES][NW][MAXR];
     for (int r = 0; r < ROUNDS; r++) {
         peak[r] = 2e-9 * 1024.0 * 1024 * 1024 / time_call(run_sgemm, &sg);
         for (int s = 0; s < NSHAPES; s++)
-            for (int d = 0; d < 2; d++) {
+            for (int d = 0; d < NW; d++) {
                 gf[s][d][r] = 1e-9 * cs[s][d].flops / time_call(run_batch, &cs[s][d].arg);
             }
     }
     printf("\n== prefill, %d thread%s: OpenBLAS sgemm 1024^3 peak %.1f GFLOP/s (best), %.1f (median)\n", threads,
            threads > 1 ? "s" : "", best(peak, ROUNDS), median(peak, ROUNDS));
-    printf("   %-32s %6s %8s %8s %10s %9s\n", "shape (M=256 tokens)", "W", "GF best", "GF med", "ratio best", "ratio med");
+    printf("   %-32s %8s %8s %8s %10s %9s\n", "shape (M=256 tokens)", "W", "GF best", "GF med", "ratio best", "ratio med");
     for (int s = 0; s < NSHAPES; s++)
-        for (int d = 0; d < 2; d++)
-            printf("   %-32s %6s %8.1f %8.1f %10.3f %9.3f\n", SHAPES[s].name, d ? "bf16" : "f32", best(gf[s][d], ROUNDS),
+        for (int d = 0; d < NW; d++)
+            printf("   %-32s %8s %8.1f %8.1f %10.3f %9.3f\n", SHAPES[s].name, wname[d], best(gf[s][d], ROUNDS),
                    median(gf[s][d], ROUNDS), best(gf[s][d], ROUNDS) / best(peak, ROUNDS),
                    median(gf[s][d], ROUNDS) / median(peak, ROUNDS));
     free(x); free(y); free(w32); free(w16); free(sg.a); free(sg.b); free(sg.c);
