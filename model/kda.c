@@ -28,15 +28,14 @@
 /* Causal depthwise conv + SiLU of x0[T, P] with weights w[P, K], using and
  * updating cache[K-1][P] (the last K-1 inputs before this call). */
 static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const float *w, float *cache, float *y,
-                       float *buf) {
-    /* buf[K-1+T][P]: the cached inputs followed by the new ones; then wt[K][P]:
-     * the kernel transposed, so that a token's row is K vector passes over
-     * contiguous channels (the per-channel order of the sum is unchanged:
-     * acc = 0, acc += w[j] * x[t + j] for j = 0..K-1, a product then a sum,
-     * as before; 1.5-2% of a 1-thread prefill ran here as scalar code) */
-    float *wt = buf + (K - 1 + T) * P;
-    memcpy(buf, cache, vt_row_size(VT_F32, (K - 1) * P));
-    memcpy(buf + (K - 1) * P, x0, vt_row_size(VT_F32, T * P));
+                       float *wt) {
+    /* wt[K][P]: the kernel transposed, so that a token's row is K vector
+     * passes over contiguous channels (the per-channel order of the sum is
+     * unchanged: acc = 0, acc += w[j] * x[t + j] for j = 0..K-1, a product
+     * then a sum; 1.5-2% of a 1-thread prefill ran here as scalar code). Input
+     * row t + j - (K - 1) is read where it is: in the cache before x0's first
+     * row, in x0 from there (a copy of x0 after the cache was 1 MB per call on
+     * one thread: the conv took 4.1 ms at 2 threads against 5.9 at 1). */
     for (int64_t c = 0; c < P; c++)
         for (int64_t j = 0; j < K; j++) wt[j * P + c] = w[c * K + j];
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
@@ -45,7 +44,8 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
         #pragma omp simd
         for (int64_t c = 0; c < P; c++) yt[c] = 0.0f;
         for (int64_t j = 0; j < K; j++) {
-            const float *wj = wt + j * P, *bj = buf + (t + j) * P;
+            const int64_t u = t + j - (K - 1);   /* the input row, in x0's numbering */
+            const float *wj = wt + j * P, *bj = u < 0 ? cache + (t + j) * P : x0 + u * P;
             #pragma omp simd
             for (int64_t c = 0; c < P; c++) {
                 const float prod = wj[c] * bj[c];
@@ -54,7 +54,13 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
         }
         vt_silu_mul(yt, NULL, P);   /* the row's SiLU, 16 at a time */
     }
-    memcpy(cache, buf + T * P, vt_row_size(VT_F32, (K - 1) * P));
+    /* the last K-1 inputs: rows T .. T+K-2 of [cache; x0], in ascending order
+     * (a cache row moves down, never onto one still to be read) */
+    for (int64_t i = 0; i < K - 1; i++) {
+        const int64_t b = T + i;   /* row of [cache; x0] */
+        if (b < K - 1) memmove(cache + i * P, cache + b * P, vt_row_size(VT_F32, P));
+        else memcpy(cache + i * P, x0 + (b - (K - 1)) * P, vt_row_size(VT_F32, P));
+    }
 }
 
 /* Per token, in parallel: the forget gate's log decay g (f32, stored back
@@ -120,7 +126,7 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     float *o = vt_ws_alloc(s, VT_F32, T * P, err);
     float *lowf = vt_ws_alloc(s, VT_F32, T * d, err), *lowg = vt_ws_alloc(s, VT_F32, T * d, err);
     float *beta = vt_ws_alloc(s, VT_F32, T * H, err);
-    float *buf = vt_ws_alloc(s, VT_F32, (K - 1 + T) * P + K * P, err);   /* short_conv's inputs and kernel */
+    float *buf = vt_ws_alloc(s, VT_F32, K * P, err);   /* short_conv's kernel, transposed */
     if (!q0 || !k0 || !v0 || !q || !k || !v || !f || !gg || !o || !lowf || !lowg || !beta || !buf) {
         rc = err->code;
         goto done;

@@ -156,11 +156,14 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         (rc = vt_tensor_view(&yf, VT_F32, 2, shp_nk, yfb, vt_row_size(VT_F32, NK * D), err)) ||
         (rc = vt_tensor_view(&eo, s->expert_dtype, 2, shp_nk, eob, vt_row_size(s->expert_dtype, NK * D), err)))
         goto done;
-    memset(eo.data, 0, eo.nbytes);   /* a defective scatter (the replayed fault) leaves zeros, never old data */
+    /* a defective scatter (the replayed fault) leaves zeros, never old data */
+    #pragma omp parallel for schedule(static) if (NK * D >= VT_PAR_MIN_ELEMS)
+    for (int64_t r = 0; r < NK; r++) memset(vt_tensor_row(&eo, r), 0, vt_tensor_row_bytes(&eo));
 
     /* route */
     vt_gemm_xwT(s, x, N, D, &w->router, logits);
     const float *bias = w->router_bias.data;
+    #pragma omp parallel for schedule(static) if (N * E >= VT_PAR_MIN_ELEMS / 16)   /* sigmoid + top-k: ~40 ns/element */
     for (int64_t t = 0; t < N; t++) {
         float sc[4096], sg[4096];   /* E <= 4096 is enforced by the config parser */
         for (int64_t e = 0; e < E; e++) {

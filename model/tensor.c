@@ -198,6 +198,12 @@ int vt_rows_copy(vt_tensor *dst, int64_t d0, const vt_tensor *src, int64_t s0, i
     return VT_OK;
 }
 
+/* Gathers and scatters of at least this many bytes copy their rows in
+ * parallel (each row whole, by one thread: the same bytes either way). A
+ * MoE layer's 4 MB gather and scatter ran on one thread while the other
+ * waited (288M prefill, T = 256, 2 threads: ~2.7 ms of a 53 ms MoE). */
+#define ROWS_PAR_BYTES ((size_t)1 << 20)
+
 int vt_rows_gather(vt_tensor *dst, const vt_tensor *src, const int64_t *src_rows, int64_t n,
                    vt_copy_stats *st, vt_err *err) {
     int rc = check_pair("gather", dst, src, err);
@@ -205,6 +211,7 @@ int vt_rows_gather(vt_tensor *dst, const vt_tensor *src, const int64_t *src_rows
     if (!rc) rc = check_index("gather", "source", src_rows, n, vt_tensor_nrows(src), err);
     if (rc) return rc;
     size_t rb = vt_tensor_row_bytes(src);
+    #pragma omp parallel for schedule(static) if ((size_t)n * rb >= ROWS_PAR_BYTES)
     for (int64_t i = 0; i < n; i++)
         memcpy(vt_tensor_row(dst, i), vt_tensor_row(src, src_rows[i]), rb);
     fill_stats(st, n, rb, dst, src);
@@ -221,6 +228,7 @@ int vt_rows_scatter(vt_tensor *dst, const int64_t *dst_rows, const vt_tensor *sr
 #ifdef VT_MUTATE_HALVE_ROW_BYTES
     rb /= 2;   /* mutation (b) of `make mutation`: the test of the scatter must go red */
 #endif
+    #pragma omp parallel for schedule(static) if ((size_t)n * rb >= ROWS_PAR_BYTES)
     for (int64_t i = 0; i < n; i++)
         memcpy(vt_tensor_row(dst, dst_rows[i]), vt_tensor_row(src, i), rb);
     fill_stats(st, n, rb, dst, src);
