@@ -198,10 +198,10 @@ int vt_rows_copy(vt_tensor *dst, int64_t d0, const vt_tensor *src, int64_t s0, i
     return VT_OK;
 }
 
-/* Gathers and scatters of at least this many bytes copy their rows in
- * parallel (each row whole, by one thread: the same bytes either way). A
- * MoE layer's 4 MB gather and scatter ran on one thread while the other
- * waited (288M prefill, T = 256, 2 threads: ~2.7 ms of a 53 ms MoE). */
+/* Gathers of at least this many bytes copy their rows in parallel (each
+ * destination row whole, by one thread: the same bytes either way). A MoE
+ * layer's 4 MB gather ran on one thread while the other waited. Scatters
+ * stay serial: a destination row may repeat, and then the last source wins. */
 #define ROWS_PAR_BYTES ((size_t)1 << 20)
 
 int vt_rows_gather(vt_tensor *dst, const vt_tensor *src, const int64_t *src_rows, int64_t n,
@@ -228,8 +228,7 @@ int vt_rows_scatter(vt_tensor *dst, const int64_t *dst_rows, const vt_tensor *sr
 #ifdef VT_MUTATE_HALVE_ROW_BYTES
     rb /= 2;   /* mutation (b) of `make mutation`: the test of the scatter must go red */
 #endif
-    #pragma omp parallel for schedule(static) if ((size_t)n * rb >= ROWS_PAR_BYTES)
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t i = 0; i < n; i++)   /* serial: a repeated destination row gets the last source, as documented */
         memcpy(vt_tensor_row(dst, dst_rows[i]), vt_tensor_row(src, i), rb);
     fill_stats(st, n, rb, dst, src);
     return VT_OK;
