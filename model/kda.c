@@ -82,8 +82,7 @@ static void gates_and_norms(const vt_kda_w *w, int64_t T, int64_t H, int64_t d, 
         for (int64_t h = 0; h < H; h++) {
             beta[t * H + h] = vt_sigmoid(beta[t * H + h]);
             float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
-            double sq = 0.0, sk = 0.0;
-            for (int64_t i = 0; i < d; i++) { sq += (double)qh[i] * qh[i]; sk += (double)kh[i] * kh[i]; }
+            const double sq = vt_sum_squares(qh, d), sk = vt_sum_squares(kh, d);
             float iq = (float)(1.0 / sqrt(sq + 1e-6)) * qscale, ik = (float)(1.0 / sqrt(sk + 1e-6));
             for (int64_t i = 0; i < d; i++) { qh[i] *= iq; kh[i] *= ik; }
         }
@@ -99,8 +98,7 @@ static void gated_norm(float *o, const float *gg, const float *onw, int64_t T, i
         for (int64_t h = 0; h < H; h++) {
             float *oh = o + t * P + h * d;
             const float *gh = gg + t * P + h * d;
-            double ss = 0.0;
-            for (int64_t i = 0; i < d; i++) ss += (double)oh[i] * oh[i];
+            const double ss = vt_sum_squares(oh, d);
             const float inv = (float)(1.0 / sqrt(ss / (double)d + eps));
             for (int64_t i0 = 0; i0 < d; i0 += 64) {   /* the gate's sigmoid 64 at a time (no VLA of d) */
                 const int64_t n = d - i0 < 64 ? d - i0 : 64;

@@ -146,6 +146,8 @@ void       vt_ws_free(vt_session *s);
  * the normalised value is rounded before and after the weight multiply, as
  * the public bf16 implementations do. */
 void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float *w, double eps, float *y);
+/* sum of x[i]^2 in double, in a fixed order of eight partial sums (ops.c) */
+double vt_sum_squares(const float *x, int64_t n);
 /* Rounds to bf16 in place when VT_KIMI_BF16_ACT is on; otherwise nothing. */
 void vt_act_round(const vt_session *s, float *x, int64_t n);
 /* SiLU, sigmoid and softplus on vt_expf and vt_log1pf_pos (vmath.h: fixed

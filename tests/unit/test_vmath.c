@@ -142,8 +142,37 @@ static void test_in_place(void **state) {
     free(x), free(y);
 }
 
+/* vt_sum_squares (rmsnorm, the KDA norms) against a long double sum, at every
+ * length 0..40 and 128, 1024, 1029 (the tails of its 8 partial sums): within
+ * 4 ulp of double (measured: 2.5), and every element counted (a dropped
+ * or doubled element is off by far more). Its order is fixed: the same call
+ * twice, and on a copy at another alignment, gives the same bits. */
+static void test_sum_squares(void **state) {
+    (void)state;
+    static const int64_t big[] = {128, 1024, 1029};
+    float *x = malloc(sizeof *x * 1030);
+    double worst = 0;
+    for (int c = 0; c < 41 + 3; c++) {
+        const int64_t n = c <= 40 ? c : big[c - 41];
+        for (int64_t i = 0; i < n; i++) x[i] = (float)((urand() - 0.5) * 40.0);
+        long double want = 0;
+        for (int64_t i = 0; i < n; i++) want += (long double)x[i] * x[i];
+        const double got = vt_sum_squares(x, n);
+        const double err = want == 0 ? fabs(got) : fabs((double)((got - want) / want)) / 0x1p-52;
+        if (err > worst) worst = err;
+        if (err > 4.0) fail_msg("vt_sum_squares, n = %lld: %.17g against %.17Lg (%.2f ulp)", (long long)n, got, want, err);
+        assert_true(memcmp(&got, &(double){vt_sum_squares(x, n)}, sizeof got) == 0);
+        memmove(x + 1, x, sizeof *x * (size_t)n);
+        const double moved = vt_sum_squares(x + 1, n);
+        assert_true(memcmp(&got, &moved, sizeof got) == 0);
+    }
+    print_message("vt_sum_squares: worst %.2f ulp of double against long double\n", worst);
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_expf_accuracy),
         cmocka_unit_test(test_activations_accuracy),
         cmocka_unit_test(test_arrays_are_the_scalar_form),
