@@ -82,7 +82,7 @@ int vt_gemm_force_isa(const char *name) {
 }
 
 /* Whether rows of a product go to the broadcast kernel (run_block;
- * pack_shared packs x only for the packed kernel): f32 W in rows only. W in
+ * plan_packs packs x only for the packed kernel): f32 W in rows only. W in
  * panels goes to the packed kernel, which streams a panel under its FMAs
  * (block_panels): 288M f32 prefill, 1 thread, 708 -> 790 tok/s. */
 static int bcast_rows(int64_t rows, vt_dtype dt, int acc, int panels) {
@@ -104,7 +104,7 @@ static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0,
         if (c0 < a->npanel) vt_gemm512_panel_gemv(a, r0, r1, c0, c1);
         else vt_gemm512_gemv(a, r0, r1, c0, c1, next);
     } else if (bcast_rows(r1 - r0, a->dt, a->acc, c0 < a->npanel)) vt_gemm512_bcast(a, r0, r1, c0, c1);
-    else vt_gemm512_block(a, r0, r1, c0, c1);   /* panels or rows: block_cols reads either */
+    else vt_gemm512_block(a, r0, r1, c0, c1);   /* panels or rows: it reads W as npanel says */
 }
 
 /* ---------------------------------------------------------------- the batch */

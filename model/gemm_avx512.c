@@ -266,6 +266,16 @@ static void empty_chain(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c
 }
 
 static _Thread_local _Alignas(64) float xbuf[MC * KC];
+/* A tile's W panels of one K block as f32 [k][NR] (block_cols, block_panels). */
+static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
+
+/* x rows [m0, m1) of K block k0 as the micro-kernel reads them: the batch's
+ * packing (a->xp, r0 = 0) when there is one, else packed into xbuf now. */
+VT_AVX512 static const float *x_rows(const vt_gemm_args *a, int64_t m0, int64_t m1, int64_t k0, int64_t kc) {
+    if (a->xp) return a->xp + k0 * a->xpm + m0 * kc;
+    pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
+    return xbuf;
+}
 
 /* Panel p (its first column, a multiple of NR) of a W in panels, from k0 on:
  * [k][NR] as the micro-kernel reads a packed panel (tensor.h). */
@@ -287,7 +297,6 @@ VT_AVX512 static void widen_panel(const vt_gemm_args *a, int64_t p, int64_t k0, 
  * block, its W panels packed once (each packing prefetches the next), then
  * x by MC rows, each against every panel. */
 VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
     for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
         const int64_t kc = a->K - k0 < KC ? a->K - k0 : KC;
         const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
@@ -301,9 +310,7 @@ VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, 
         }
         for (int64_t m0 = r0; m0 < r1; m0 += MC) {
             const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
-            const float *xs = xbuf;
-            if (a->xp) xs = a->xp + k0 * a->xpm + m0 * kc;   /* packed once for the batch (r0 = 0) */
-            else pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
+            const float *xs = x_rows(a, m0, m1, k0, kc);
             for (int64_t p = c0; p < c1; p += NR)
                 ukr_rows(m0, m1, kc, xs, wbuf[(p - c0) / NR], NR, a->y + p, a->ldy, c1 - p < NR ? c1 - p : NR, mode,
                          NULL, 0);
@@ -325,7 +332,6 @@ VT_AVX512 static void block_cols(const vt_gemm_args *a, int64_t r0, int64_t r1, 
  * 161; the 288M f32 prefill, T = 256: 1 thread 708 -> 790 tok/s, 2 threads
  * 1276 -> 1436. */
 VT_AVX512 static void block_panels(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-    static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
     const int inplace = a->dt == VT_F32;
     const int64_t step = NR * (a->dt == VT_F32 ? 4 : 2);   /* bytes of a panel per k */
     for (int64_t k0 = 0; k0 < a->K; k0 += KC) {
@@ -333,9 +339,7 @@ VT_AVX512 static void block_panels(const vt_gemm_args *a, int64_t r0, int64_t r1
         const int mode = k0 > 0 ? MODE_CONTINUE : a->acc ? MODE_LOAD : MODE_ZERO;
         for (int64_t m0 = r0; m0 < r1; m0 += MC) {
             const int64_t m1 = r1 - m0 < MC ? r1 : m0 + MC;
-            const float *xs = xbuf;
-            if (a->xp) xs = a->xp + k0 * a->xpm + m0 * kc;   /* packed once for the batch (r0 = 0) */
-            else pack_rows(a->x, a->ldx, m0, m1, k0, kc, xbuf);
+            const float *xs = x_rows(a, m0, m1, k0, kc);
             for (int64_t p = c0; p < c1; p += NR) {
                 float *wb = wbuf[(p - c0) / NR];
                 const char *pf = NULL;

@@ -48,22 +48,23 @@ void   vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int6
 #define VT_GEMV_MAX_ROWS 4
 
 /* AVX-512 kernels over the block rows [r0, r1) x columns [c0, c1) of y.
- * block: packs W per (32 columns, KC) and runs the register-blocked
- * micro-kernel; any row count. gemv: r1 - r0 <= VT_GEMV_MAX_ROWS. */
+ * block: the register-blocked micro-kernel on W per (32 columns, KC): rows
+ * packed, panels read in place (f32) or widened (bf16/f16); any row count.
+ * gemv: W in rows, r1 - r0 <= VT_GEMV_MAX_ROWS. */
 void vt_gemm512_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 /* next: the first W row of what the caller runs after this block (another
  * job's rows, say), prefetched during its last 32 columns; NULL: none. */
 void vt_gemm512_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *next);
 
-/* Rows from VT_GEMV_MAX_ROWS + 1 up to this, f32 W, no accumulate:
- * vt_gemm512_bcast (W broadcast from its rows in place, no packing). */
+/* Rows from VT_GEMV_MAX_ROWS + 1 up to this, f32 W in rows (c0 >= npanel),
+ * no accumulate: vt_gemm512_bcast (W broadcast from its rows in place, no
+ * packing). */
 #define VT_BCAST_MAX_ROWS 64
 void vt_gemm512_bcast(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /* Columns [c0, c1) inside the panels (c0, c1 multiples of VT_PANEL,
  * c1 <= npanel), r1 - r0 <= VT_GEMV_MAX_ROWS: the GEMV streaming W's panels
- * in place. (vt_gemm512_block and vt_gemm512_bcast take blocks inside the
- * panels too: each reads W as npanel says.) */
+ * in place. (vt_gemm512_block takes blocks inside the panels too.) */
 void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
 
 /* C[M,N] (+)= A[M,K] · B[K,N] (B row-major [K][N], read in place). */
