@@ -307,6 +307,11 @@ static void split_range(const attn_args *A, int64_t qb, int64_t s, int64_t *kb0,
     *kb1 = (s + 1) * nkb / A->nsplit;
 }
 
+int64_t vt_attn_piece_quantum(int64_t Nh) {
+    if (Nh < 1) return 0;
+    return BQ * cdiv(MIN_ITEMS, Nh);   /* whole query blocks, and plan_splits finds enough items never to split */
+}
+
 int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, float scale, const float *q,
                    int64_t ldq, const float *kc, int64_t ldk, const float *vc, int64_t ldv, float *o, int64_t ldo,
                    float *work, size_t work_bytes) {

@@ -45,6 +45,15 @@ int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, f
                    float *work, size_t work_bytes);
 size_t vt_attn_causal_work_bytes(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv);
 
+/* A prefill may run as pieces of consecutive calls (forward.c); the pieces
+ * give the bits of one call when each starts at a multiple of the query block
+ * (64) and has at least vt_attn_piece_quantum(Nh) rows: whole query blocks at
+ * the same absolute positions, and never a split over keys (a split's merge
+ * rounds differently). The quantum is a multiple of the query block. The one
+ * call must not be split either: it is not when it has at least the quantum
+ * rows. 0 when Nh < 1. */
+int64_t vt_attn_piece_quantum(int64_t Nh);
+
 /* The softmax row pass of vt_attn_causal has an AVX-512 form and a scalar one
  * of the same bits (the CPU decides). on = 1 / 0 selects one (1 only where the
  * CPU has AVX-512F), -1 only asks; returns the setting before the call. For

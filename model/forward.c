@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "backend.h"
+#include "kda_chunk.h"
 #include "model.h"
 
 /* ------------------------------------------------------------------ loading */
@@ -313,6 +315,50 @@ static void reset_caches(vt_session *s) {
     s->pos = 0;
 }
 
+/* VTLAB_PREFILL_PIECE: the tokens per piece of a long prefill (forward_pass);
+ * 0: one pass. A prefill of T >= 2 pieces runs as pieces of this length, the
+ * last one taking the rest (one to two pieces). The pieces keep every bit of
+ * one pass when
+ *   - each starts where the delta rule starts a chunk and attention a query
+ *     block (kda_chunk.h, attn.h): the length is rounded up to a multiple of
+ *     both, and the chunked KDA form serves every piece (no piece is shorter
+ *     than a chunk), carrying its state across pieces as across chunks;
+ *   - no piece's attention is split over keys: the length is at least
+ *     vt_attn_piece_quantum(heads);
+ *   - every other step is per token (norms, gates, the router, the experts) or
+ *     a product whose rows do not change each other's bits (gemm.h);
+ *   - no fault is replayed: a replayed defect's scrambled copy depends on the
+ *     extent of the buffers (faults.c), so a replay keeps to one pass.
+ * tests/unit/test_forward.c checks the bits. The default, 512, was the
+ * fastest of 256/512/1024 for a 4096-token prefill of the 288M model. */
+enum { PIECE_DEFAULT = 512, PIECE_MAX = 1 << 20 };
+
+static int prefill_piece(const vt_model *m, const vt_knobs *k, int64_t *piece, char *err, size_t errlen) {
+    const char *v = getenv("VTLAB_PREFILL_PIECE");
+    int64_t want = PIECE_DEFAULT;
+    if (v && *v) {
+        char *end = NULL;
+        long long n = strtoll(v, &end, 10);
+        if (*end || n < 0 || n > PIECE_MAX) {
+            snprintf(err, errlen, "VTLAB_PREFILL_PIECE=%s: expected a token count from 0 (one pass) to %d", v,
+                     (int)PIECE_MAX);
+            return VT_STATUS_INPUT;
+        }
+        want = n;
+    }
+    *piece = 0;
+    if (want == 0 || k->fault != VT_FAULT_NONE) return VT_OK;
+    const int64_t q = vt_attn_piece_quantum(m->cfg.num_attention_heads);
+    int64_t unit = q;
+    while (unit % VT_KDA_CHUNK) unit += q;   /* a multiple of both */
+#ifndef VT_MUTATE_PIECE_UNROUNDED   /* make mutation: pieces of any length; test_forward must fail */
+    *piece = (want + unit - 1) / unit * unit;
+#else
+    *piece = want;
+#endif
+    return VT_OK;
+}
+
 int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *err, size_t errlen) {
     vt_session *s = calloc(1, sizeof *s);
     if (!s) { snprintf(err, errlen, "out of memory"); return VT_STATUS_NOMEM; }
@@ -334,6 +380,11 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
     }
     /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product);
      * a decode step may use one thread on a busy host (team.h) */
+    int prc = prefill_piece(m, &s->k, &s->piece, err, errlen);
+    if (prc) {
+        vt_session_free(s);
+        return prc;
+    }
     vt_team_init(&s->team, s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
@@ -393,7 +444,10 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
     }
 }
 
-static int forward_pass(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
+/* One pass of T tokens through the whole stack, from the caches at s->pos.
+ * Capture rows go to row c0 of the capture (s->captured_T rows per site). */
+static int stack_pass(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, int64_t c0,
+                      vt_err *err) {
     const vt_model *m = s->m;
     const vt_config *cfg = &m->cfg;
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size, L = cfg->num_hidden_layers;
@@ -406,13 +460,6 @@ static int forward_pass(vt_session *s, const int32_t *tok, int64_t T, float *log
     float *o = vt_ws_alloc(s, VT_F32, T * D, err);
     if (!hbuf || !hf || !x || !o) { rc = err->code; goto done; }
     if ((rc = vt_tensor_view(&h, s->stream_dtype, 2, shp, hbuf, vt_row_size(s->stream_dtype, T * D), err))) goto done;
-    capture = capture && s->capture;   /* prefill only: a decode keeps the prefill's capture valid */
-    if (capture) {
-        float *cap = realloc(s->captured, vt_row_size(VT_F32, L * 2 * T * D));
-        if (!cap) { rc = vt_errf(err, VT_ENOMEM, "forward: out of memory for capture"); goto done; }
-        s->captured = cap;
-        s->captured_T = T;
-    }
 
     for (int64_t t = 0; t < T; t++) vt_convert(hf + t * D, VT_F32, vt_tensor_row(&m->embed, tok[t]), m->embed.dtype, (size_t)D);
     vt_act_round(s, hf, T * D);
@@ -425,14 +472,14 @@ static int forward_pass(vt_session *s, const int32_t *tok, int64_t T, float *log
         rc = Lw->kind == VT_LAYER_KDA ? vt_kda_forward(s, (int)l, x, T, o, err) : vt_mla_forward(s, (int)l, x, T, o, err);
         if (rc) goto done;
         residual_add(s, &h, hf, o, T, D);
-        if (capture) memcpy(s->captured + (l * 2 + 0) * T * D, hf, vt_row_size(VT_F32, T * D));
+        if (capture) memcpy(s->captured + ((l * 2 + 0) * s->captured_T + c0) * D, hf, vt_row_size(VT_F32, T * D));
 
         vt_rmsnorm(s, hf, T, D, Lw->post_norm.data, cfg->rms_norm_eps, x);
         rc = Lw->ffn.moe ? vt_moe_forward(s, (int)l, &Lw->ffn, x, T, o, NULL, err)
                          : vt_mlp_forward(s, (int)l, &Lw->ffn.dense, x, T, o, err);
         if (rc) goto done;
         residual_add(s, &h, hf, o, T, D);
-        if (capture) memcpy(s->captured + (l * 2 + 1) * T * D, hf, vt_row_size(VT_F32, T * D));
+        if (capture) memcpy(s->captured + ((l * 2 + 1) * s->captured_T + c0) * D, hf, vt_row_size(VT_F32, T * D));
         vt_probe_buffer(s, "residual.stream", (int)l, h.dtype, T, D);
     }
     s->pos += T;
@@ -443,6 +490,37 @@ static int forward_pass(vt_session *s, const int32_t *tok, int64_t T, float *log
     }
 done:
     vt_ws_release(s, (vt_ws_mark){0, 0});
+    return rc;
+}
+
+/* The tokens of the first piece of a prefill that starts at c0 of T (see
+ * prefill_piece): the rest when fewer than two pieces are left, so that no
+ * piece is shorter than s->piece. */
+static int64_t piece_len(const vt_session *s, int64_t c0, int64_t T) {
+    const int64_t left = T - c0;
+    return s->piece > 0 && left >= 2 * s->piece ? s->piece : left;
+}
+
+/* A forward of T tokens. A long prefill runs as pieces of s->piece tokens,
+ * each through the whole stack before the next (the caches carry the
+ * earlier pieces, as between a prefill and its decode steps): the
+ * activations of a piece stay in the caches where those of 4096 tokens (16
+ * MB per buffer at 1024 wide) went to memory between every two passes over
+ * them. Same bits as one pass (prefill_piece says why). */
+static int forward_pass(vt_session *s, const int32_t *tok, int64_t T, float *logits, int capture, vt_err *err) {
+    const int64_t D = s->m->cfg.hidden_size, V = s->m->cfg.vocab_size, L = s->m->cfg.num_hidden_layers;
+    capture = capture && s->capture;   /* prefill only: a decode keeps the prefill's capture valid */
+    if (capture) {
+        float *cap = realloc(s->captured, vt_row_size(VT_F32, L * 2 * T * D));
+        if (!cap) return vt_errf(err, VT_ENOMEM, "forward: out of memory for capture");
+        s->captured = cap;
+        s->captured_T = T;
+    }
+    int rc = VT_OK;
+    for (int64_t c0 = 0, n; !rc && c0 < T; c0 += n) {
+        n = piece_len(s, c0, T);
+        rc = stack_pass(s, tok + c0, n, logits ? logits + c0 * V : NULL, capture, c0, err);
+    }
     return rc;
 }
 

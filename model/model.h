@@ -115,6 +115,7 @@ struct vt_session {
     int         stale;          /* a forward failed midway: caches inconsistent until the next prefill */
     float      *captured;       /* [n_layers][2][T][D] when capture is on */
     int64_t     captured_T;
+    int64_t     piece;          /* tokens per piece of a long prefill; 0: one pass (forward.c) */
     double      fwd_sec, gemm_sec;
     vt_team     team;           /* the thread count of each decode step (team.h) */
     vt_ws       ws;

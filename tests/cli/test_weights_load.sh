@@ -6,7 +6,9 @@
 # Logits and greedy decoding of the tiny model (its kv_a_proj has 80 rows:
 # two panels of 32 and a row tail of 16; b_proj 4 rows, no panel), f32 and bf16,
 # one file and two shards with an index; a value other than panel/map/load is
-# refused (exit 2, the variable named, no output file).
+# refused (exit 2, the variable named, no output file). And a long prefill in
+# pieces (VTLAB_PREFILL_PIECE, the default 512 tokens) gives the bits of one
+# pass (0); a value that is not a token count is refused the same way.
 #
 # Usage (from the repository root): bash tests/cli/test_weights_load.sh ./build/vtlab
 set -u
@@ -17,7 +19,7 @@ W=$(mktemp -d /tmp/vtlab-weights-load.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 OUT_FILE=$W/out; ERR=$W/err
 for v in $(env | sed -n 's/^\(VT_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
-unset VTLAB_WEIGHTS
+unset VTLAB_WEIGHTS VTLAB_PREFILL_PIECE
 TOK=$(/usr/bin/python3 -c "print(','.join(str(3 + (i * 7919) % 500) for i in range(40)))")
 
 # reshard DIR: DIR/model.safetensors -> two shards and an index (same tensors, same bytes)
@@ -73,4 +75,17 @@ stderr_has "the message names the variable and the accepted values" "VTLAB_WEIGH
 if [ ! -e "$W/bad.bin" ]; then ok "no output file after the refusal"; else not_ok "output after refusal" "$W/bad.bin exists"; fi
 VTLAB_WEIGHTS=panel expect_exit "VTLAB_WEIGHTS=panel (the default, spelled out) is accepted" 0 \
   "$VTLAB" logits --model "$W/m-f32" --tokens 5,17 --out "$W/ok.bin"
+
+# 1100 tokens: the default pieces (512 asked; the tiny model's 4 heads need at
+# least 512, attn.h) are 512 and the last 588; VTLAB_PREFILL_PIECE=0 is one pass
+LONG=$(/usr/bin/python3 -c "print(','.join(str(3 + (i * 7919) % 1000) for i in range(1100)))")
+"$VTLAB" logits --model "$W/m-f32" --tokens "$LONG" --out "$W/pieces.bin" >/dev/null 2>"$ERR"
+VTLAB_PREFILL_PIECE=0 "$VTLAB" logits --model "$W/m-f32" --tokens "$LONG" --out "$W/onepass.bin" >/dev/null 2>>"$ERR"
+if [ -s "$W/pieces.bin" ] && cmp -s "$W/pieces.bin" "$W/onepass.bin"; then
+  ok "1100 tokens: logits of the prefill in pieces are byte-identical to one pass"
+else not_ok "prefill pieces" "$(cmp "$W/pieces.bin" "$W/onepass.bin" 2>&1 | head -1); $(head -c 300 "$ERR")"; fi
+VTLAB_PREFILL_PIECE=1k expect_exit "VTLAB_PREFILL_PIECE=1k is refused with exit 2" 2 \
+  "$VTLAB" logits --model "$W/m-f32" --tokens 5,17 --out "$W/bad2.bin"
+stderr_has "the message names the variable and what it expects" "VTLAB_PREFILL_PIECE=1k: expected a token count"
+if [ ! -e "$W/bad2.bin" ]; then ok "no output file after that refusal"; else not_ok "output after refusal" "$W/bad2.bin exists"; fi
 finish

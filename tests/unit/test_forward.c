@@ -7,6 +7,7 @@
 #include "tests/unit/vt_test_model.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "model/vt.h"
 
@@ -30,7 +31,7 @@
 
 static char g_dir[256], g_dir16[256];
 static vt_model *g_model, *g_model16;
-static int64_t V;
+static int64_t V, D;
 
 static int setup(void **state) {
     (void)state;
@@ -40,6 +41,7 @@ static int setup(void **state) {
     vt_model_info info;
     vt_model_get_info(g_model, &info);
     V = info.vocab_size;
+    D = info.hidden_size;
     return 0;
 }
 
@@ -165,6 +167,90 @@ static void test_audit_and_threads_do_not_change_numbers(void **state) {
     vt_session_free(sa); vt_session_free(sb); vt_session_free(sc); vt_session_free(sd);
 }
 
+/* A session made with VTLAB_PREFILL_PIECE=v (unset when v is NULL). */
+static vt_session *piece_session(vt_model *m, const char *v, const char *const *kv) {
+    if (v) setenv("VTLAB_PREFILL_PIECE", v, 1);
+    else unsetenv("VTLAB_PREFILL_PIECE");
+    vt_session *s = vt_test_session(m, kv);
+    unsetenv("VTLAB_PREFILL_PIECE");
+    return s;
+}
+
+/* The rows a site's records saw, summed over its records. */
+static int64_t probe_rows(const vt_session *s, const char *site) {
+    int64_t rows = 0;
+    for (int64_t i = 0; i < vt_session_probe_count(s); i++)
+        if (!strcmp(vt_session_probe_at(s, i)->site, site)) rows += vt_session_probe_at(s, i)->rows;
+    return rows;
+}
+
+/* A long prefill runs as pieces (forward.c, VTLAB_PREFILL_PIECE): the same
+ * bits as one pass, in the logits, in the captured residual stream and in the
+ * caches the decode steps that follow read. 1600 tokens of the tiny model
+ * (4 heads: a piece is at least 512 tokens, attn.h) with pieces asked at 100
+ * tokens: 512, 512 and the last 576 (fewer than two pieces left). With the
+ * length not rounded to the chunk and the attention's quantum (a mutation),
+ * 100-token pieces start the delta rule's chunks and the attention's query
+ * blocks elsewhere, and the bits differ. Also with the bf16 stream and on 2
+ * threads, and the probes see the same rows. */
+static void test_prefill_pieces_same_bits(void **state) {
+    (void)state;
+    enum { T = 1600, NDEC = 3 };
+    int32_t *t = malloc(sizeof(int32_t) * (T + NDEC));
+    tokens(t, T + NDEC, 21);
+    const char *arms[2][7] = {{"VT_THREADS", "2", "VT_PROBE", "on", NULL},
+                              {"VT_THREADS", "1", "VT_PROBE", "on", "VT_KIMI_BF16_STREAM", "1", NULL}};
+    for (int a = 0; a < 2; a++) {
+        vt_session *one = piece_session(g_model, "0", arms[a]), *pcs = piece_session(g_model, "100", arms[a]);
+        vt_session_capture(one, 1);
+        vt_session_capture(pcs, 1);
+        float *l1 = logits_of(one, t, T), *l2 = logits_of(pcs, t, T);
+        assert_memory_equal(l1, l2, sizeof(float) * (size_t)(T * V));
+        vt_model_info info;
+        vt_model_get_info(g_model, &info);
+        for (int64_t layer = 0; layer < info.n_layers; layer++)
+            for (int site = 0; site < 2; site++) {
+                int64_t T1 = 0, T2 = 0;
+                const float *r1 = vt_session_residual(one, layer, site, &T1), *r2 = vt_session_residual(pcs, layer, site, &T2);
+                assert_non_null(r1);
+                assert_non_null(r2);
+                assert_int_equal(T1, T);
+                assert_int_equal(T2, T);
+                assert_memory_equal(r1, r2, sizeof(float) * (size_t)(T * D));
+            }
+        assert_int_equal(probe_rows(one, "residual.stream"), probe_rows(pcs, "residual.stream"));
+        assert_int_equal(probe_rows(one, "logits"), probe_rows(pcs, "logits"));
+        for (int k = 0; k < NDEC; k++) {
+            char err[256];
+            assert_int_equal(vt_session_decode(one, t[T + k], l1, err, sizeof err), 0);
+            assert_int_equal(vt_session_decode(pcs, t[T + k], l2, err, sizeof err), 0);
+            assert_memory_equal(l1, l2, sizeof(float) * (size_t)V);
+        }
+        free(l1); free(l2);
+        vt_session_free(one); vt_session_free(pcs);
+    }
+    free(t);
+}
+
+/* VTLAB_PREFILL_PIECE that is not a token count: the session is refused as
+ * bad input, naming the variable. */
+static void test_prefill_piece_bad_value(void **state) {
+    (void)state;
+    const char *bad[] = {"x", "-512", "12k", "99999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        vt_knobset *ks;
+        char err[512] = "";
+        vt_session *s = NULL;
+        assert_int_equal(vt_knobset_new(&ks), 0);
+        setenv("VTLAB_PREFILL_PIECE", bad[i], 1);
+        assert_int_equal(vt_session_new(&s, g_model, ks, err, sizeof err), VT_STATUS_INPUT);
+        unsetenv("VTLAB_PREFILL_PIECE");
+        assert_null(s);
+        assert_non_null(strstr(err, "VTLAB_PREFILL_PIECE"));
+        vt_knobset_free(ks);
+    }
+}
+
 /* Decode steps on a team run as one vt_gemm_step (gemm.h): the same bits as
  * on one thread, and as on a team without the step pool (VTLAB_STEP_POOL=0).
  * The tiny config's products are all too small to run in parallel at decode,
@@ -276,6 +362,8 @@ int main(void) {
         cmocka_unit_test(test_probes_off_records_nothing),
         cmocka_unit_test(test_audit_and_threads_do_not_change_numbers),
         cmocka_unit_test(test_decode_step_pool_same_bits),
+        cmocka_unit_test(test_prefill_pieces_same_bits),
+        cmocka_unit_test(test_prefill_piece_bad_value),
         cmocka_unit_test(test_bad_token_is_input_error),
         cmocka_unit_test(test_bf16_checkpoint_runs),
         cmocka_unit_test(test_cuda_backend_without_device),
