@@ -198,11 +198,27 @@ int vt_rows_copy(vt_tensor *dst, int64_t d0, const vt_tensor *src, int64_t s0, i
     return VT_OK;
 }
 
-/* Gathers of at least this many bytes copy their rows in parallel (each
- * destination row whole, by one thread: the same bytes either way). A MoE
- * layer's 4 MB gather ran on one thread while the other waited. Scatters
- * stay serial: a destination row may repeat, and then the last source wins. */
+/* Gathers and scatters of at least this many bytes copy their rows in
+ * parallel (each destination row whole, by one thread: the same bytes either
+ * way). A MoE layer's 4 MB gather and scatter each ran on one thread while
+ * the other waited. A scatter does so only when its destination rows are
+ * distinct (rows_distinct): a repeated one must end up with its last source. */
 #define ROWS_PAR_BYTES ((size_t)1 << 20)
+
+/* 1 when rows[0..n) are distinct (each in [0, nrows), checked already), by a
+ * bitmap on the stack; 0 when one repeats or nrows is too large for it. */
+static int rows_distinct(const int64_t *rows, int64_t n, int64_t nrows) {
+    enum { MAX_ROWS = 1 << 16 };
+    uint64_t seen[MAX_ROWS / 64];
+    if (nrows > MAX_ROWS) return 0;
+    memset(seen, 0, sizeof(uint64_t) * (size_t)((nrows + 63) / 64));
+    for (int64_t i = 0; i < n; i++) {
+        const uint64_t bit = (uint64_t)1 << (rows[i] & 63);
+        if (seen[rows[i] >> 6] & bit) return 0;
+        seen[rows[i] >> 6] |= bit;
+    }
+    return 1;
+}
 
 int vt_rows_gather(vt_tensor *dst, const vt_tensor *src, const int64_t *src_rows, int64_t n,
                    vt_copy_stats *st, vt_err *err) {
@@ -228,7 +244,10 @@ int vt_rows_scatter(vt_tensor *dst, const int64_t *dst_rows, const vt_tensor *sr
 #ifdef VT_MUTATE_HALVE_ROW_BYTES
     rb /= 2;   /* mutation (b) of `make mutation`: the test of the scatter must go red */
 #endif
-    for (int64_t i = 0; i < n; i++)   /* serial: a repeated destination row gets the last source, as documented */
+    /* a repeated destination row gets its last source: in parallel only when none repeats */
+    const int par = (size_t)n * rb >= ROWS_PAR_BYTES && rows_distinct(dst_rows, n, vt_tensor_nrows(dst));
+    #pragma omp parallel for schedule(static) if (par)
+    for (int64_t i = 0; i < n; i++)
         memcpy(vt_tensor_row(dst, dst_rows[i]), vt_tensor_row(src, i), rb);
     fill_stats(st, n, rb, dst, src);
     return VT_OK;

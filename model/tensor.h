@@ -84,8 +84,9 @@ int vt_rows_copy(vt_tensor *dst, int64_t d0, const vt_tensor *src, int64_t s0, i
 /* dst row i <- src row src_rows[i], for i in [0, n). */
 int vt_rows_gather(vt_tensor *dst, const vt_tensor *src, const int64_t *src_rows, int64_t n,
                    vt_copy_stats *st, vt_err *err);
-/* dst row dst_rows[i] <- src row i, for i in [0, n), in order of i (a
- * repeated destination row ends up with its last source). */
+/* dst row dst_rows[i] <- src row i, for i in [0, n), as if in order of i (a
+ * repeated destination row ends up with its last source; rows are copied in
+ * parallel only when none repeats). */
 int vt_rows_scatter(vt_tensor *dst, const int64_t *dst_rows, const vt_tensor *src, int64_t n,
                     vt_copy_stats *st, vt_err *err);
 /* Converting copy of whole tensors with the same shape (float dtypes only). */

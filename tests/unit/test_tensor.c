@@ -3,6 +3,9 @@
 
 #include "model/tensor.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 static void fill_rows(vt_tensor *t) {
     float *p = t->data;
     for (int64_t i = 0; i < vt_tensor_nelem(t); i++) p[i] = (float)i;
@@ -60,6 +63,32 @@ static void test_scatter_gather(void **state) {
     VT_ASSERT_OK(vt_rows_gather(&back, &dst, perm, 4, &st, &err), err);
     assert_memory_equal(back.data, src.data, src.nbytes);
     vt_tensor_free(&src); vt_tensor_free(&dst); vt_tensor_free(&back);
+}
+
+/* Big scatters (>= 1 MB) run in parallel when their destination rows are
+ * distinct: a permutation of 1024 rows of 1 KB lands like the serial loop;
+ * with every destination row written twice (source i and i + n/2, far apart
+ * in the order, so two threads' halves would race for them), the later source
+ * still wins everywhere, as the serial order says. */
+static void test_big_scatter_order(void **state) {
+    (void)state;
+    enum { N = 1024, W = 256 };
+    vt_tensor src, dst;
+    vt_err err = {0};
+    int64_t shp[2] = {N, W}, *rows = malloc(sizeof(int64_t) * N);
+    VT_ASSERT_OK(vt_tensor_alloc(&src, VT_F32, 2, shp, &err), err);
+    VT_ASSERT_OK(vt_tensor_alloc(&dst, VT_F32, 2, shp, &err), err);
+    float *x = src.data;
+    for (int64_t i = 0; i < N * W; i++) x[i] = (float)i;
+    for (int64_t i = 0; i < N; i++) rows[i] = (i * 389) % N;   /* 389 is prime to 1024: a permutation */
+    VT_ASSERT_OK(vt_rows_scatter(&dst, rows, &src, N, NULL, &err), err);
+    for (int64_t i = 0; i < N; i++) assert_memory_equal(vt_tensor_row(&dst, rows[i]), vt_tensor_row(&src, i), W * 4);
+    for (int64_t i = 0; i < N; i++) rows[i] = i % (N / 2);   /* row r from i = r, then from i = r + N/2 */
+    memset(dst.data, 0, dst.nbytes);
+    VT_ASSERT_OK(vt_rows_scatter(&dst, rows, &src, N, NULL, &err), err);
+    for (int64_t r = 0; r < N / 2; r++) assert_memory_equal(vt_tensor_row(&dst, r), vt_tensor_row(&src, r + N / 2), W * 4);
+    vt_tensor_free(&src); vt_tensor_free(&dst);
+    free(rows);
 }
 
 /* The defect's shape: copying between buffers of different dtypes (or row
@@ -185,6 +214,7 @@ int main(void) {
         cmocka_unit_test(test_strides_from_dtype),
         cmocka_unit_test(test_alloc_rejects_bad_shapes),
         cmocka_unit_test(test_scatter_gather),
+        cmocka_unit_test(test_big_scatter_order),
         cmocka_unit_test(test_copies_refuse_mismatch),
         cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_sentinel),
