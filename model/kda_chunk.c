@@ -189,6 +189,7 @@ typedef struct {
     float *TM;   /* [C][C]  (I + diag(beta) A)^-1, zero above the diagonal */
     float *GAM;  /* [d]     running Gam_r */
     float *RHO;  /* [d]     running decay from the sub-chunk start */
+    int avx;     /* the diagonal block with AVX-512 (diag_block_avx512) */
 } kda_buf;
 
 static int64_t chunk_len(int64_t T) { return T < C ? T : C; }
@@ -217,6 +218,7 @@ static kda_buf carve(float *w, int64_t T, int64_t d) {
     b.TM = w;           w += c * cr;
     b.GAM = w;          w += dr;
     b.RHO = w;
+    b.avx = 0;
     return b;
 }
 
@@ -225,6 +227,72 @@ size_t vt_kda_chunked_work_bytes(int64_t T, int64_t H, int64_t d, int nthreads) 
     const size_t per = per_thread_floats(T, d) * sizeof(float);
     if ((size_t)nthreads > (SIZE_MAX - 64) / per) return 0;
     return per * (size_t)nthreads + 64;   /* + 64: room to align the start */
+}
+
+/* The diagonal block of sub-chunk [a0, a0 + nb) of A and AQ: for each row r
+ * and s <= r in the sub-chunk, A[r][s] = k_r . KD_s and AQ[r][s] = q_r . KD_s
+ * with KD_s the key k_s decayed to r (k_s o f_{s+1} o ... o f_r), each a
+ * chain over the key channels i = 0..d-1 of acc = fmaf(x_i, KD_s[i], acc)
+ * from 0 (the vt_sgemm_nt chain of gemm.h); AQ is 0 above the diagonal. KD
+ * ([B][d], row stride ld) holds the keys decayed to the current token, each
+ * decayed once per token by its f. At the end, the keys (decayed to the
+ * sub-chunk's last token) go to KTO rows a0.. . */
+static void diag_block(int64_t a0, int64_t nb, int64_t d, int64_t P, int64_t ld, int64_t lc, const float *q,
+                       const float *k, const float *F, float *KD, float *A, float *AQ, float *KTO) {
+    for (int64_t m = 0; m < nb; m++) {
+        const int64_t r = a0 + m;
+        const float *Fr = F + r * ld;
+#ifndef VT_MUTATE_KDA_CHUNK_NO_DECAY
+        for (int64_t s = 0; s < m; s++) {
+            float *kd = KD + s * ld;
+            #pragma omp simd
+            for (int64_t i = 0; i < d; i++) kd[i] *= Fr[i];
+        }
+#endif
+        memcpy(KD + m * ld, k + r * P, (size_t)d * sizeof *KD);
+        vt_sgemm_nt(1, m + 1, d, k + r * P, ld, KD, ld, A + r * lc + a0, lc, 0);
+        vt_sgemm_nt(1, m + 1, d, q + r * P, ld, KD, ld, AQ + r * lc + a0, lc, 0);
+        for (int64_t s = m + 1; s < nb; s++) AQ[r * lc + a0 + s] = 0.0f;
+    }
+    memcpy(KTO + a0 * ld, KD, (size_t)(nb * ld) * sizeof *KTO);
+}
+
+/* diag_block with AVX-512 and B = 16: the same products in the same order,
+ * the keys held transposed (KDT[i][s], 16 floats per channel, in KD's space)
+ * so that one channel step is one vector over the sub-chunk's tokens s: per
+ * token r, d steps of (decay lanes s < m by f_r[i], put k_r[i] in lane m, two
+ * FMAs). Lane s of the accumulators is the chain over i of A[r][s] and
+ * AQ[r][s]; the two M = 1 products per token it replaces were ~1.3% of a
+ * 1-thread 288M prefill (each call transposing its 16 rows of keys). */
+VT_AVX512 static void diag_block_avx512(int64_t a0, int64_t nb, int64_t d, int64_t P, int64_t ld, int64_t lc,
+                                        const float *q, const float *k, const float *F, float *KDT, float *A,
+                                        float *AQ, float *KTO) {
+    for (int64_t m = 0; m < nb; m++) {
+        const int64_t r = a0 + m;
+        const float *Fr = F + r * ld, *kr = k + r * P, *qr = q + r * P;
+        const __mmask16 prev = (__mmask16)((1u << m) - 1), self = (__mmask16)(1u << m);
+        __m512 acc_a = _mm512_setzero_ps(), acc_q = _mm512_setzero_ps();
+        for (int64_t i = 0; i < d; i++) {
+            __m512 v = _mm512_maskz_loadu_ps(prev, KDT + i * 16);   /* lanes >= m: never read stale */
+#ifndef VT_MUTATE_KDA_CHUNK_NO_DECAY
+            v = _mm512_mul_ps(v, _mm512_set1_ps(Fr[i]));
+#endif
+            const __m512 ki = _mm512_set1_ps(kr[i]);
+            v = _mm512_mask_mov_ps(v, self, ki);
+            _mm512_storeu_ps(KDT + i * 16, v);
+#ifndef VT_MUTATE_KDA_DIAG_UNFUSED   /* make mutation: a product then a sum, not the chain's FMA */
+            acc_a = _mm512_fmadd_ps(ki, v, acc_a);
+#else
+            acc_a = _mm512_add_ps(_mm512_mul_ps(ki, v), acc_a);
+#endif
+            acc_q = _mm512_fmadd_ps(_mm512_set1_ps(qr[i]), v, acc_q);
+        }
+        const __mmask16 upto = (__mmask16)((2u << m) - 1), row = (__mmask16)((1u << nb) - 1);
+        _mm512_mask_storeu_ps(A + r * lc + a0, upto, acc_a);
+        _mm512_mask_storeu_ps(AQ + r * lc + a0, row, _mm512_maskz_mov_ps(upto, acc_q));
+    }
+    for (int64_t s = 0; s < nb; s++)
+        for (int64_t i = 0; i < d; i++) KTO[(a0 + s) * ld + i] = KDT[i * 16 + s];
 }
 
 /* One chunk of n <= c tokens of one head (c: the chunk length the buffers
@@ -301,24 +369,9 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, i
                 for (int64_t i = 0; i < d; i++) kt[i] *= RHO[i];
             }
         }
-        /* the diagonal block: KD holds k_s (s in a0..r) decayed to r */
-        for (int64_t m = 0; m < nb; m++) {
-            const int64_t r = a0 + m;
-            const float *Fr = F + r * ld;
-#ifndef VT_MUTATE_KDA_CHUNK_NO_DECAY
-            for (int64_t s = 0; s < m; s++) {
-                float *kd = KD + s * ld;
-                #pragma omp simd
-                for (int64_t i = 0; i < d; i++) kd[i] *= Fr[i];
-            }
-#endif
-            memcpy(KD + m * ld, k + r * P, (size_t)d * sizeof *KD);
-            vt_sgemm_nt(1, m + 1, d, k + r * P, ld, KD, ld, A + r * lc + a0, lc, 0);
-            vt_sgemm_nt(1, m + 1, d, q + r * P, ld, KD, ld, AQ + r * lc + a0, lc, 0);
-            for (int64_t s = m + 1; s < nb; s++) AQ[r * lc + a0 + s] = 0.0f;
-        }
-        /* the sub-chunk's keys, decayed to its end, join KTO */
-        memcpy(KTO + a0 * ld, KD, (size_t)(nb * ld) * sizeof *KTO);
+        /* the diagonal block; the sub-chunk's keys, decayed to its end, join KTO */
+        if (b->avx) diag_block_avx512(a0, nb, d, P, ld, lc, q, k, F, KD, A, AQ, KTO);
+        else diag_block(a0, nb, d, P, ld, lc, q, k, F, KD, A, AQ, KTO);
     }
 
     /* TM = (I + diag(beta) A)^-1 by forward substitution, row by row:
@@ -377,9 +430,12 @@ int vt_kda_chunked(int64_t T, int64_t H, int64_t d, const float *q, const float 
      * loop with the heads of each chunk in parallel streamed the inputs as
      * fast as this with the prefetch, but waits at every chunk for the slowest
      * thread, ~6x slower on an oversubscribed machine) */
+    /* VTLAB_GEMM_ISA=scalar: the products' scalar loops (the same bits) */
+    const int avx = B == 16 && strcmp(vt_gemm_isa(), "avx512") == 0;
     #pragma omp parallel for schedule(static) num_threads((int)nthr)
     for (int64_t h = 0; h < H; h++) {
-        const kda_buf b = carve(base + (size_t)omp_get_thread_num() * per, T, d);
+        kda_buf b = carve(base + (size_t)omp_get_thread_num() * per, T, d);
+        b.avx = avx;
         for (int64_t t0 = 0; t0 < T; t0 += C) {
             const int64_t n = T - t0 < C ? T - t0 : C, rest = T - t0 - n, n_next = rest < C ? rest : C;
             const int64_t off = t0 * P + h * d;

@@ -156,9 +156,15 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         (rc = vt_tensor_view(&yf, VT_F32, 2, shp_nk, yfb, vt_row_size(VT_F32, NK * D), err)) ||
         (rc = vt_tensor_view(&eo, s->expert_dtype, 2, shp_nk, eob, vt_row_size(s->expert_dtype, NK * D), err)))
         goto done;
-    /* a defective scatter (the replayed fault) leaves zeros, never old data */
-    #pragma omp parallel for schedule(static) if (NK * D >= VT_PAR_MIN_ELEMS)
-    for (int64_t r = 0; r < NK; r++) memset(vt_tensor_row(&eo, r), 0, vt_tensor_row_bytes(&eo));
+    /* a defective scatter (the replayed fault) leaves zeros, never old data;
+     * the sound one writes every row (its destinations are a permutation) */
+#ifndef VT_MUTATE_SCATTER_STREAM_DTYPE
+    if (s->k.fault != VT_FAULT_NONE)
+#endif
+    {
+        #pragma omp parallel for schedule(static) if (NK * D >= VT_PAR_MIN_ELEMS)
+        for (int64_t r = 0; r < NK; r++) memset(vt_tensor_row(&eo, r), 0, vt_tensor_row_bytes(&eo));
+    }
 
     /* route */
     vt_gemm_xwT(s, x, N, D, &w->router, logits);
@@ -237,9 +243,10 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         float *o = out + t * D, *r = row + (int64_t)omp_get_thread_num() * D;
         memset(o, 0, vt_row_size(VT_F32, D));
         for (int64_t k = 0; k < K; k++) {
-            vt_convert(r, VT_F32, vt_tensor_row(&eo, t * K + k), eo.dtype, (size_t)D);
+            const float *e = vt_tensor_row(&eo, t * K + k);   /* f32 rows are read where they are */
+            if (eo.dtype != VT_F32) vt_convert(r, VT_F32, e, eo.dtype, (size_t)D), e = r;
             float wk = wts[t * K + k];
-            for (int64_t i = 0; i < D; i++) o[i] += wk * r[i];
+            for (int64_t i = 0; i < D; i++) o[i] += wk * e[i];
         }
         if (sh)
             for (int64_t i = 0; i < D; i++) o[i] += sh[t * D + i];

@@ -293,7 +293,9 @@ static void test_chunked_prefill_then_recurrent_steps(void **state) {
 }
 
 /* 1 and 2 threads (and a workspace sized for one thread, which caps the team)
- * give the same bits; so do two runs. */
+ * give the same bits; so do two runs, and a run with the scalar kernels
+ * forced (VTLAB_GEMM_ISA=scalar: the diagonal blocks as M = 1 products
+ * instead of the AVX-512 transposed form, the other products' scalar loops). */
 static void test_thread_count_same_bits(void **state) {
     (void)state;
     static const struct { int64_t T, H, d; } cs[] = {{200, 3, 64}, {129, 8, 128}, {5, 2, 16}};
@@ -302,11 +304,12 @@ static void test_thread_count_same_bits(void **state) {
         kda_case c;
         make_case(&c, cs[ci].T, cs[ci].H, cs[ci].d, DECAY_STRONG, 900 + ci);
         const int64_t ns = c.H * c.d * c.d, no = c.T * c.H * c.d;
-        float *S[4], *o[4];
-        for (int r = 0; r < 4; r++) {
+        float *S[5], *o[5];
+        for (int r = 0; r < 5; r++) {
             S[r] = falloc((size_t)ns); o[r] = falloc((size_t)no);
             memcpy(S[r], c.S0, (size_t)ns * sizeof **S);
             const int nthreads = r == 0 || r == 3 ? 1 : 2;
+            if (r == 4) assert_int_equal(vt_gemm_force_isa("scalar"), 0);
             omp_set_num_threads(nthreads);
             /* r == 2: 2 threads available but the workspace fits one */
             const size_t wb = vt_kda_chunked_work_bytes(c.T, c.H, c.d, r == 2 ? 1 : nthreads);
@@ -315,13 +318,14 @@ static void test_thread_count_same_bits(void **state) {
             assert_int_equal(vt_kda_chunked(c.T, c.H, c.d, c.q, c.k, c.v, c.g, c.beta, S[r], o[r], w, wb), 0);
             free(w);
         }
+        vt_gemm_force_isa("avx512");
         omp_set_num_threads(saved);
-        for (int r = 1; r < 4; r++) {
+        for (int r = 1; r < 5; r++) {
             if (memcmp(S[0], S[r], (size_t)ns * sizeof **S) || memcmp(o[0], o[r], (size_t)no * sizeof **o))
                 fail_msg("T=%lld H=%lld d=%lld: run %d differs from the 1-thread run", (long long)c.T,
                          (long long)c.H, (long long)c.d, r);
         }
-        for (int r = 0; r < 4; r++) { free(S[r]); free(o[r]); }
+        for (int r = 0; r < 5; r++) { free(S[r]); free(o[r]); }
         free_case(&c);
     }
 }
