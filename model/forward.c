@@ -378,13 +378,13 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
         *out = s;
         return VT_OK;
     }
-    /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product);
-     * a decode step may use one thread on a busy host (team.h) */
     int prc = prefill_piece(m, &s->k, &s->piece, err, errlen);
     if (prc) {
         vt_session_free(s);
         return prc;
     }
+    /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product);
+     * a decode step may use one thread on a busy host (team.h) */
     vt_team_init(&s->team, s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;

@@ -429,8 +429,8 @@ int vt_kda_chunked(int64_t T, int64_t H, int64_t d, const float *q, const float 
     /* heads outside, chunks inside: no barrier between chunks (a chunk-outer
      * loop with the heads of each chunk in parallel streamed the inputs as
      * fast as this with the prefetch, but waits at every chunk for the slowest
-     * thread, ~6x slower on an oversubscribed machine) */
-    /* VTLAB_GEMM_ISA=scalar: the products' scalar loops (the same bits) */
+     * thread, ~6x slower on an oversubscribed machine); the diagonal blocks
+     * with AVX-512 but under VTLAB_GEMM_ISA=scalar (the same bits either way) */
     const int avx = B == 16 && strcmp(vt_gemm_isa(), "avx512") == 0;
     #pragma omp parallel for schedule(static) num_threads((int)nthr)
     for (int64_t h = 0; h < H; h++) {
