@@ -156,12 +156,15 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         (rc = vt_tensor_view(&yf, VT_F32, 2, shp_nk, yfb, vt_row_size(VT_F32, NK * D), err)) ||
         (rc = vt_tensor_view(&eo, s->expert_dtype, 2, shp_nk, eob, vt_row_size(s->expert_dtype, NK * D), err)))
         goto done;
-    /* a defective scatter (the replayed fault) leaves zeros, never old data;
-     * the sound one writes every row (its destinations are a permutation) */
-#ifndef VT_MUTATE_SCATTER_STREAM_DTYPE
-    if (s->k.fault != VT_FAULT_NONE)
+    /* The scatter below is the replayed defect's, or the sound one. The
+     * defective one leaves zeros in the rows it misses, never old data; the
+     * sound one writes every row (its destinations are a permutation). */
+#ifdef VT_MUTATE_SCATTER_STREAM_DTYPE
+    const int defective = 1;   /* mutation (a) of `make mutation`: the defect at its original call site */
+#else
+    const int defective = s->k.fault == VT_FAULT_MOE_SCATTER_ROW_BYTES_FROM_STREAM;
 #endif
-    {
+    if (defective) {
         #pragma omp parallel for schedule(static) if (NK * D >= VT_PAR_MIN_ELEMS)
         for (int64_t r = 0; r < NK; r++) memset(vt_tensor_row(&eo, r), 0, vt_tensor_row_bytes(&eo));
     }
@@ -221,15 +224,9 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
 
     /* scatter */
     if (audit) vt_tensor_fill_sentinel(&eo);
-#ifdef VT_MUTATE_SCATTER_STREAM_DTYPE
-    /* mutation (a) of `make mutation`: the scatter sizes rows from the stream dtype */
-    vt_fault_scatter_rows(&eo, order, y, NK, s->stream_dtype, &st);
-#else
-    if (s->k.fault == VT_FAULT_MOE_SCATTER_ROW_BYTES_FROM_STREAM)
-        vt_fault_scatter_rows(&eo, order, y, NK, s->stream_dtype, &st);
+    if (defective) vt_fault_scatter_rows(&eo, order, y, NK, s->stream_dtype, &st);   /* sizes rows from the stream dtype */
     else if ((rc = vt_rows_scatter(&eo, order, y, NK, &st, err)))
         goto done;
-#endif
     int64_t unwritten = -1;
     if (audit) {
         unwritten = vt_tensor_rows_unwritten(&eo, NULL);
