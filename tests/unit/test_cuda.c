@@ -254,12 +254,8 @@ static void test_capture_matches_cpu(void **state) {
     vt_model_get_info(g_model, &info);
     for (int64_t l = 0; l < info.n_layers; l++)
         for (int site = 0; site < 2; site++) {
-            int64_t Ta = 0, Tb = 0;
-            const float *a = vt_session_residual(cpu, l, site, &Ta), *b = vt_session_residual(gpu, l, site, &Tb);
-            assert_non_null(a);
-            assert_non_null(b);
-            assert_int_equal(Ta, T);
-            assert_int_equal(Tb, T);
+            const float *a, *b;
+            vt_test_residual_pair(cpu, gpu, l, site, T, &a, &b);
             for (int64_t i = 0; i < T * D; i++)
                 if (!(fabs((double)a[i] - b[i]) <= F32_ATOL))
                     fail_msg("residual layer %lld site %d element %lld: CPU %g, CUDA %g", (long long)l, site,

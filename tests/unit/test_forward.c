@@ -210,12 +210,8 @@ static void test_prefill_pieces_same_bits(void **state) {
         vt_model_get_info(g_model, &info);
         for (int64_t layer = 0; layer < info.n_layers; layer++)
             for (int site = 0; site < 2; site++) {
-                int64_t T1 = 0, T2 = 0;
-                const float *r1 = vt_session_residual(one, layer, site, &T1), *r2 = vt_session_residual(pcs, layer, site, &T2);
-                assert_non_null(r1);
-                assert_non_null(r2);
-                assert_int_equal(T1, T);
-                assert_int_equal(T2, T);
+                const float *r1, *r2;
+                vt_test_residual_pair(one, pcs, layer, site, T, &r1, &r2);
                 assert_memory_equal(r1, r2, sizeof(float) * (size_t)(T * D));
             }
         assert_int_equal(probe_rows(one, "residual.stream"), probe_rows(pcs, "residual.stream"));

@@ -42,6 +42,19 @@ static inline vt_session *vt_test_session(vt_model *m, const char *const *kv) {
     return s;
 }
 
+/* The captured residual stream of (layer, site) in sessions a and b
+ * (vt_session_residual), each required to be there with T rows. */
+static inline void vt_test_residual_pair(const vt_session *a, const vt_session *b, int64_t layer, int site, int64_t T,
+                                         const float **ra, const float **rb) {
+    int64_t Ta = 0, Tb = 0;
+    *ra = vt_session_residual(a, layer, site, &Ta);
+    *rb = vt_session_residual(b, layer, site, &Tb);
+    assert_non_null(*ra);
+    assert_non_null(*rb);
+    assert_int_equal(Ta, T);
+    assert_int_equal(Tb, T);
+}
+
 /* n pseudo-random token ids in [3, vocab). */
 static inline void vt_test_tokens(int32_t *t, int64_t n, uint32_t seed, int64_t vocab) {
     for (int64_t i = 0; i < n; i++) {
