@@ -103,6 +103,80 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+# The delta rule's two forms. transformers' Kimi-Linear runs a forward without a cache (a
+# prefill) in its chunked form, on a CPU its plain-torch fallback (fla's kernels need a
+# GPU); the token-by-token form only for a cached decode step. The chunked form here is
+# organised as that fallback is - pairwise decays materialised per chunk, the triangular
+# inverse built row by row in Python, a Python loop over the chunks - so that the peer
+# mode's timings of this stand-in approximate what that structure costs in torch (still
+# not the official peer's). STANDIN_KDA=recurrent runs the token-by-token form instead.
+CHUNK = 64
+
+
+def _kda_form():
+    return os.environ.get("STANDIN_KDA", "chunk")
+
+
+def delta_rule_recurrent(q, k, v, g, beta):   # [T, H, d] each, beta [T, H]: o [T, H, d]
+    T, H, d = q.shape
+    decay = g.exp()
+    S = q.new_zeros(H, d, d)                                   # S[h, key channel, value channel]
+    o = q.new_empty(T, H, d)
+    for t in range(T):
+        S = S * decay[t].unsqueeze(-1)
+        u = torch.einsum("hi,hij->hj", k[t], S)
+        S = S + k[t].unsqueeze(-1) * (beta[t].unsqueeze(-1) * (v[t] - u)).unsqueeze(1)
+        o[t] = torch.einsum("hi,hij->hj", q[t], S)
+    return o
+
+
+def delta_rule_chunked(q, k, v, g, beta):
+    """Within a chunk, with G_t = exp(cumulative g up to t) per key channel and S the state
+    at the chunk's start: the update written at s is w_s = beta_s (v_s - u_s), and
+    (I + L) W = beta V - beta (K * G) S, L[t, s] = beta_t sum_c k_t k_s G_t / G_s (s < t);
+    o_t = (q_t * G_t) S + sum_{s <= t} (sum_c q_t k_s G_t / G_s) w_s; the next state is
+    G_end S + (K * G_end / G)^T W."""
+    T, H, d = q.shape
+    n = (T + CHUNK - 1) // CHUNK
+    pad = n * CHUNK - T
+
+    def chunks(x):   # [T, H, ...] -> [H, n, CHUNK, ...], zero-padded at the end
+        x = x.transpose(0, 1)
+        if pad:
+            x = torch.cat([x, x.new_zeros((x.shape[0], pad) + tuple(x.shape[2:]))], 1)
+        return x.reshape((H, n, CHUNK) + tuple(x.shape[2:]))
+
+    q, k, v, g, b = chunks(q), chunks(k), chunks(v), chunks(g), chunks(beta)
+    gl = g.cumsum(2)                                           # log G within each chunk
+    G = gl.exp()
+    kb, vb = k * b.unsqueeze(-1), v * b.unsqueeze(-1)
+    lower = torch.ones(CHUNK, CHUNK, dtype=torch.bool).tril()  # s <= t
+    L = q.new_empty(H, n, CHUNK, CHUNK)
+    QK = q.new_empty(H, n, CHUNK, CHUNK)
+    group = max(1, min(n, (1 << 26) // (H * CHUNK * CHUNK * d)))   # pairwise decays of a few chunks at once
+    for c0 in range(0, n, group):
+        sl = slice(c0, c0 + group)
+        rel = gl[:, sl].unsqueeze(3) - gl[:, sl].unsqueeze(2)  # [H, g, t, s, d]: log G_t / G_s
+        rel = rel.masked_fill(~lower.view(1, 1, CHUNK, CHUNK, 1), float("-inf"))
+        ks = k[:, sl].unsqueeze(2) * rel.exp()                 # k_s G_t / G_s, zero above the diagonal
+        L[:, sl] = (ks @ kb[:, sl].unsqueeze(-1)).squeeze(-1)
+        QK[:, sl] = (ks @ q[:, sl].unsqueeze(-1)).squeeze(-1)
+    L = L.masked_fill(~lower.tril(-1), 0.0)                    # strictly lower
+    Tinv = -L                                                  # (I + L)^-1, row by row
+    for i in range(1, CHUNK):
+        Tinv[..., i, :i] = Tinv[..., i, :i] + (Tinv[..., i, :i].unsqueeze(-1) * Tinv[..., :i, :i]).sum(-2)
+    Tinv = Tinv + torch.eye(CHUNK, dtype=q.dtype)
+    U, Kc = Tinv @ vb, Tinv @ (kb * G)
+    S = q.new_zeros(H, d, d)
+    o = q.new_empty(H, n, CHUNK, d)
+    for c in range(n):
+        W = U[:, c] - Kc[:, c] @ S
+        o[:, c] = (q[:, c] * G[:, c]) @ S + QK[:, c] @ W
+        g_end = gl[:, c, -1:]                                  # [H, 1, d]
+        S = g_end.exp().transpose(1, 2) * S + (k[:, c] * (g_end - gl[:, c]).exp()).transpose(1, 2) @ W
+    return o.reshape(H, n * CHUNK, d)[:, :T].transpose(0, 1)
+
+
 class KDA(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -132,14 +206,8 @@ class KDA(nn.Module):
         k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
         g = -self.A_log.view(H, 1).exp() * F.softplus(self.f_b_proj(self.f_a_proj(x)) + self.dt_bias).view(T, H, d)
         beta = torch.sigmoid(self.b_proj(x))                       # [T, H]
-        decay = g.exp()
-        S = x.new_zeros(H, d, d)                                   # S[h, key channel, value channel]
-        o = x.new_empty(T, H, d)
-        for t in range(T):
-            S = S * decay[t].unsqueeze(-1)
-            u = torch.einsum("hi,hij->hj", k[t], S)
-            S = S + k[t].unsqueeze(-1) * (beta[t].unsqueeze(-1) * (v[t] - u)).unsqueeze(1)
-            o[t] = torch.einsum("hi,hij->hj", q[t], S)
+        rule = delta_rule_recurrent if _kda_form() == "recurrent" else delta_rule_chunked
+        o = rule(q, k, v, g, beta)
         gate = self.g_b_proj(self.g_a_proj(x)).view(T, H, d)
         return self.o_proj((self.o_norm(o) * torch.sigmoid(gate)).reshape(T, H * d))
 

@@ -4,7 +4,7 @@
 # a stand-in for the official modeling file (NOT the official peer), on a synthesised
 # tiny checkpoint. Skipped, with the reason, when python3-torch is absent. Not part of
 # `make test` (torch is big).
-# Checks: the ratio, tok/s and GFLOP/s lines; logits agreement printed and within 1e-4
+# Checks: the ratio, tok/s and GFLOP/s lines; the peer's threads (torch's and OpenBLAS's); logits agreement printed and within 1e-4
 # (which also proves the loading path), with the fused expert names (mapped) and the
 # checkpoint's own names; a missing parameter reported; a peer that computes something
 # else flagged MISMATCH (exit 1 under --strict); the "not run" path for a bogus
@@ -80,7 +80,21 @@ check "a parameter the checkpoint lacks is reported by name" 'grep -q "missing: 
 check "a peer that computes something else: MISMATCH, exit 1 under --strict" \
   'grep -q "MISMATCH" "$OUT" && [ "$(cat $W/rc)" = 1 ] && grep -q "WARNING: the checkpoint did not map" "$OUT"'
 
-# 4. not run: a bogus PEER_MODELING, a file whose import fails, no PEER_MODELING
+# 4. the same threads on both sides. torch.set_num_threads alone left Debian's OpenBLAS on
+# every core: a "1-thread" peer ran its products on 2 (peer.py's peer_thread_env and
+# blas_threads); the test hook VTLAB_TEST_PEER_THREADS_UNSET puts the mode back as it was,
+# and the check that reads OpenBLAS's count back must then flag the ratio
+peer --modeling "$STANDIN" --strict --threads 1
+check "--threads 1: the peer's torch and OpenBLAS both on 1 thread, read back, no warning" \
+  '[ "$(cat $W/rc)" = 0 ] && grep -Eq "^peer: threads: torch 1, OpenBLAS 1 \(" "$OUT" && ! grep -q "WARNING" "$OUT"'
+if [ "$(nproc)" -gt 1 ]; then
+  VTLAB_TEST_PEER_THREADS_UNSET=1 peer --modeling "$STANDIN" --strict --threads 1
+  check "--threads 1 with OpenBLAS left on every core: flagged, exit 1 under --strict" \
+    '[ "$(cat $W/rc)" = 1 ] && grep -Eq "^peer: threads: torch 1, OpenBLAS $(nproc) " "$OUT" &&
+     grep -q "WARNING: the ratio compares different thread counts" "$OUT"'
+fi
+
+# 5. not run: a bogus PEER_MODELING, a file whose import fails, no PEER_MODELING
 PEER_MODELING=$W/no/such/modeling_kimi_linear.py peer
 check "bogus PEER_MODELING: 'peer: not run - ... no such file', exit 0, vtlab's figures alone" \
   '[ "$(cat $W/rc)" = 0 ] && grep -q "^peer: not run - PEER_MODELING=.*: no such file" "$OUT" &&
@@ -93,7 +107,7 @@ PEER_MODELING= peer
 check "no PEER_MODELING: 'not run - PEER_MODELING is not set', exit 0" \
   '[ "$(cat $W/rc)" = 0 ] && grep -q "^peer: not run - PEER_MODELING is not set" "$OUT"'
 
-# 5. make bench's script: the peer runs on the benched checkpoint and its phases are recorded
+# 6. make bench's script: the peer runs on the benched checkpoint and its phases are recorded
 BUILD=$BUILD BENCH_DB=$W/bench.db BENCH_TMAX=256 BENCH_BUSY=0 BENCH_TRIAD_MIB=64 PEER_ROUNDS=3 \
   PEER_MODELING=$STANDIN bash "$HERE/run.sh" "$VTLAB" >"$OUT" 2>&1
 check "run.sh with PEER_MODELING: ratio printed, peer phases recorded" \
