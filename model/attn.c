@@ -312,6 +312,68 @@ int64_t vt_attn_piece_quantum(int64_t Nh) {
     return BQ * cdiv(MIN_ITEMS, Nh);   /* whole query blocks, and plan_splits finds enough items never to split */
 }
 
+/* One call's items: the arguments, the scratch slots (sb bytes per thread)
+ * and, when keys are split, the partials. */
+typedef struct attn_run {
+    const attn_args *A;
+    char *scratch;
+    size_t sb;
+    float *Op, *mp;
+    double *lp;
+} attn_run;
+
+/* Item it: (query block, head, split), the last query block first (the
+ * longest rows). Unsplit, it writes its rows of o, normalised; split, its
+ * partials. */
+static void attn_item(void *arg, int64_t it, int thread) {
+    const attn_run *R = arg;
+    const attn_args *A = R->A;
+    const int64_t Nh = A->Nh, ns = A->nsplit, dv = A->dv, T = A->T, ldo = A->ldo;
+    char *sc = R->scratch + (size_t)thread * R->sb;
+    attn_scratch X = {(float *)sc, (float *)(sc + up(sizeof(float) * SBUF)),
+                      (double *)(sc + up(sizeof(float) * SBUF) + up(sizeof(float) * BQ))};
+    const int64_t qb = A->nqb - 1 - it / (Nh * ns), h = it / ns % Nh, s = it % ns;
+    const int64_t t0 = qb * BQ, mq = T - t0 < BQ ? T - t0 : BQ;
+    int64_t kb0, kb1;
+    split_range(A, qb, s, &kb0, &kb1);
+    if (ns == 1) {
+        float *O = A->o + t0 * ldo + h * dv;
+        attn_block(A, h, qb, kb0, kb1, O, ldo, X.m, X.l, X.S);
+        for (int64_t i = 0; i < mq; i++) {
+            const double inv = 1.0 / X.l[i];
+            for (int64_t c = 0; c < dv; c++) O[i * ldo + c] = (float)(O[i * ldo + c] * inv);
+        }
+    } else {
+        const size_t r0 = ((size_t)s * (size_t)Nh + (size_t)h) * (size_t)T + (size_t)t0;
+        attn_block(A, h, qb, kb0, kb1, R->Op + r0 * (size_t)dv, dv, R->mp + r0, R->lp + r0, X.S);
+    }
+}
+
+/* Row hr = (head, row) of o from its splits' partials, merged in split order. */
+static void attn_merge(void *arg, int64_t hr, int thread) {
+    const attn_run *R = arg;
+    const attn_args *A = R->A;
+    const int64_t Nh = A->Nh, ns = A->nsplit, dv = A->dv, T = A->T, h = hr / T, t = hr % T;
+    float M = -INFINITY;
+    for (int64_t s = 0; s < ns; s++) {
+        float ms = R->mp[((size_t)s * (size_t)Nh + (size_t)h) * (size_t)T + (size_t)t];
+        M = ms > M ? ms : M;
+    }
+    double L = 0.0;
+    float *out = A->o + t * A->ldo + h * dv;
+    for (int64_t c = 0; c < dv; c++) out[c] = 0.0f;
+    for (int64_t s = 0; s < ns; s++) {
+        const size_t r = ((size_t)s * (size_t)Nh + (size_t)h) * (size_t)T + (size_t)t;
+        const float wgt = vt_expf(R->mp[r] - M);   /* an empty split: m = -inf, weight 0 */
+        if (wgt == 0.0f) continue;
+        L += R->lp[r] * wgt;
+        const float *Os = R->Op + r * (size_t)dv;
+        for (int64_t c = 0; c < dv; c++) out[c] += wgt * Os[c];
+    }
+    const double inv = 1.0 / L;
+    for (int64_t c = 0; c < dv; c++) out[c] = (float)(out[c] * inv);
+}
+
 int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, float scale, const float *q,
                    int64_t ldq, const float *kc, int64_t ldk, const float *vc, int64_t ldv, float *o, int64_t ldo,
                    float *work, size_t work_bytes) {
@@ -335,59 +397,13 @@ int vt_attn_causal(int64_t T, int64_t p0, int64_t Nh, int64_t dqk, int64_t dv, f
         mp = (float *)(w + up(sizeof(float) * rows * (size_t)dv));
         lp = (double *)((char *)mp + up(sizeof(float) * rows));
     }
-    char *scratch = w + pb;
-    const int64_t ns = A.nsplit, nitems = A.nqb * Nh * ns;
-
-    /* a small call (a tiny model's short prefill) runs on the calling thread (VT_PAR_MIN_WORK) */
-    if ((double)T * (double)(p0 + T) * (double)Nh * (double)(dqk + dv) < (double)VT_PAR_MIN_WORK) nthr = 1;
-    #pragma omp parallel num_threads((int)nthr)
-    {
-        char *sc = scratch + (size_t)omp_get_thread_num() * sb;
-        attn_scratch X = {(float *)sc, (float *)(sc + up(sizeof(float) * SBUF)),
-                          (double *)(sc + up(sizeof(float) * SBUF) + up(sizeof(float) * BQ))};
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < nitems; it++) {
-            const int64_t qb = A.nqb - 1 - it / (Nh * ns), h = it / ns % Nh, s = it % ns;
-            const int64_t t0 = qb * BQ, mq = T - t0 < BQ ? T - t0 : BQ;
-            int64_t kb0, kb1;
-            split_range(&A, qb, s, &kb0, &kb1);
-            if (ns == 1) {
-                float *O = o + t0 * ldo + h * dv;
-                attn_block(&A, h, qb, kb0, kb1, O, ldo, X.m, X.l, X.S);
-                for (int64_t i = 0; i < mq; i++) {
-                    const double inv = 1.0 / X.l[i];
-                    for (int64_t c = 0; c < dv; c++) O[i * ldo + c] = (float)(O[i * ldo + c] * inv);
-                }
-            } else {
-                const size_t r0 = ((size_t)s * (size_t)Nh + (size_t)h) * (size_t)T + (size_t)t0;
-                attn_block(&A, h, qb, kb0, kb1, Op + r0 * (size_t)dv, dv, mp + r0, lp + r0, X.S);
-            }
-        }
-        if (ns > 1) {
-            /* merge the splits of each (head, row) in split order */
-            #pragma omp for schedule(static)
-            for (int64_t hr = 0; hr < Nh * T; hr++) {
-                const int64_t h = hr / T, t = hr % T;
-                float M = -INFINITY;
-                for (int64_t s = 0; s < ns; s++) {
-                    float ms = mp[((size_t)s * (size_t)Nh + (size_t)h) * (size_t)T + (size_t)t];
-                    M = ms > M ? ms : M;
-                }
-                double L = 0.0;
-                float *out = o + t * ldo + h * dv;
-                for (int64_t c = 0; c < dv; c++) out[c] = 0.0f;
-                for (int64_t s = 0; s < ns; s++) {
-                    const size_t r = ((size_t)s * (size_t)Nh + (size_t)h) * (size_t)T + (size_t)t;
-                    const float wgt = vt_expf(mp[r] - M);   /* an empty split: m = -inf, weight 0 */
-                    if (wgt == 0.0f) continue;
-                    L += lp[r] * wgt;
-                    const float *Os = Op + r * (size_t)dv;
-                    for (int64_t c = 0; c < dv; c++) out[c] += wgt * Os[c];
-                }
-                const double inv = 1.0 / L;
-                for (int64_t c = 0; c < dv; c++) out[c] = (float)(out[c] * inv);
-            }
-        }
-    }
+    attn_run R = {&A, w + pb, sb, Op, mp, lp};
+    /* (head, query block, split) items, then the splits' merge; a small call
+     * (a tiny model's short prefill) runs on the calling thread, a decode
+     * step's heads on the step's team (vt_par_for) */
+    const double madds = (double)T * (double)(p0 + T) * (double)Nh * (double)(dqk + dv);
+    const int64_t iwork = madds < 9e18 ? (int64_t)madds : INT64_MAX;
+    vt_par_for(A.nqb * Nh * A.nsplit, iwork, (int)nthr, attn_item, &R);
+    if (A.nsplit > 1) vt_par_for(Nh * T, iwork, (int)nthr, attn_merge, &R);
     return 0;
 }

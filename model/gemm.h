@@ -34,6 +34,13 @@
  * result depends on it. */
 #define VT_PAR_MIN_WORK ((int64_t)1 << 20)
 
+/* The same inside a decode step's team (vt_gemm_step), whose threads are
+ * spinning on the next batch already: there a batch costs a post and a
+ * count (a microsecond or two), not a fork-join, and the products and loops
+ * between 2^16 and 2^20 (a decode step's low-rank up-projections, its KDA
+ * recurrence and attention) ran on the calling thread while the team waited. */
+#define VT_STEP_MIN_WORK ((int64_t)1 << 16)
+
 /* One product y[M, N] = x[M, K] · W[N, K]ᵀ. W is [N, K] row-major in
  * W->dtype (f32, bf16 or f16); N = W->shape[0], K = W->shape[1]. Row i of x
  * is x + i*ldx, row i of y is y + i*ldy (ldx >= K, ldy >= N). */
@@ -65,6 +72,19 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs);
  * alone (nested). Returns fn's value; nthreads <= 1 or a call from inside a
  * step: fn(arg) as it is. Same bits whatever the threads. */
 int vt_gemm_step(int nthreads, int (*fn)(void *), void *arg);
+
+/* Runs fn(arg, i, thread) once for every i in [0, n), in any order and on
+ * any thread; thread (< max_threads, < the thread count) names the caller's
+ * scratch slot, and no two calls running at once get the same one. Inside a
+ * vt_gemm_step on its calling thread: on the step's team (a batch, no
+ * parallel region) when work >= VT_STEP_MIN_WORK. Elsewhere: an OpenMP loop
+ * (dynamic, 1) over min(max_threads, omp_get_max_threads()) threads when
+ * work >= VT_PAR_MIN_WORK. Else on the calling thread as thread 0; so is a
+ * vt_par_for called from inside fn (its own numbering: a nested fn must not
+ * use the outer loop's slots). work: the loop's multiply-adds (or
+ * elements), as VT_PAR_MIN_WORK counts them. fn must give the same result on
+ * any thread (no result depends on the split). */
+void vt_par_for(int64_t n, int64_t work, int max_threads, void (*fn)(void *arg, int64_t i, int thread), void *arg);
 
 /* Single-threaded products of plain f32 matrices for use inside a parallel
  * region (attention scores, chunked KDA), same per-element chain:

@@ -38,6 +38,7 @@
 #include "kda_chunk.h"
 
 #include <immintrin.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -114,6 +115,19 @@ typedef void (*head_rows_fn)(int64_t, int64_t, int64_t, int64_t, const float *, 
 static const head_rows_fn head_rows_by_nv[9] = {NULL,        head_rows_1, head_rows_2, head_rows_3, head_rows_4,
                                                 head_rows_5, head_rows_6, head_rows_7, head_rows_8};
 
+typedef struct recurrent_heads {
+    head_rows_fn fn;
+    int64_t T, H, d;
+    const float *q, *k, *v, *g, *beta;
+    float *S, *o;
+    const float *f;
+} recurrent_heads;
+
+static void recurrent_head(void *arg, int64_t h, int thread) {
+    const recurrent_heads *a = arg;
+    a->fn(a->T, a->H, a->d, h, a->q, a->k, a->v, a->g, a->beta, a->S, a->o, a->f);
+}
+
 /* Same structure as kda.c's loop (column blocks of JB, i outside, j inside,
  * u and o summed over i in order 0..d-1), so the same bits; with AVX-512 and
  * d a multiple of 16 up to 128, head_rows computes the same elements the same
@@ -130,9 +144,9 @@ void vt_kda_recurrent(int64_t T, int64_t H, int64_t d, const float *q, const flo
         for (int64_t t = 0; t < T; t++) vt_exp_array(g + t * P, f + t * P, P);
     }
     if (d % 16 == 0 && d <= 128 && strcmp(vt_gemm_isa(), "avx512") == 0) {   /* VTLAB_GEMM_ISA=scalar: the loop below */
-        const head_rows_fn fn = head_rows_by_nv[d / 16];
-        #pragma omp parallel for schedule(static) if (T * P * d >= VT_PAR_MIN_WORK)
-        for (int64_t h = 0; h < H; h++) fn(T, H, d, h, q, k, v, g, beta, S, o, f);
+        /* heads on the team: a decode step's (T = 1) on the step's (vt_par_for) */
+        recurrent_heads a = {head_rows_by_nv[d / 16], T, H, d, q, k, v, g, beta, S, o, f};
+        vt_par_for(H, T * P * d, INT_MAX, recurrent_head, &a);
         return;
     }
     enum { JB = 32 };

@@ -286,6 +286,124 @@ static void test_gemm_step(void **state) {
     free(xb);
 }
 
+/* vt_par_for (gemm.h): every index runs exactly once; the thread number it
+ * gets is below max_threads and held by no other index running at the same
+ * time (a slot taken twice at once is counted); on a step's team the loop
+ * runs on more than one thread (index 0 waits, under a generous hang guard,
+ * until another thread has run an index); below VT_STEP_MIN_WORK, with
+ * max_threads under the team, or from inside a task, it runs on the calling
+ * thread as thread 0; a task's own product (vt_gemm_batch) gives the
+ * reference's bits. */
+enum { PF_N = 64, PF_SLOTS = 8 };
+typedef struct par_case {
+    int runs[PF_N];
+    int busy[PF_SLOTS];           /* 1 while a task holds the slot */
+    int clash, bad_thread, max_threads, nested_bad, product_bad, wait;
+    int64_t other_thread_ran;     /* an index ran on a thread other than the caller's */
+    const vt_gemm_job *job;
+    const float *want;
+    float *y;
+} par_case;
+
+static void par_nested(void *p, int64_t i, int thread) {
+    par_case *c = p;
+    if (thread != 0) c->nested_bad++;
+    (void)i;
+}
+
+static void par_task(void *p, int64_t i, int thread) {
+    par_case *c = p;
+    __atomic_add_fetch(&c->runs[i], 1, __ATOMIC_RELAXED);
+    if (thread < 0 || thread >= c->max_threads || thread >= PF_SLOTS) { __atomic_add_fetch(&c->bad_thread, 1, __ATOMIC_RELAXED); return; }
+    if (__atomic_exchange_n(&c->busy[thread], 1, __ATOMIC_ACQ_REL)) __atomic_add_fetch(&c->clash, 1, __ATOMIC_RELAXED);
+    if (omp_get_thread_num() != 0) __atomic_store_n(&c->other_thread_ran, 1, __ATOMIC_RELEASE);
+    if (i == 0 && c->wait) {   /* until another thread has run an index: the loop is on the team */
+        const double t0 = omp_get_wtime();
+        while (!__atomic_load_n(&c->other_thread_ran, __ATOMIC_ACQUIRE) && omp_get_wtime() - t0 < 30.0) {}
+    }
+    if (i == 1) {   /* a loop and a product inside a task run on this thread */
+        int nested[PF_N] = {0};
+        (void)nested;
+        vt_par_for(PF_N, INT64_MAX, 64, par_nested, c);
+        if (c->job && thread == 0 && omp_get_thread_num() == 0) {
+            vt_gemm_batch(c->job, 1);
+            if (memcmp(c->y, c->want, sizeof(float) * (size_t)c->job->W->shape[0])) c->product_bad++;
+        }
+    }
+    for (volatile int spin = 0; spin < 2000; spin++) {}   /* long enough for tasks to overlap */
+    __atomic_store_n(&c->busy[thread], 0, __ATOMIC_RELEASE);
+}
+
+static void par_check(par_case *c, const char *what) {
+    for (int i = 0; i < PF_N; i++)
+        if (c->runs[i] != 1) fail_msg("%s: index %d ran %d times", what, i, c->runs[i]);
+    if (c->clash || c->bad_thread || c->nested_bad || c->product_bad)
+        fail_msg("%s: %d slot clashes, %d thread numbers out of range, %d nested calls off the calling thread, "
+                 "%d products not the reference's bits", what, c->clash, c->bad_thread, c->nested_bad, c->product_bad);
+}
+
+typedef struct par_step { par_case *c; int64_t work; int max_threads; } par_step;
+
+static int par_step_fn(void *p) {
+    par_step *st = p;
+    vt_par_for(PF_N, st->work, st->max_threads, par_task, st->c);
+    return 7;
+}
+
+static void par_reset(par_case *c, int max_threads, int wait) {
+    memset(c->runs, 0, sizeof c->runs);
+    c->clash = c->bad_thread = c->nested_bad = c->product_bad = 0;
+    c->other_thread_ran = 0, c->max_threads = max_threads, c->wait = wait;
+}
+
+static void test_par_for(void **state) {
+    (void)state;
+    enum { K = 256, N = 96 };
+    float *xb, *x = make_x(1, K, &xb);
+    wmat w = make_w(VT_BF16, N, K);
+    float *want = calloc(N, sizeof(float)), *y = calloc(N, sizeof(float));
+    vt_gemm_job job = {x, K, 1, &w.t, want, N};
+    ref_job(&job, want);
+    job.y = y;
+    par_case c = {0};
+    c.job = &job, c.want = want, c.y = y;
+    const int saved = omp_get_max_threads();
+    for (int th = 2; th <= 4; th++) {
+        char what[96];
+        omp_set_num_threads(th);
+        /* outside a step: an OpenMP loop, or the calling thread when small */
+        par_reset(&c, th, 0);
+        vt_par_for(PF_N, VT_PAR_MIN_WORK, th, par_task, &c);
+        snprintf(what, sizeof what, "%d threads, no step", th);
+        par_check(&c, what);
+        par_reset(&c, th, 0);
+        vt_par_for(PF_N, VT_PAR_MIN_WORK - 1, th, par_task, &c);
+        snprintf(what, sizeof what, "%d threads, no step, small", th);
+        par_check(&c, what);
+        if (c.other_thread_ran) fail_msg("%s: ran off the calling thread", what);
+        /* in a step: on the team */
+        par_step st = {&c, VT_STEP_MIN_WORK, th};
+        par_reset(&c, th, 1);
+        assert_int_equal(vt_gemm_step(th, par_step_fn, &st), 7);
+        snprintf(what, sizeof what, "%d threads, step", th);
+        par_check(&c, what);
+        if (!c.other_thread_ran) fail_msg("%s: every index ran on the calling thread", what);
+        /* in a step, but small, or more threads than the caller has slots for: the calling thread */
+        const int64_t works[2] = {VT_STEP_MIN_WORK - 1, VT_STEP_MIN_WORK};
+        const int maxes[2] = {th, th - 1};
+        for (int v = 0; v < 2; v++) {
+            st.work = works[v], st.max_threads = maxes[v];
+            par_reset(&c, maxes[v], 0);
+            assert_int_equal(vt_gemm_step(th, par_step_fn, &st), 7);
+            snprintf(what, sizeof what, "%d threads, step, %s", th, v ? "fewer slots" : "small");
+            par_check(&c, what);
+            if (c.other_thread_ran) fail_msg("%s: ran off the calling thread", what);
+        }
+    }
+    omp_set_num_threads(saved);
+    free(w.base), free(want), free(y), free(xb);
+}
+
 /* The reference loops of vt_sgemm_nt / vt_sgemm_nn (gemm.h). */
 
 static void ref_sgemm(int nn, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
@@ -613,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_step),
         cmocka_unit_test(test_gemv_every_shift),
         cmocka_unit_test(test_gemv_shifts_batch),
+        cmocka_unit_test(test_par_for),
         cmocka_unit_test(test_sgemm_nt_nn),
         cmocka_unit_test(test_sgemm_in_parallel_region),
         cmocka_unit_test(test_against_f64),
