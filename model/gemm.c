@@ -52,7 +52,7 @@ __attribute__((target("fma"))) static void scalar_block(const vt_gemm_args *a, i
 
 /* ------------------------------------------------------------------ dispatch */
 
-enum { ISA_UNSET = -1, ISA_SCALAR = 0, ISA_AVX512 = 2 };
+enum { ISA_UNSET = -1, ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 static int g_isa = ISA_UNSET;   /* read and written atomically: vt_sgemm_* run inside parallel regions */
 
 static int cpu_has_avx512(void) {
@@ -61,23 +61,37 @@ static int cpu_has_avx512(void) {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
 }
 
+static int cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+static const char *const ISA_NAMES[3] = {"scalar", "avx2", "avx512"};
+
+static int isa_available(int v) {
+    return v == ISA_SCALAR || (v == ISA_AVX2 && cpu_has_avx2()) || (v == ISA_AVX512 && cpu_has_avx512());
+}
+
+/* The best this CPU has, or VTLAB_GEMM_ISA's (scalar, avx2, avx512) when it has that one. */
 static int isa(void) {
     int v = __atomic_load_n(&g_isa, __ATOMIC_RELAXED);
     if (v != ISA_UNSET) return v;
     const char *e = getenv("VTLAB_GEMM_ISA");   /* read once: every racing thread computes the same value */
-    v = (e && strcmp(e, "scalar") == 0) || !cpu_has_avx512() ? ISA_SCALAR : ISA_AVX512;
+    v = cpu_has_avx512() ? ISA_AVX512 : cpu_has_avx2() ? ISA_AVX2 : ISA_SCALAR;
+    for (int i = 0; e && i < 3; i++)
+        if (strcmp(e, ISA_NAMES[i]) == 0 && isa_available(i)) v = i;
     __atomic_store_n(&g_isa, v, __ATOMIC_RELAXED);
     return v;
 }
 
-const char *vt_gemm_isa(void) { return isa() == ISA_AVX512 ? "avx512" : "scalar"; }
+const char *vt_gemm_isa(void) { return ISA_NAMES[isa()]; }
 
 int vt_gemm_force_isa(const char *name) {
-    if (name && strcmp(name, "scalar") == 0) { __atomic_store_n(&g_isa, ISA_SCALAR, __ATOMIC_RELAXED); return 0; }
-    if (name && strcmp(name, "avx512") == 0 && cpu_has_avx512()) {
-        __atomic_store_n(&g_isa, ISA_AVX512, __ATOMIC_RELAXED);
-        return 0;
-    }
+    for (int i = 0; name && i < 3; i++)
+        if (strcmp(name, ISA_NAMES[i]) == 0 && isa_available(i)) {
+            __atomic_store_n(&g_isa, i, __ATOMIC_RELAXED);
+            return 0;
+        }
     return -1;
 }
 
@@ -94,6 +108,7 @@ static int bcast_rows(int64_t rows, vt_dtype dt, int acc, int panels) {
  * block across the panels' end (W in panels, tensor.h) runs as two: the
  * panels, then the rows after them. */
 static void run_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1, const void *next) {
+    if (isa() == ISA_AVX2) { vt_gemm256_block(a, r0, r1, c0, c1); return; }
     if (isa() != ISA_AVX512) { scalar_block(a, r0, r1, c0, c1); return; }
     if (c0 < a->npanel && a->npanel < c1) {
         run_block(a, r0, r1, c0, a->npanel, NULL);
@@ -493,6 +508,7 @@ void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
                  float *C, int64_t ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
     const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1, 0, NULL, 0};
+    if (isa() == ISA_AVX2) { vt_gemm256_block(&a, 0, M, 0, N); return; }
     if (isa() != ISA_AVX512) { scalar_block(&a, 0, M, 0, N); return; }
     for (int64_t i = 0; i < M; i += 256) {   /* rows by 256 keep the x block of a K panel in L2 */
         const int64_t i1 = i + 256 < M ? i + 256 : M;
@@ -515,6 +531,7 @@ __attribute__((target("fma"))) static void scalar_nn(int64_t M, int64_t N, int64
 void vt_sgemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
-    if (isa() != ISA_AVX512) scalar_nn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    if (isa() == ISA_AVX2) vt_sgemm256_nn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+    else if (isa() != ISA_AVX512) scalar_nn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
     else vt_sgemm512_nn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }

@@ -99,13 +99,18 @@ void vt_sgemm_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, c
 /* The scalar reference of the contract (tests and fallbacks): one output element. */
 float vt_gemm_ref_dot(const float *x, const void *w, vt_dtype wdtype, int64_t K);
 
-/* Which kernels this CPU runs ("avx512" or "scalar"), for the bench. The
- * choice is made once, from the CPU (__builtin_cpu_supports) and the
- * environment: VTLAB_GEMM_ISA=scalar forces the scalar reference loops (VTLAB_, not VT_: vtlab refuses unknown VT_ knobs in the environment; the bits are the same either way). */
+/* Which kernels this CPU runs ("avx512", "avx2" or "scalar"), for the bench.
+ * The choice is made once, from the CPU (__builtin_cpu_supports: AVX-512
+ * F/BW/VL, else AVX2 + FMA + F16C, else none) and the environment:
+ * VTLAB_GEMM_ISA=scalar forces the scalar reference loops, =avx2 the AVX2
+ * kernels where the CPU has them (VTLAB_, not VT_: vtlab refuses unknown VT_
+ * knobs in the environment; the bits are the same either way). The other
+ * AVX-512 code (the KDA token loop, attention's row pass, vmath) runs only
+ * under "avx512". */
 const char *vt_gemm_isa(void);
 
 /* Tests and the bench: switch every later call to the kernels named
- * ("avx512" or "scalar"). Returns 0, or -1 when this CPU cannot run them (the
+ * ("avx512", "avx2" or "scalar"). Returns 0, or -1 when this CPU cannot run them (the
  * choice is then unchanged). Not to be called while a product is running. */
 int vt_gemm_force_isa(const char *name);
 

@@ -71,4 +71,11 @@ void vt_gemm512_panel_gemv(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_
 void vt_sgemm512_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                     float *C, int64_t ldc, int accumulate);
 
+/* AVX2 + FMA + F16C (gemm_avx2.c), for a CPU without AVX-512: a block of
+ * rows [r0, r1) and columns [c0, c1) of the product, any layout and dtype;
+ * and vt_sgemm_nn. The chains of gemm.h. */
+void vt_gemm256_block(const vt_gemm_args *a, int64_t r0, int64_t r1, int64_t c0, int64_t c1);
+void vt_sgemm256_nn(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                    float *C, int64_t ldc, int accumulate);
+
 #endif

@@ -43,7 +43,7 @@ static const vt_knob_info KNOBS[VT_K_COUNT] = {
     [VT_K_MLA_KV_NORM_EPS] = {"VT_KIMI_MLA_KV_NORM_EPS", VT_KNOB_ENUM, "transformers", "transformers|config",
      "eps of the MLA kv_a_layernorm: 1e-6 (transformers, Moonshot) or rms_norm_eps from config.json (vLLM)", 1, 0},
     [VT_K_BACKEND] = {"VT_BACKEND", VT_KNOB_ENUM, "cpu", "cpu|cuda",
-     "compute backend: our AVX-512 kernels (gemm.c) on the CPU, or cuBLAS on an NVIDIA GPU", 1, 0},
+     "compute backend: our AVX-512 or AVX2 kernels (gemm.c) on the CPU, or cuBLAS on an NVIDIA GPU", 1, 0},
     [VT_K_FAULT] = {"VT_FAULT", VT_KNOB_ENUM, FAULT_NONE_NAME, "none|moe_scatter_row_bytes_from_stream",
      "replay a registered defect (see `vtlab faults`); none in normal runs", 1, 0},
     [VT_K_THREADS] = {"VT_THREADS", VT_KNOB_INT, "0", "0..1024",

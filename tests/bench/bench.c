@@ -58,6 +58,7 @@
 #include "harness/runner.h"
 #include "model/bench_report.h"
 #include "model/config.h"
+#include "model/gemm.h"
 #include "model/model.h"
 #include "model/vt.h"
 
@@ -567,6 +568,8 @@ int main(int argc, char **argv) {
         char blas[256];
         bench_blas_describe(blas, sizeof blas);
         printf("sgemm peak: %s\n", blas);
+        printf("vtlab kernels: %s (model/gemm.h: avx512, else avx2, else scalar; VTLAB_GEMM_ISA forces one)\n",
+               vt_gemm_isa());
     }
     print_bytes(&cfg, info.weight_dtype, wsize);
 

@@ -118,9 +118,9 @@ static void check_one(vt_dtype dt, int64_t M, int64_t N, int64_t K) {
     vt_err err = {0};
     VT_ASSERT_OK(vt_tensor_panelize(&wp.t, &err), err);
     assert_int_equal(wp.t.panel, VT_PANEL);
-    const char *isas[2] = {"avx512", "scalar"};
+    const char *isas[3] = {"avx512", "avx2", "scalar"}, *was = vt_gemm_isa();
     for (int lay = 0; lay < 2; lay++)
-        for (int s = 0; s < 2; s++) {
+        for (int s = 0; s < 3; s++) {
             if (vt_gemm_force_isa(isas[s]) != 0) continue;
             for (int th = 1; th <= 2; th++) {
                 omp_set_num_threads(th);
@@ -134,7 +134,7 @@ static void check_one(vt_dtype dt, int64_t M, int64_t N, int64_t K) {
                 expect_equal(got, want, M, ldy, ldy, what);   /* the whole row: padding must stay -7 */
             }
         }
-    vt_gemm_force_isa("avx512");
+    vt_gemm_force_isa(was);
     free(xb); free(w.base); free(wp.base); free(want); free(got);
 }
 
@@ -543,8 +543,8 @@ static void check_sgemm(int nn, int64_t M, int64_t N, int64_t K, int accumulate)
     float *want = malloc((size_t)(M * ldc) * 4), *got = malloc((size_t)(M * ldc) * 4);
     memcpy(want, C0, (size_t)(M * ldc) * 4);
     ref_sgemm(nn, M, N, K, A, lda, B, ldb, want, ldc, accumulate);
-    const char *isas[2] = {"avx512", "scalar"};
-    for (int s = 0; s < 2; s++) {
+    const char *isas[3] = {"avx512", "avx2", "scalar"}, *was = vt_gemm_isa();
+    for (int s = 0; s < 3; s++) {
         if (vt_gemm_force_isa(isas[s]) != 0) continue;
         memcpy(got, C0, (size_t)(M * ldc) * 4);
         (nn ? vt_sgemm_nn : vt_sgemm_nt)(M, N, K, A, lda, B, ldb, got, ldc, accumulate);
@@ -553,7 +553,7 @@ static void check_sgemm(int nn, int64_t M, int64_t N, int64_t K, int accumulate)
                  (long long)M, (long long)N, (long long)K, accumulate);
         expect_equal(got, want, M, ldc, ldc, what);
     }
-    vt_gemm_force_isa("avx512");
+    vt_gemm_force_isa(was);
     free(ab); free(bb); free(C0b); free(want); free(got);
 }
 
@@ -630,10 +630,58 @@ static void test_data_detects_reassociation(void **state) {
     free(xb); free(wb);
 }
 
+/* The AVX2 kernel on blocks whose columns start and end anywhere (the
+ * batch's tiles start on panels): inside one panel, across panels, past the
+ * panels into the rows, 1 to 8 rows, from 0 and from y, every dtype; each
+ * element the reference's chain, the rest of y untouched. */
+static void test_avx2_any_block(void **state) {
+    (void)state;
+    const char *was = vt_gemm_isa();
+    if (vt_gemm_force_isa("avx2") != 0) skip();
+    enum { N = 100, K = 37, M = 8 };
+    const int64_t c0s[] = {0, 5, 17, 31, 32, 40, 95}, widths[] = {1, 9, 16, 17, 27, 40, 100};
+    float *xb, *x = make_x(M, K, &xb);
+    for (int d = 0; d < 3; d++) {
+        wmat w = make_w(DTYPES[d], N, K), wp = make_w(DTYPES[d], N, K);
+        memcpy(wp.t.data, w.t.data, w.t.nbytes);   /* the same W, to go into panels */
+        float want[M * N], y0[M * N], got[M * N];
+        for (int i = 0; i < M * N; i++) y0[i] = (float)(i % 7) - 3.0f;
+        vt_err err = {0};
+        VT_ASSERT_OK(vt_tensor_panelize(&wp.t, &err), err);
+        for (int lay = 0; lay < 2; lay++) {
+            const vt_tensor *W = lay ? &wp.t : &w.t;
+            for (int acc = 0; acc < 2; acc++)
+                for (int64_t m = 1; m <= M; m += 3)
+                    for (size_t a = 0; a < sizeof c0s / sizeof *c0s; a++)
+                        for (size_t b = 0; b < sizeof widths / sizeof *widths; b++) {
+                            const int64_t c0 = c0s[a], c1 = c0 + widths[b] < N ? c0 + widths[b] : N;
+                            memcpy(want, y0, sizeof want), memcpy(got, y0, sizeof got);
+                            for (int64_t i = 0; i < m; i++)
+                                for (int64_t j = c0; j < c1; j++) {
+                                    float r = acc ? want[i * N + j] : 0.0f;
+                                    for (int64_t k = 0; k < K; k++) r = fmaf(x[i * K + k], wval(&w.t, j, k), r);
+                                    want[i * N + j] = r;
+                                }
+                            const vt_gemm_args ga = {x, K, W->data, vt_row_size(W->dtype, K), W->dtype, K, got, N,
+                                                     acc, 1, vt_tensor_panel_rows(W), NULL, 0};
+                            vt_gemm256_block(&ga, 0, m, c0, c1);
+                            if (memcmp(want, got, sizeof want))
+                                fail_msg("avx2 %s%s acc=%d rows %lld columns [%lld, %lld): not the reference's bits",
+                                         vt_dtype_name(DTYPES[d]), lay ? " panels" : "", acc, (long long)m,
+                                         (long long)c0, (long long)c1);
+                        }
+        }
+        free(w.base), free(wp.base);
+    }
+    free(xb);
+    vt_gemm_force_isa(was);
+}
+
 static void test_isa_name(void **state) {
     (void)state;
     const char *s = vt_gemm_isa();
-    assert_true(strcmp(s, "avx512") == 0 || strcmp(s, "scalar") == 0);
+    assert_true(strcmp(s, "avx512") == 0 || strcmp(s, "avx2") == 0 || strcmp(s, "scalar") == 0);
+    if (vt_gemm_force_isa("avx2") == 0) assert_string_equal(vt_gemm_isa(), "avx2");
     assert_int_equal(vt_gemm_force_isa("scalar"), 0);
     assert_string_equal(vt_gemm_isa(), "scalar");
     assert_int_equal(vt_gemm_force_isa("no-such-isa"), -1);
@@ -732,6 +780,7 @@ int main(void) {
         cmocka_unit_test(test_gemv_every_shift),
         cmocka_unit_test(test_gemv_shifts_batch),
         cmocka_unit_test(test_par_for),
+        cmocka_unit_test(test_avx2_any_block),
         cmocka_unit_test(test_sgemm_nt_nn),
         cmocka_unit_test(test_sgemm_in_parallel_region),
         cmocka_unit_test(test_against_f64),
