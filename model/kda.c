@@ -25,19 +25,9 @@
 #include "model.h"
 #include "vmath.h"
 
-/* Causal depthwise conv + SiLU of x0[T, P] with weights w[P, K], using and
- * updating cache[K-1][P] (the last K-1 inputs before this call). */
-static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const float *w, float *cache, float *y,
-                       float *wt) {
-    /* wt[K][P]: the kernel transposed, so that a token's row is K vector
-     * passes over contiguous channels (the per-channel order of the sum is
-     * unchanged: acc = 0, acc += w[j] * x[t + j] for j = 0..K-1, a product
-     * then a sum; 1.5-2% of a 1-thread prefill ran here as scalar code). Input
-     * row t + j - (K - 1) is read where it is: in the cache before x0's first
-     * row, in x0 from there (a copy of x0 after the cache was 1 MB per call on
-     * one thread: the conv took 4.1 ms at 2 threads against 5.9 at 1). */
-    for (int64_t c = 0; c < P; c++)
-        for (int64_t j = 0; j < K; j++) wt[j * P + c] = w[c * K + j];
+/* Rows t < T of the convolution (short_conv), wt the kernel transposed. */
+static void conv_rows(const float *x0, int64_t T, int64_t P, int64_t K, const float *wt, const float *cache,
+                      float *y) {
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         float *yt = y + t * P;
@@ -53,6 +43,34 @@ static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const f
             }
         }
         vt_silu_mul(yt, NULL, P);   /* the row's SiLU, 16 at a time */
+    }
+}
+
+/* Causal depthwise conv + SiLU of x0[T, P] with weights w[P, K], using and
+ * updating cache[K-1][P] (the last K-1 inputs before this call). */
+static void short_conv(const float *x0, int64_t T, int64_t P, int64_t K, const float *w, float *cache, float *y,
+                       float *wt) {
+    /* wt[K][P]: the kernel transposed, so that a token's row is K vector
+     * passes over contiguous channels (the per-channel order of the sum is
+     * unchanged: acc = 0, acc += w[j] * x[t + j] for j = 0..K-1, a product
+     * then a sum; 1.5-2% of a 1-thread prefill ran here as scalar code). Input
+     * row t + j - (K - 1) is read where it is: in the cache before x0's first
+     * row, in x0 from there (a copy of x0 after the cache was 1 MB per call on
+     * one thread: the conv took 4.1 ms at 2 threads against 5.9 at 1). */
+    if (T == 1) {   /* a decode step: the same sums per channel, straight from w (the transpose cost as much) */
+        for (int64_t c = 0; c < P; c++) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                const float prod = w[c * K + j] * (j < K - 1 ? cache[j * P + c] : x0[c]);
+                acc = acc + prod;
+            }
+            y[c] = acc;
+        }
+        vt_silu_mul(y, NULL, P);
+    } else {
+        for (int64_t c = 0; c < P; c++)
+            for (int64_t j = 0; j < K; j++) wt[j * P + c] = w[c * K + j];
+        conv_rows(x0, T, P, K, wt, cache, y);
     }
     /* the last K-1 inputs: rows T .. T+K-2 of [cache; x0], in ascending order
      * (a cache row moves down, never onto one still to be read) */
