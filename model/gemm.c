@@ -5,6 +5,7 @@
  * batch of products into tiles for OpenMP. The kernels are in gemm_avx512.c;
  * tests/unit/test_gemm.c checks every path bit for bit against vt_gemm_ref_dot.
  */
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -63,7 +64,9 @@ static int cpu_has_avx512(void) {
 
 static int cpu_has_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;   /* F16C from CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports has no "f16c") */
+    const int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 static const char *const ISA_NAMES[3] = {"scalar", "avx2", "avx512"};
@@ -478,7 +481,6 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
             work += (jobs[j].M + 1) * jobs[j].W->shape[0] * jobs[j].W->shape[1];
             madds += jobs[j].M * jobs[j].W->shape[0] * jobs[j].W->shape[1];
         }
-    const int big = work >= VT_PAR_MIN_WORK;
     /* in a step the team is waiting already: a batch costs it a post, not a fork-join */
     const int solo = ntiles <= 1 || work < (pool ? VT_STEP_MIN_WORK : VT_PAR_MIN_WORK) || nthreads <= 1 ||
                      ntiles > 0xFFFFFFFFLL;
@@ -499,7 +501,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
             run_ranges(&b, ranges, nthreads);
         }
     }
-    return big ? madds : 0;
+    return work >= VT_STEP_MIN_WORK ? madds : 0;   /* on a step's team it runs in parallel (gemm.h) */
 }
 
 /* ------------------------------------------------------- single-threaded */

@@ -58,8 +58,9 @@ typedef struct vt_gemm_job {
  * experts of a MoE layer). Jobs with M == 0 are skipped. Must not be called
  * from inside a parallel region (but for vt_gemm_step's calling thread).
  * Returns the batch's multiply-adds when it is big enough to run in parallel
- * (VT_PAR_MIN_WORK; whatever the thread count, one included), else 0: the
- * thread governor (team.h) judges only decode steps that have such a product. */
+ * in a decode step (VT_STEP_MIN_WORK; whatever the thread count, one
+ * included), else 0: the thread governor (team.h) judges only decode steps
+ * that have such a product. */
 int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs);
 
 /* Runs fn(arg) on the calling thread as one step of nthreads threads: the

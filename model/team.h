@@ -21,8 +21,8 @@
  * faster while its steps were slower (the small regions between them). A
  * probe that confirms the choice widens the interval (below); a change of
  * choice resets it. A step with no product big enough to run in parallel
- * (vt_gemm_batch's return; the tiny model) is not judged: it has nothing to
- * run in parallel. VTLAB_TEAM_GOVERNOR=0 in the environment keeps the
+ * on the step's team (vt_gemm_batch's return, VT_STEP_MIN_WORK) is not
+ * judged: it has nothing to run in parallel. VTLAB_TEAM_GOVERNOR=0 in the environment keeps the
  * session's count always.
  */
 #ifndef VT_TEAM_H

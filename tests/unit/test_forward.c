@@ -249,9 +249,10 @@ static void test_prefill_piece_bad_value(void **state) {
 
 /* Decode steps on a team run as one vt_gemm_step (gemm.h): the same bits as
  * on one thread, and as on a team without the step pool (VTLAB_STEP_POOL=0).
- * The tiny config's products are all too small to run in parallel at decode,
+ * The tiny config's products are too small for a parallel region of their own
+ * at decode (VT_PAR_MIN_WORK; the step's team runs its lm_head and dense MLP),
  * so this model has its vocabulary raised to 12000: the lm_head GEMV (12000 x
- * 192) runs in parallel in every step. The governor is held off so that
+ * 192) runs in parallel in every step, with the pool and without. The governor is held off so that
  * every step runs on the team. */
 static void test_decode_step_pool_same_bits(void **state) {
     (void)state;

@@ -102,7 +102,9 @@ static void test_off_and_one_thread(void **state) {
 }
 
 /* What a real batch reports: its multiply-adds on 2 threads and on 1 (the
- * same batches are judged whatever the count); 0 for a small batch. */
+ * same batches are judged whatever the count), also for a batch only a
+ * decode step's team runs in parallel (VT_STEP_MIN_WORK up to
+ * VT_PAR_MIN_WORK: the tiny model's lm_head); 0 for a small batch. */
 static void test_batch_report(void **state) {
     (void)state;
     enum { M = 64, N = 512, K = 256 };
@@ -113,12 +115,17 @@ static void test_batch_report(void **state) {
     vt_tensor W = {0};
     const int64_t shp[2] = {N, K};
     assert_int_equal(vt_tensor_view(&W, VT_F32, 2, shp, w, sizeof(float) * N * K, NULL), 0);
+    vt_tensor W64 = {0};
+    const int64_t shp64[2] = {64, K};
+    assert_int_equal(vt_tensor_view(&W64, VT_F32, 2, shp64, w, sizeof(float) * 64 * K, NULL), 0);
     const int saved = omp_get_max_threads();
     for (int th = 1; th <= 2; th++) {
         omp_set_num_threads(th);
         const vt_gemm_job job = {x, K, M, &W, y, N};
         assert_int_equal(vt_gemm_batch(&job, 1), (int64_t)M * N * K);
-        const vt_gemm_job small = {x, K, 1, &W, y, N};   /* 2 * 512 * 256 < VT_PAR_MIN_WORK */
+        const vt_gemm_job step = {x, K, 1, &W, y, N};   /* 2 * 512 * 256: under VT_PAR_MIN_WORK, not VT_STEP_MIN_WORK */
+        assert_int_equal(vt_gemm_batch(&step, 1), (int64_t)N * K);
+        const vt_gemm_job small = {x, K, 1, &W64, y, 64};   /* 2 * 64 * 256 < VT_STEP_MIN_WORK */
         assert_int_equal(vt_gemm_batch(&small, 1), 0);
     }
     omp_set_num_threads(saved);
