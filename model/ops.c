@@ -164,6 +164,7 @@ float vt_sigmoid(float x) { return 1.0f / (1.0f + vt_expf(-x)); }
 float vt_softplus(float x) { return x > 20.0f ? x : vt_log1pf_pos(vt_expf(x)); }
 
 static int simd512(void) { return strcmp(vt_gemm_isa(), "avx512") == 0; }   /* VTLAB_GEMM_ISA=scalar: none */
+static int simd256(void) { return strcmp(vt_gemm_isa(), "avx2") == 0; }
 
 #define VT_AVX512_FN __attribute__((target("avx512f")))
 /* -x as the scalar code's -x: a sign flip (0 - x would keep a NaN's sign) */
@@ -188,8 +189,29 @@ VT_AVX512_FN static __m512 softplus16(__m512 x) {
     return _mm512_mask_blend_ps(big, vt_log1p16_pos(vt_exp16(x)), x);
 }
 
+/* The same on 8 lanes with AVX2 (a CPU without AVX-512). */
+#define VT_AVX2_FN __attribute__((target("avx2")))
+VT_AVX2_FN static __m256 neg8(__m256 x) { return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f)); }
+VT_AVX2_FN static __m256 silu8(__m256 x) {
+    const __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), vt_exp8(neg8(x)));
+#ifdef VT_MUTATE_SILU_RCP
+    return _mm256_mul_ps(x, _mm256_div_ps(_mm256_set1_ps(1.0f), den));   /* silu_rcp's defect (below) */
+#else
+    return _mm256_div_ps(x, den);
+#endif
+}
+VT_AVX2_FN static __m256 sigmoid8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    return _mm256_div_ps(one, _mm256_add_ps(one, vt_exp8(neg8(x))));
+}
+VT_AVX2_FN static __m256 softplus8(__m256 x) {
+    const __m256 big = _mm256_cmp_ps(x, _mm256_set1_ps(20.0f), _CMP_GT_OQ);
+    return _mm256_blendv_ps(vt_log1p8_pos(vt_exp8(x)), x, big);
+}
+
 /* The array forms: y = op(x), 16 lanes at a time with AVX-512 (the tail
- * masked), else the scalar form element by element. */
+ * masked), 8 at a time with AVX2 (the tail by the scalar form), else the
+ * scalar form element by element. */
 enum act_op { ACT_EXP, ACT_SIGMOID, ACT_SOFTPLUS };
 static float act1(enum act_op op, float x) {
     return op == ACT_EXP ? vt_expf(x) : op == ACT_SIGMOID ? vt_sigmoid(x) : vt_softplus(x);
@@ -202,9 +224,17 @@ VT_AVX512_FN static void act512(enum act_op op, const float *x, float *y, int64_
         _mm512_mask_storeu_ps(y + i, m, op == ACT_EXP ? vt_exp16(v) : op == ACT_SIGMOID ? sigmoid16(v) : softplus16(v));
     }
 }
+VT_AVX2_FN static int64_t act256(enum act_op op, const float *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        _mm256_storeu_ps(y + i, op == ACT_EXP ? vt_exp8(v) : op == ACT_SIGMOID ? sigmoid8(v) : softplus8(v));
+    }
+    return i;
+}
 static void act_array(enum act_op op, const float *x, float *y, int64_t n) {
-    if (simd512()) act512(op, x, y, n);
-    else for (int64_t i = 0; i < n; i++) y[i] = act1(op, x[i]);
+    if (simd512()) { act512(op, x, y, n); return; }
+    for (int64_t i = simd256() ? act256(op, x, y, n) : 0; i < n; i++) y[i] = act1(op, x[i]);
 }
 void vt_exp_array(const float *x, float *y, int64_t n) { act_array(ACT_EXP, x, y, n); }
 void vt_sigmoid_array(const float *x, float *y, int64_t n) { act_array(ACT_SIGMOID, x, y, n); }
@@ -224,8 +254,17 @@ static float silu_rcp(float x) { return x * (1.0f / (1.0f + vt_expf(-x))); }   /
 #else
 #define SILU_ARRAY vt_silu
 #endif
+VT_AVX2_FN static int64_t silu_mul256(float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = silu8(_mm256_loadu_ps(a + i));
+        _mm256_storeu_ps(a + i, b ? _mm256_mul_ps(x, _mm256_loadu_ps(b + i)) : x);
+    }
+    return i;
+}
 void vt_silu_mul(float *a, const float *b, int64_t n) {
-    if (simd512()) silu_mul512(a, b, n);
-    else if (b) for (int64_t i = 0; i < n; i++) a[i] = SILU_ARRAY(a[i]) * b[i];
-    else for (int64_t i = 0; i < n; i++) a[i] = SILU_ARRAY(a[i]);
+    if (simd512()) { silu_mul512(a, b, n); return; }
+    const int64_t i0 = simd256() ? silu_mul256(a, b, n) : 0;
+    if (b) for (int64_t i = i0; i < n; i++) a[i] = SILU_ARRAY(a[i]) * b[i];
+    else for (int64_t i = i0; i < n; i++) a[i] = SILU_ARRAY(a[i]);
 }

@@ -70,6 +70,29 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 vt_exp16(
     return _mm512_mask_blend_ps(nan, v, x);
 }
 
+/* vt_expf on 8 lanes (AVX2, for a CPU without AVX-512): the same operations,
+ * the same bits. A compare's all-ones lanes stand where AVX-512 has a mask. */
+static inline __attribute__((always_inline, target("avx2"))) __m256 vt_exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(VT_EXP_LO), hi = _mm256_set1_ps(VT_EXP_HI), magic = _mm256_set1_ps(12582912.0f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 xc = _mm256_blendv_ps(_mm256_blendv_ps(x, lo, under), hi, over);
+    const __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), magic), magic);
+    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, r), _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(y, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 v = _mm256_andnot_ps(under, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
+    v = _mm256_blendv_ps(v, _mm256_set1_ps(INFINITY), over);
+    return _mm256_blendv_ps(v, x, nan);
+}
+
 /* log(1 + u) for u >= 0 (finite): Cephes' logf on v = 1 + u (v = m 2^e with
  * m in [sqrt(1/2), sqrt(2)), a degree-8 polynomial in m - 1, ln2 in two
  * parts), plus the rounding of 1 + u put back, (u - (v - 1)) / v, which v - 1
@@ -128,6 +151,34 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 vt_log1p1
     __m512 r = _mm512_add_ps(m, y);
     r = _mm512_add_ps(r, _mm512_mul_ps(e, _mm512_set1_ps(0.693359375f)));
     return _mm512_add_ps(r, _mm512_div_ps(_mm512_sub_ps(u, _mm512_sub_ps(v, one)), v));
+}
+
+/* vt_log1pf_pos on 8 lanes (AVX2): the same operations, the same bits. */
+static inline __attribute__((always_inline, target("avx2"))) __m256 vt_log1p8_pos(__m256 u) {
+    const __m256 one = _mm256_set1_ps(1.0f), v = _mm256_add_ps(one, u);
+    const __m256i b = _mm256_castps_si256(v);
+    __m256 e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 23), _mm256_set1_epi32(126)));
+    __m256 m = _mm256_castsi256_ps(
+        _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32(0x007FFFFF)), _mm256_set1_epi32(0x3F000000)));
+    const __m256 lo = _mm256_cmp_ps(m, _mm256_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+    e = _mm256_blendv_ps(e, _mm256_sub_ps(e, one), lo);
+    m = _mm256_blendv_ps(_mm256_sub_ps(m, one), _mm256_sub_ps(_mm256_add_ps(m, m), one), lo);
+    const __m256 z = _mm256_mul_ps(m, m);
+    __m256 y = _mm256_set1_ps(7.0376836292e-2f);
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(-1.1514610310e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(1.1676998740e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(-1.2420140846e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(1.4249322787e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(-1.6668057665e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(2.0000714765e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(-2.4999993993e-1f));
+    y = _mm256_add_ps(_mm256_mul_ps(y, m), _mm256_set1_ps(3.3333331174e-1f));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, m), z);
+    y = _mm256_add_ps(y, _mm256_mul_ps(e, _mm256_set1_ps(-2.12194440e-4f)));
+    y = _mm256_add_ps(y, _mm256_mul_ps(_mm256_set1_ps(-0.5f), z));
+    __m256 r = _mm256_add_ps(m, y);
+    r = _mm256_add_ps(r, _mm256_mul_ps(e, _mm256_set1_ps(0.693359375f)));
+    return _mm256_add_ps(r, _mm256_div_ps(_mm256_sub_ps(u, _mm256_sub_ps(v, one)), v));
 }
 
 #endif

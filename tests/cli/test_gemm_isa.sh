@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_gemm_isa.sh — the whole forward pass gives the same bytes whichever
 # kernels compute its products (gemm.h's contract: one FMA chain per element):
-# VTLAB_GEMM_ISA=scalar (the reference loops) against the default AVX-512
+# VTLAB_GEMM_ISA=scalar (the reference loops) and =avx2 (the kernels of a CPU
+# without AVX-512, where this CPU has AVX2) against the default AVX-512
 # kernels, and VT_THREADS=1 against 2, on the tiny model in f32 and bf16 with
 # 64 tokens (so the chunked KDA and blocked attention run on those products).
 #
@@ -20,11 +21,15 @@ for dt in f32 bf16; do
   "$VTLAB" logits --model "$W/m-$dt" --tokens "$TOK" --out "$W/avx-$dt.bin" >/dev/null 2>"$ERR"
   VTLAB_GEMM_ISA=scalar "$VTLAB" logits --model "$W/m-$dt" --tokens "$TOK" --out "$W/scalar-$dt.bin" >/dev/null 2>>"$ERR"
   VT_THREADS=1 "$VTLAB" logits --model "$W/m-$dt" --tokens "$TOK" --out "$W/t1-$dt.bin" >/dev/null 2>>"$ERR"
+  VTLAB_GEMM_ISA=avx2 "$VTLAB" logits --model "$W/m-$dt" --tokens "$TOK" --out "$W/avx2-$dt.bin" >/dev/null 2>>"$ERR"
   if [ -s "$W/avx-$dt.bin" ] && cmp -s "$W/avx-$dt.bin" "$W/scalar-$dt.bin"; then
     ok "$dt weights: scalar reference kernels and AVX-512 kernels give byte-identical logits"
   else not_ok "$dt scalar vs avx512" "$(cmp "$W/avx-$dt.bin" "$W/scalar-$dt.bin" 2>&1; cat "$ERR")"; fi
   if [ -s "$W/t1-$dt.bin" ] && cmp -s "$W/avx-$dt.bin" "$W/t1-$dt.bin"; then
     ok "$dt weights: VT_THREADS=1 and the default thread count give byte-identical logits"
   else not_ok "$dt threads" "$(cmp "$W/avx-$dt.bin" "$W/t1-$dt.bin" 2>&1)"; fi
+  if [ -s "$W/avx2-$dt.bin" ] && cmp -s "$W/avx-$dt.bin" "$W/avx2-$dt.bin"; then
+    ok "$dt weights: VTLAB_GEMM_ISA=avx2 and the default kernels give byte-identical logits"
+  else not_ok "$dt avx2" "$(cmp "$W/avx-$dt.bin" "$W/avx2-$dt.bin" 2>&1; cat "$ERR")"; fi
 done
 finish

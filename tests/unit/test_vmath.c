@@ -86,14 +86,14 @@ static float *inputs(int64_t n) {
 
 /* Every array form, every length to 40 (tails of each size) and a long one,
  * at every offset into the array, equals the scalar form bit for bit, with
- * AVX-512 and forced scalar. */
+ * AVX-512, forced AVX2 and forced scalar. */
 static void test_arrays_are_the_scalar_form(void **state) {
     (void)state;
     enum { N = 1000 };
     float *x = inputs(N), *b = inputs(N), *y = malloc(sizeof *y * N), *a = malloc(sizeof *a * N);
-    const char *isas[2] = {"avx512", "scalar"};
+    const char *isas[3] = {"avx512", "avx2", "scalar"}, *was = vt_gemm_isa();
     int ran = 0;
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 3; s++) {
         if (vt_gemm_force_isa(isas[s]) != 0) continue;
         ran++;
         for (int64_t n = 0; n <= N; n = n < 40 ? n + 1 : N + 1)
@@ -127,8 +127,8 @@ static void test_arrays_are_the_scalar_form(void **state) {
                                  vt_silu(x[off + i]));
             }
     }
-    vt_gemm_force_isa("avx512");
-    if (ran < 2) print_message("no AVX-512 here: the scalar forms only\n");
+    vt_gemm_force_isa(was);
+    if (ran < 3) print_message("%d of the 3 forms here (no AVX-512 or no AVX2)\n", ran);
     free(x), free(b), free(y), free(a);
 }
 
