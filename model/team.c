@@ -35,11 +35,14 @@ void vt_team_add(vt_team *t, int64_t madds) {
 void vt_team_end(vt_team *t, double seconds) {
     /* a step without a product big enough to run in parallel: no news (and no probe counted) */
     if (!t->governed || t->work <= 0 || seconds <= 0) return;
-    const double r = 1.0 / seconds;   /* steps per second */
-    t->rate[t->mode] = t->rate[t->mode] > 0 ? 0.5 * (t->rate[t->mode] + r) : r;
+    /* a running mean of the step's seconds, not of its rate: a team whose
+     * steps are mostly fast and now and then stalled (a thread descheduled)
+     * is as slow as its mean time says, where a mean of rates counts the
+     * fast steps and hides the stalls (test_team, test_jittery_team_is_slower) */
+    t->sec[t->mode] = t->sec[t->mode] > 0 ? 0.5 * (t->sec[t->mode] + seconds) : seconds;
     if (t->mode == t->choice) { t->since++; return; }
     t->since = 0;   /* a probe */
-    if (t->rate[t->mode] > t->rate[t->choice]) {
+    if (t->sec[t->mode] < t->sec[t->choice]) {
         t->choice = t->mode;
         t->interval = VT_TEAM_FIRST_INTERVAL;
     } else {

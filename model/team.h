@@ -14,9 +14,9 @@
  *
  * How: measure both and use the faster. The governor times each decode step
  * (the steps of a session are the same work, up to attention's slowly
- * growing context), keeps a running rate for each choice (the session's
+ * growing context), keeps a running mean step time for each choice (the session's
  * count, one thread), runs the faster, and after `interval` steps runs the
- * other for one step to refresh its rate. The whole step is timed, not only
+ * other for one step to refresh its time. The whole step is timed, not only
  * its products: with one core busy the team's products alone still looked
  * faster while its steps were slower (the small regions between them). A
  * probe that confirms the choice widens the interval (below); a change of
@@ -43,7 +43,7 @@ typedef struct vt_team {
     int    governed;   /* the pass in flight is a decode step */
     int    mode;       /* ... and what it runs: 0 one thread, 1 the team */
     int64_t work;      /* ... and the multiply-adds of its products big enough to run in parallel */
-    double rate[2];    /* steps per second: [0] one thread, [1] the team; 0 = not yet measured */
+    double sec[2];     /* a step's mean seconds: [0] one thread, [1] the team; 0 = not yet measured */
     int    choice;     /* 0 or 1: which one runs */
     int    since;      /* steps since the last probe */
     int    interval;   /* steps between probes */
@@ -56,7 +56,7 @@ int vt_team_begin(vt_team *t, int64_t T);
 /* One product of the pass big enough to run in parallel (vt_gemm_batch's
  * return): its multiply-adds. A step without one is not judged. */
 void vt_team_add(vt_team *t, int64_t madds);
-/* The pass is over after `seconds` (its wall time): update the rates, choose
+/* The pass is over after `seconds` (its wall time): update the mean times, choose
  * the next step's count. */
 void vt_team_end(vt_team *t, double seconds);
 
