@@ -16,21 +16,9 @@
 #include "gemm.h"
 #include "gemm_kernels.h"
 
-static inline float widen(const void *w, vt_dtype dt, int64_t i) {
-    switch (dt) {
-    case VT_BF16: return vt_bf16_to_f32(((const vt_bf16 *)w)[i]);
-    case VT_F16: return vt_f16_to_f32(((const vt_f16 *)w)[i]);
-    default: {
-        float v;
-        memcpy(&v, (const char *)w + (size_t)i * sizeof v, sizeof v);   /* mmapped f32 may be unaligned */
-        return v;
-    }
-    }
-}
-
 __attribute__((target("fma"))) float vt_gemm_ref_dot(const float *x, const void *w, vt_dtype wdtype, int64_t K) {
     float acc = 0.0f;
-    for (int64_t k = 0; k < K; k++) acc = fmaf(x[k], widen(w, wdtype, k), acc);
+    for (int64_t k = 0; k < K; k++) acc = fmaf(x[k], vt_gemm_widen(w, wdtype, k), acc);
     return acc;
 }
 
@@ -46,7 +34,7 @@ __attribute__((target("fma"))) static void scalar_block(const vt_gemm_args *a, i
                                                            : (size_t)j * a->wstride);
             const int64_t kstep = in_panel ? VT_PANEL : 1;
             float acc = a->acc ? a->y[i * a->ldy + j] : 0.0f;
-            for (int64_t k = 0; k < a->K; k++) acc = fmaf(x[k], widen(w, a->dt, k * kstep), acc);
+            for (int64_t k = 0; k < a->K; k++) acc = fmaf(x[k], vt_gemm_widen(w, a->dt, k * kstep), acc);
             a->y[i * a->ldy + j] = acc;
         }
 }

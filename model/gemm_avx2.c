@@ -90,28 +90,29 @@ static const block_fn BLOCKS[3][2][MR + 1] = {BLOCK_ROW(f32), BLOCK_ROW(bf16), B
 
 static int dt_index(vt_dtype dt) { return dt == VT_F32 ? 0 : dt == VT_BF16 ? 1 : 2; }
 
-/* Rows [r0, r1) of y, columns [c, c + n) (n <= 32), from nk k of W at w
- * (16 readable columns per started 16, kstride apart) and x at its column
- * k0. Columns past n are computed into a side buffer and dropped. */
+/* Rows [r0, r1) of y, columns [0, n) (n <= 32), from nk k of W at w (16
+ * readable columns per started 16, kstride apart) and of x (x and w at the
+ * same k). Columns of a ragged group past n are computed into a side buffer
+ * and dropped. */
 static void run_cols(const float *x, int64_t ldx, int64_t r0, int64_t r1, const char *w, size_t kstride,
                      vt_dtype dt, int64_t nk, float *y, int64_t ldy, int64_t n, int load) {
-    const size_t es = dt == VT_F32 ? 4 : 2;
+    const size_t es = vt_dtype_size(dt);
     for (int64_t i = r0; i < r1;) {
         const int64_t left = r1 - i;
         const int wide = left <= 2 && n > 16;   /* few rows: all 32 columns at once, 4 chains per k */
         const int mr = (int)(wide ? left : left < MR ? left : MR);
-        for (int64_t c = 0; c < n; c += wide ? WIDE : 16) {
-            const int64_t nc = n - c < (wide ? WIDE : 16) ? n - c : (wide ? WIDE : 16);
-            const int nv = wide ? 4 : 2;
-            const block_fn f = BLOCKS[dt_index(dt)][wide][mr];
+        const int64_t gw = wide ? WIDE : 16;    /* columns per group (8 per vector) */
+        const block_fn f = BLOCKS[dt_index(dt)][wide][mr];
+        for (int64_t c = 0; c < n; c += gw) {
+            const int64_t nc = n - c < gw ? n - c : gw;
             const char *wc = w + (size_t)c * es;
-            if (nc == 8 * nv) {
+            if (nc == gw) {
                 f(x + i * ldx, ldx, wc, kstride, nk, y + i * ldy + c, ldy, load);
                 continue;
             }
             float side[MR][WIDE];   /* a ragged group: its chains in full width here */
             for (int r = 0; r < mr; r++)
-                for (int64_t j = 0; j < 8 * nv; j++) side[r][j] = load && j < nc ? y[(i + r) * ldy + c + j] : 0.0f;
+                for (int64_t j = 0; j < gw; j++) side[r][j] = load && j < nc ? y[(i + r) * ldy + c + j] : 0.0f;
             f(x + i * ldx, ldx, wc, kstride, nk, &side[0][0], WIDE, load);
             for (int r = 0; r < mr; r++) memcpy(y + (i + r) * ldy + c, side[r], (size_t)nc * sizeof(float));
         }
@@ -126,16 +127,8 @@ static void copy_cols(const char *w, size_t cstride, size_t kstride, vt_dtype dt
                       int64_t k1, float *buf) {
     for (int64_t k = k0; k < k1; k++) {
         float *b = buf + (k - k0) * WIDE;
-        for (int64_t c = 0; c < WIDE; c++) {
-            if (c >= n) { b[c] = 0.0f; continue; }
-            const char *p = w + (size_t)(j0 + c) * cstride + (size_t)k * kstride;
-            if (dt == VT_F32) memcpy(&b[c], p, 4);
-            else {
-                uint16_t h;
-                memcpy(&h, p, 2);
-                b[c] = dt == VT_BF16 ? vt_bf16_to_f32((vt_bf16){h}) : vt_f16_to_f32((vt_f16){h});
-            }
-        }
+        for (int64_t c = 0; c < WIDE; c++)
+            b[c] = c < n ? vt_gemm_widen(w + (size_t)(j0 + c) * cstride + (size_t)k * kstride, dt, 0) : 0.0f;
     }
 }
 

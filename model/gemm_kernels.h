@@ -9,9 +9,24 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dtype.h"
 #include "tensor.h"
+
+/* Element i of w in dtype dt, widened to f32 exactly (the scalar loops, and
+ * the AVX2 kernel's copies of W). */
+static inline float vt_gemm_widen(const void *w, vt_dtype dt, int64_t i) {
+    switch (dt) {
+    case VT_BF16: return vt_bf16_to_f32(((const vt_bf16 *)w)[i]);
+    case VT_F16: return vt_f16_to_f32(((const vt_f16 *)w)[i]);
+    default: {
+        float v;
+        memcpy(&v, (const char *)w + (size_t)i * sizeof v, sizeof v);   /* mmapped f32 may be unaligned */
+        return v;
+    }
+    }
+}
 
 /* One product y[M,N] (+)= x[M,K] · W[N,K]ᵀ as the kernels see it: W row j is
  * at (const char *)w + j * wstride, in dtype dt (f32, bf16 or f16), with no
