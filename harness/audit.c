@@ -232,9 +232,39 @@ static int print_table(lab_store *st, const char *since, FILE *out, char *err, s
     return LAB_OK;
 }
 
+/* The R1 findings the runtime evidence overruled, with their basis: a clean
+ * result says why it is clean where the code range alone would have flagged
+ * it (docs/specs.md, "R1: the order of evidence"). */
+static void print_cleared(const lab_findings *f, FILE *out) {
+    if (!f->n_cleared) return;
+    fprintf(out, "\ncleared by runtime evidence (R1: the subject\'s own probes at the defect\'s site):\n");
+    for (int64_t i = 0; i < f->n_cleared; i++) {
+        const lab_audit_flag *x = &f->cleared[i];
+        char label[400];
+        snprintf(label, sizeof label, "%s %s", x->claim ? "claim" : "run", x->subject);
+        fprintf(out, "%-9s %-44.44s %-4s %s\n", "clean", label, x->rule, x->reason);
+    }
+}
+
+static void json_cleared(const lab_findings *f, cJSON *o) {
+    cJSON *arr = cJSON_AddArrayToObject(o, "cleared");
+    for (int64_t i = 0; arr && i < f->n_cleared; i++) {
+        const lab_audit_flag *x = &f->cleared[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "kind", x->claim ? "claim" : "run");
+        cJSON_AddStringToObject(c, "subject", x->subject);
+        cJSON_AddStringToObject(c, "rule", x->rule);
+        cJSON_AddStringToObject(c, "key", x->key);
+        cJSON_AddStringToObject(c, "reason", x->reason);
+        cJSON *ev = cJSON_Parse(x->evidence);
+        if (ev) cJSON_AddItemToObject(c, "evidence", ev);
+        cJSON_AddItemToArray(arr, c);
+    }
+}
+
 /* `vtlab audit --json`: the counts and the table's rows as one JSON object. */
-static int print_json(lab_store *st, const char *since, const lab_audit_result *res, FILE *out, char *err,
-                      size_t errlen) {
+static int print_json(lab_store *st, const char *since, const lab_audit_result *res, const lab_findings *fd,
+                      FILE *out, char *err, size_t errlen) {
     lab_audit_table_row *t = NULL;
     int64_t n = 0;
     int rc = lab_audit_read_table(st, since, &t, &n, err, errlen);
@@ -258,6 +288,7 @@ static int print_json(lab_store *st, const char *since, const lab_audit_result *
         if (t[i].resolved) cJSON_AddStringToObject(f, "resolved_by", t[i].resolved_by);
         cJSON_AddItemToArray(arr, f);
     }
+    json_cleared(fd, o);
     lab_audit_free(t);
     char *text = o && arr ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
@@ -267,8 +298,10 @@ static int print_json(lab_store *st, const char *since, const lab_audit_result *
     return LAB_OK;
 }
 
-/* The rules over the ledger and the finished runs; the findings stored. */
-static int audit_store(lab_store *st, const lab_ledger *l, lab_audit_result *res, char *err, size_t errlen) {
+/* The rules over the ledger and the finished runs; the findings stored
+ * (f: the caller's, freed by it, so that what was cleared can be printed). */
+static int audit_store(lab_store *st, const lab_ledger *l, lab_audit_result *res, lab_findings *fp, char *err,
+                       size_t errlen) {
     lab_audit_finished_run *runs = NULL;
     int64_t n_runs = 0;
     lab_findings f = {0};
@@ -294,7 +327,7 @@ static int audit_store(lab_store *st, const lab_ledger *l, lab_audit_result *res
             res->n_resolved = k.n_resolved;
         }
     }
-    lab_findings_free(&f);
+    *fp = f;
     lab_audit_free(runs);
     return rc;
 }
@@ -309,15 +342,17 @@ int lab_audit_run(const lab_audit_opts *o, lab_audit_result *res, FILE *out, cha
     if (rc) { lab_ledger_free(&l); return rc; }
     char started[32];
     lab_now_iso(started);
-    rc = audit_store(st, &l, res, err, errlen);
+    lab_findings f = {0};
+    rc = audit_store(st, &l, res, &f, err, errlen);
     if (!rc && out && o->json) {
-        rc = print_json(st, started, res, out, err, errlen);
+        rc = print_json(st, started, res, &f, out, err, errlen);
         out = NULL;
     }
     if (!rc && out) {
         fprintf(out, "audit of %lld claim(s) and %lld defect(s) in %s, %lld finished run(s) in %s\n\n",
                 (long long)l.n_claims, (long long)l.n_defects, o->specs_dir, (long long)res->n_runs, o->db_path);
         rc = print_table(st, started, out, err, errlen);
+        if (!rc) print_cleared(&f, out);
     }
     if (!rc && out) {
         fprintf(out, "\nrules: R1 measured through a known defect, R2 a runtime assertion failed, R3 a knob did not take\n"
@@ -325,6 +360,7 @@ int lab_audit_run(const lab_audit_opts *o, lab_audit_result *res, FILE *out, cha
         fprintf(out, "\n%lld confound(s) open, %lld expected (replays of a defect), %lld new, %lld resolved by this audit\n",
                 (long long)res->n_open, (long long)res->n_expected, (long long)res->n_new, (long long)res->n_resolved);
     }
+    lab_findings_free(&f);
     lab_store_close(st);
     lab_ledger_free(&l);
     return rc;

@@ -42,7 +42,9 @@ static void add(lab_findings *f, int claim, const char *subject, const char *rul
 
 void lab_findings_free(lab_findings *f) {
     for (int64_t i = 0; i < f->n; i++) { free(f->v[i].reason); free(f->v[i].evidence); }
+    for (int64_t i = 0; i < f->n_cleared; i++) { free(f->cleared[i].reason); free(f->cleared[i].evidence); }
     free(f->v);
+    free(f->cleared);
     memset(f, 0, sizeof *f);
 }
 
@@ -103,32 +105,125 @@ static void trigger_text(const lab_knobs_kv *t, char *out, size_t n) {
 
 /* ------------------------------------------------------------ R1 */
 
+/* What a run's own probe records say about a defect's site: nothing (no
+ * record there), clean (every record passed and the defect's replay was off)
+ * or violated. docs/specs.md, "R1: the order of evidence". */
+typedef enum { R1_SILENT = 0, R1_CLEAN = 1, R1_VIOLATED = 2 } r1_evidence;
+
+/* The defect's replay knob as the run set it: 1 when it selects the replay. */
+static int replay_on(const lab_defect *x, const lab_knobs_kv *knobs, const char **value) {
+    *value = x->replay_fault ? lab_knobs_get(knobs, x->replay_knob) : NULL;
+    return *value && !strcmp(*value, x->replay_fault);
+}
+
+/* Reads run `run`'s records at x's site into *v and judges them. */
+static int r1_evidence_of(lab_confound *cx, int64_t run, const lab_defect *x, const lab_knobs_kv *knobs,
+                          lab_audit_violations *v, r1_evidence *ev) {
+    const char *value;
+    int rc = lab_audit_read_violations(cx->st, run, x->site, v, cx->err, cx->errlen);
+    *ev = rc ? R1_SILENT : v->n ? R1_VIOLATED : v->records && !replay_on(x, knobs, &value) ? R1_CLEAN : R1_SILENT;
+    return rc;
+}
+
+/* The basis of a clean verdict, in words and as evidence. */
+static void clean_basis(const lab_defect *x, int64_t run, const lab_knobs_kv *knobs, const lab_audit_violations *v,
+                        char *out, size_t n, cJSON *ev) {
+    const char *value;
+    char knob[192];
+    if (!x->replay_fault) snprintf(knob, sizeof knob, "no replay recorded for it");
+    else if (replay_on(x, knobs, &value), value) snprintf(knob, sizeof knob, "replay knob off (%s=%s)", x->replay_knob, value);
+    else snprintf(knob, sizeof knob, "replay knob off (%s not set)", x->replay_knob);
+    snprintf(out, n, "run %lld's own probes at %s passed on %lld layer(s) (%lld record(s)); %s", (long long)run, x->site,
+             (long long)v->layers, (long long)v->records, knob);
+    cJSON_AddNumberToObject(ev, "evidence_run", (double)run);
+    cJSON_AddStringToObject(ev, "site", x->site);
+    cJSON_AddNumberToObject(ev, "layers_passed", (double)v->layers);
+    cJSON_AddNumberToObject(ev, "records_passed", (double)v->records);
+}
+
+/* A subject the code range alone would have flagged, cleared by its runtime
+ * evidence; kept once per (subject, key). */
+static void add_cleared(lab_findings *f, int claim, const char *subject, const char *key, const char *reason,
+                        cJSON *evidence) {
+    for (int64_t i = 0; i < f->n_cleared; i++)
+        if (f->cleared[i].claim == claim && !strcmp(f->cleared[i].subject, subject) && !strcmp(f->cleared[i].key, key)) {
+            cJSON_Delete(evidence);
+            return;
+        }
+    /* add() appends to v: swap the two lists around it */
+    lab_audit_flag *v = f->v;
+    int64_t n = f->n, cap = f->cap;
+    f->v = f->cleared, f->n = f->n_cleared, f->cap = f->cap_cleared;
+    add(f, claim, subject, "R1", key, reason, evidence, 0);
+    f->cleared = f->v, f->n_cleared = f->n, f->cap_cleared = f->cap;
+    f->v = v, f->n = n, f->cap = cap;
+}
+
+/* The probe findings of a violated site, as evidence. */
+static cJSON *violation_json(const lab_defect *x, int64_t run, const char *side, const lab_audit_violations *v) {
+    cJSON *ev = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ev, "first_layer", (double)v->first_layer);
+    cJSON_AddNumberToObject(ev, "bytes_per_row", (double)v->bytes_per_row);
+    cJSON_AddNumberToObject(ev, "src_row_bytes", (double)v->src_row_bytes);
+    cJSON_AddNumberToObject(ev, "dst_row_bytes", (double)v->dst_row_bytes);
+    cJSON_AddNumberToObject(ev, "rows_unwritten", (double)v->rows_unwritten);
+    cJSON_AddStringToObject(ev, "defect", x->id);
+    cJSON_AddStringToObject(ev, "side", side);
+    cJSON_AddNumberToObject(ev, "measured_run", (double)run);
+    cJSON_AddNumberToObject(ev, "violated_layers", (double)v->n);
+    return ev;
+}
+
+/* The evidence of the run a claim names for one side: *ev stays R1_SILENT
+ * when it names none, or one this results.db has not finished. */
+static int claim_side_evidence(lab_confound *cx, int64_t run, const lab_defect *x, lab_audit_violations *v,
+                               r1_evidence *ev) {
+    *ev = R1_SILENT;
+    memset(v, 0, sizeof *v);
+    if (!run || !find_run(cx, run)) return LAB_OK;
+    lab_knobs_kv knobs;
+    int rc = lab_audit_read_knobs(cx->st, run, &knobs, cx->err, cx->errlen);
+    if (rc) return rc;
+    rc = r1_evidence_of(cx, run, x, &knobs, v, ev);
+    lab_audit_knobs_free(&knobs);
+    return rc;
+}
+
 /* R1 on one side of a claim (the arm's knobs, or the reference's: a
  * comparison is confounded whichever side went through the defect). */
-static void r1_claim_side(lab_confound *cx, const lab_claim *c, const lab_defect *x, int ref_side) {
+static int r1_claim_side(lab_confound *cx, const lab_claim *c, const lab_defect *x, int ref_side) {
     const lab_knobs_kv *knobs = ref_side ? &c->ref_knobs : &c->arm_knobs;
-    if (strcmp(c->codebase, x->codebase) || !lab_knobs_trigger(&x->trigger, knobs)) return;
+    const char *sname = ref_side ? "reference" : "arm";
+    int64_t run = ref_side ? c->run_ref : c->run_arm;
+    if (strcmp(c->codebase, x->codebase)) return LAB_OK;
+    char trig[256], reason[3072], replay[160], key[160], how[1100];
+    /* the arm side keeps the plain defect id as its key: flags stored by
+     * earlier audits stay the same flag */
+    snprintf(key, sizeof key, "%s%s", ref_side ? "reference:" : "", x->id);
+    lab_audit_violations v;
+    r1_evidence evd;
+    int rc = claim_side_evidence(cx, run, x, &v, &evd);
+    if (rc) return rc;
+    if (evd == R1_VIOLATED) {
+        snprintf(reason, sizeof reason, "measured through defect %s (%s) on the %s side: its %s run %lld's own probes "
+                 "show %s violated on %lld layer(s), first layer %lld: %s", x->id, x->site, sname, sname, (long long)run,
+                 x->site, (long long)v.n, (long long)v.first_layer, v.detail);
+        add(cx->f, 1, c->id, "R1", key, reason, violation_json(x, run, sname, &v), 0);
+        return LAB_OK;
+    }
+    if (!lab_knobs_trigger(&x->trigger, knobs)) return LAB_OK;
     char commit[64] = "";   /* "abc123+dirty.<hash>" (a dirty build) is placed by its base commit */
     if (c->code.commit) snprintf(commit, sizeof commit, "%s", c->code.commit);
     commit[strcspn(commit, "+")] = '\0';
-    char how[1100];
     const char *date = c->code.date ? c->code.date : c->measured_at;
     lab_placement pl = cx->place(cx->place_env, c->code.commit ? commit : NULL, date, &x->introduced, &x->fixed, how,
                                  sizeof how);
-    if (pl == LAB_PLACE_OUTSIDE) return;
-    char trig[256], reason[2048], replay[160], key[160];
+    if (pl == LAB_PLACE_OUTSIDE) return LAB_OK;
     trigger_text(&x->trigger, trig, sizeof trig);
-    if (x->replay_fault) snprintf(replay, sizeof replay, "replay with %s=%s", x->replay_knob, x->replay_fault);
-    else snprintf(replay, sizeof replay, "no replay recorded for it");
-    snprintf(reason, sizeof reason,
-             "measured through defect %s (%s) on the %s side: the %s's knobs include its trigger %s and the "
-             "measurement (%s, %s) %s [%s]; %s",
-             x->id, x->site, ref_side ? "reference" : "arm", ref_side ? "reference" : "arm", trig, c->codebase,
-             c->code.commit ? c->code.commit : c->measured_at, place_words(pl), how, replay);
     cJSON *ev = cJSON_CreateObject();
     cJSON_AddStringToObject(ev, "defect", x->id);
     cJSON_AddStringToObject(ev, "site", x->site);
-    cJSON_AddStringToObject(ev, "side", ref_side ? "reference" : "arm");
+    cJSON_AddStringToObject(ev, "side", sname);
     cJSON_AddItemToObject(ev, "trigger", kv_json(&x->trigger));
     cJSON_AddItemToObject(ev, ref_side ? "reference_knobs" : "arm_knobs", kv_json(knobs));
     cJSON_AddItemToObject(ev, "introduced", point_json(&x->introduced));
@@ -136,30 +231,45 @@ static void r1_claim_side(lab_confound *cx, const lab_claim *c, const lab_defect
     cJSON_AddStringToObject(ev, "placement", placement_name(pl));
     cJSON_AddStringToObject(ev, "placed_by", how);
     if (x->replay_fault) cJSON_AddStringToObject(ev, "replay_fault", x->replay_fault);
-    /* the arm side keeps the plain defect id as its key: flags stored by
-     * earlier audits stay the same flag */
-    snprintf(key, sizeof key, "%s%s", ref_side ? "reference:" : "", x->id);
+    if (evd == R1_CLEAN) {
+        char basis[512];
+        cJSON_DeleteItemFromObjectCaseSensitive(ev, "site");
+        clean_basis(x, run, knobs, &v, basis, sizeof basis, ev);
+        snprintf(reason, sizeof reason, "not measured through defect %s on the %s side: %s; its knobs include the "
+                 "trigger %s and the code range alone would have flagged it (%s [%s])", x->id, sname, basis, trig,
+                 place_words(pl), how);
+        add_cleared(cx->f, 1, c->id, key, reason, ev);
+        return LAB_OK;
+    }
+    if (x->replay_fault) snprintf(replay, sizeof replay, "replay with %s=%s", x->replay_knob, x->replay_fault);
+    else snprintf(replay, sizeof replay, "no replay recorded for it");
+    snprintf(reason, sizeof reason,
+             "measured through defect %s (%s) on the %s side: the %s's knobs include its trigger %s and the "
+             "measurement (%s, %s) %s [%s]; %s",
+             x->id, x->site, sname, sname, trig, c->codebase, c->code.commit ? c->code.commit : c->measured_at,
+             place_words(pl), how, replay);
     add(cx->f, 1, c->id, "R1", key, reason, ev, 0);
+    return LAB_OK;
 }
 
 /* R1 by trigger for the run m measured on one side of subject run r's
- * comparison: 1 when the defect's trigger is in m's knobs and m's code is (or
- * may be) in its range (a finding was added), else 0. */
-static int r1_run_trigger(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m,
-                          const lab_defect *x, const lab_knobs_kv *knobs, const char *side, const char *key) {
-    if (strcmp(x->codebase, "vtlab") || !lab_knobs_trigger(&x->trigger, knobs)) return 0;
+ * comparison: a finding when the defect's trigger is in m's knobs and m's
+ * code is (or may be) in its range — or, when m's own probes at the site
+ * passed (clean: non-NULL), the clearance that overrules it. */
+static void r1_run_trigger(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m,
+                           const lab_defect *x, const lab_knobs_kv *knobs, const char *side, const char *key,
+                           const lab_audit_violations *clean) {
+    if (strcmp(x->codebase, "vtlab") || !lab_knobs_trigger(&x->trigger, knobs)) return;
     char commit[64], how[1100];
     snprintf(commit, sizeof commit, "%s", m->commit);
     commit[strcspn(commit, "+")] = '\0';
     lab_placement pl = cx->place(cx->place_env, commit[0] ? commit : NULL, m->started, &x->introduced, &x->fixed, how,
                                  sizeof how);
-    if (pl == LAB_PLACE_OUTSIDE) return 0;
+    if (pl == LAB_PLACE_OUTSIDE) return;
     int ref_side = m != r;
-    char subj[32], trig[256], reason[2048];
+    char subj[32], trig[256], reason[3072];
     run_subject(r, subj, sizeof subj);
     trigger_text(&x->trigger, trig, sizeof trig);
-    snprintf(reason, sizeof reason, "%smeasured through defect %s (%s)%s: knobs include %s and vtlab %s %s [%s]",
-             side, x->id, x->site, ref_side ? " (reference side)" : "", trig, m->commit, place_words(pl), how);
     cJSON *ev = cJSON_CreateObject();
     cJSON_AddStringToObject(ev, "defect", x->id);
     cJSON_AddStringToObject(ev, "side", ref_side ? "reference" : "arm");
@@ -167,39 +277,35 @@ static int r1_run_trigger(lab_confound *cx, const lab_audit_finished_run *r, con
     cJSON_AddStringToObject(ev, "commit", m->commit);
     cJSON_AddStringToObject(ev, "placement", placement_name(pl));
     cJSON_AddStringToObject(ev, "placed_by", how);
+    if (clean) {
+        char basis[512];
+        clean_basis(x, m->id, knobs, clean, basis, sizeof basis, ev);
+        snprintf(reason, sizeof reason, "%snot measured through defect %s%s: %s; its knobs include %s and vtlab %s "
+                 "%s, which alone would have flagged it [%s]", side, x->id, ref_side ? " (reference side)" : "", basis,
+                 trig, m->commit, place_words(pl), how);
+        add_cleared(cx->f, 0, subj, key, reason, ev);
+        return;
+    }
+    snprintf(reason, sizeof reason, "%smeasured through defect %s (%s)%s: knobs include %s and vtlab %s %s [%s]",
+             side, x->id, x->site, ref_side ? " (reference side)" : "", trig, m->commit, place_words(pl), how);
     add(cx->f, 0, subj, "R1", key, reason, ev, r->expected_fail);
-    return 1;
 }
 
 /* R1 by probes: m's own probes show the defect's site violated. */
-static int r1_run_probes(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m,
-                         const lab_defect *x, const char *side, const char *key) {
-    lab_audit_violations v;
-    int rc = lab_audit_read_violations(cx->st, m->id, x->site, &v, cx->err, cx->errlen);
-    if (rc || !v.n) return rc;
+static void r1_run_probes(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m,
+                          const lab_defect *x, const lab_audit_violations *v, const char *side, const char *key) {
     int ref_side = m != r;
     char subj[32], reason[2048];
     run_subject(r, subj, sizeof subj);
-    cJSON *ev = cJSON_CreateObject();
-    cJSON_AddNumberToObject(ev, "first_layer", (double)v.first_layer);
-    cJSON_AddNumberToObject(ev, "bytes_per_row", (double)v.bytes_per_row);
-    cJSON_AddNumberToObject(ev, "src_row_bytes", (double)v.src_row_bytes);
-    cJSON_AddNumberToObject(ev, "dst_row_bytes", (double)v.dst_row_bytes);
-    cJSON_AddNumberToObject(ev, "rows_unwritten", (double)v.rows_unwritten);
-    cJSON_AddStringToObject(ev, "defect", x->id);
-    cJSON_AddStringToObject(ev, "side", ref_side ? "reference" : "arm");
-    cJSON_AddNumberToObject(ev, "measured_run", (double)m->id);
-    cJSON_AddNumberToObject(ev, "violated_layers", (double)v.n);
     snprintf(reason, sizeof reason, "%smeasured through defect %s: %s probes show %s violated on %lld layer(s), "
-             "first layer %lld: %s", side, x->id, ref_side ? "its" : "its own", x->site, (long long)v.n,
-             (long long)v.first_layer, v.detail);
-    add(cx->f, 0, subj, "R1", key, reason, ev, r->expected_fail);
-    return LAB_OK;
+             "first layer %lld: %s", side, x->id, ref_side ? "its" : "its own", x->site, (long long)v->n,
+             (long long)v->first_layer, v->detail);
+    add(cx->f, 0, subj, "R1", key, reason, violation_json(x, m->id, ref_side ? "reference" : "arm", v), r->expected_fail);
 }
 
 /* R1 for the run `m` measured on one side of subject run r's comparison
  * (m == r: the arm side; m = r's reference run: the reference side), every
- * defect of the ledger in turn. */
+ * defect of the ledger in turn, runtime evidence first. */
 static int r1_run_side(lab_confound *cx, const lab_audit_finished_run *r, const lab_audit_finished_run *m) {
     lab_knobs_kv knobs;
     int rc = lab_audit_read_knobs(cx->st, m->id, &knobs, cx->err, cx->errlen);
@@ -211,7 +317,11 @@ static int r1_run_side(lab_confound *cx, const lab_audit_finished_run *r, const 
     for (int64_t d = 0; !rc && d < cx->l->n_defects; d++) {
         const lab_defect *x = &cx->l->defects[d];
         snprintf(key, sizeof key, "%s%s", ref_side ? "reference:" : "", x->id);
-        if (!r1_run_trigger(cx, r, m, x, &knobs, side, key)) rc = r1_run_probes(cx, r, m, x, side, key);
+        lab_audit_violations v;
+        r1_evidence ev;
+        if ((rc = r1_evidence_of(cx, m->id, x, &knobs, &v, &ev))) break;
+        if (ev == R1_VIOLATED) r1_run_probes(cx, r, m, x, &v, side, key);
+        else r1_run_trigger(cx, r, m, x, &knobs, side, key, ev == R1_CLEAN ? &v : NULL);
     }
     lab_audit_knobs_free(&knobs);
     return rc;
@@ -219,11 +329,12 @@ static int r1_run_side(lab_confound *cx, const lab_audit_finished_run *r, const 
 
 int lab_rule_r1(lab_confound *cx, const lab_subject *s) {
     if (s->claim) {
-        for (int64_t d = 0; d < cx->l->n_defects; d++) {
-            r1_claim_side(cx, s->claim, &cx->l->defects[d], 0);
-            r1_claim_side(cx, s->claim, &cx->l->defects[d], 1);
+        int rc = LAB_OK;
+        for (int64_t d = 0; !rc && d < cx->l->n_defects; d++) {
+            rc = r1_claim_side(cx, s->claim, &cx->l->defects[d], 0);
+            if (!rc) rc = r1_claim_side(cx, s->claim, &cx->l->defects[d], 1);
         }
-        return LAB_OK;
+        return rule_failed(cx, "R1", rc);
     }
     if (!s->ref) return rule_failed(cx, "R1", r1_run_side(cx, s->run, s->run));
     const lab_audit_finished_run *m = find_run(cx, s->ref->run_id);

@@ -39,6 +39,12 @@ typedef struct lab_findings {
     lab_audit_flag *v;
     int64_t         n, cap;
     int             oom;
+    /* R1 findings the runtime evidence overruled: a subject whose measurement
+     * the code range alone would have flagged, cleared by its own probes at
+     * the defect's site (docs/specs.md, "R1: the order of evidence"). Not
+     * flags: printed by the audit as the basis of a clean result. */
+    lab_audit_flag *cleared;
+    int64_t         n_cleared, cap_cleared;
 } lab_findings;
 
 void lab_findings_free(lab_findings *f);
@@ -63,11 +69,16 @@ typedef struct lab_subject {
     const lab_audit_reference    *ref;
 } lab_subject;
 
-/* R1 measured through a registered defect. A claim: on each side (arm,
- * reference) whose knobs include a defect's trigger, when the measurement is
- * (or may be) in its code range. A run: the same with the run's stored knobs
- * and commit, or the run's own probes showing the defect's site violated. A
- * run with a reference: the same for the reference run (the reference side). */
+/* R1 measured through a registered defect. Runtime evidence first: a run
+ * whose probe records at the defect's site show it violated was measured
+ * through it, whatever the code range says; one whose records there all
+ * passed, with the defect's replay knob off, was not (cleared, with that
+ * basis). Only where a run has no records at the site does the code range
+ * decide: the side's knobs include the defect's trigger and the measurement
+ * is (or may be) in its range. A claim: each side (arm, reference), its
+ * evidence the run it names for that side (runs.arm, runs.reference), if
+ * any. A run: its own stored knobs, commit and probes. A run with a
+ * reference: the same for the reference run (the reference side). */
 int lab_rule_r1(lab_confound *cx, const lab_subject *s);
 /* R2 a failed runtime assertion (a run). */
 int lab_rule_r2(lab_confound *cx, const lab_subject *s);

@@ -74,6 +74,12 @@ static int valid_id(const char *s) {
     return 1;
 }
 
+/* A probe site an engine may declare: what fits a probe record's site
+ * (vtp_record.site, 31 characters) in the characters of an id. */
+static int valid_site(const char *s) {
+    return valid_id(s) && strlen(s) <= 31;
+}
+
 static int valid_date(const char *s) {
     /* YYYY-MM-DD, optionally followed by T... */
     if (!s || strlen(s) < 10) return 0;
@@ -269,9 +275,6 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     if (!rc) rc = check_file_name(c, x->id);
     if (!rc) rc = get_str(c, j, "title", "title", 1, &x->title);
     if (!rc) rc = get_str(c, j, "site", "site", 1, &x->site);
-    if (!rc && !vt_probe_site_known(x->site))
-        rc = bad(c, "site", "\"%s\" is not a probe site (residual.stream, kda.state, moe.gather, "
-                            "moe.expert.y, moe.scatter, moe.combine, logits)", x->site);
     if (!rc) rc = get_knobs(c, j, "trigger", "trigger", &x->trigger);
     if (!rc) rc = get_str(c, j, "effect", "effect", 1, &x->effect);
     const cJSON *cr = cJSON_GetObjectItemCaseSensitive(j, "code_range");
@@ -280,6 +283,15 @@ static int parse_defect(pctx *c, const cJSON *j, lab_defect *x) {
     if (!rc) rc = get_str(c, cr, "codebase", "code_range.codebase", 1, &x->codebase);
     if (!rc) rc = get_code_point(c, cr, "introduced", "code_range.introduced", &x->introduced);
     if (!rc) rc = get_code_point(c, cr, "fixed", "code_range.fixed", &x->fixed);
+    /* vtlab's own defects sit at vtlab's probe sites; another codebase's may
+     * sit at a site only its engine declares (its hello's probe_sites), which
+     * `vtlab specs check` checks against that engine (ledger_engines.c). */
+    if (!rc && !strcmp(x->codebase, "vtlab") && !vt_probe_site_known(x->site))
+        rc = bad(c, "site", "\"%s\" is not a probe site of vtlab's model (residual.stream, kda.state, moe.gather, "
+                            "moe.expert.y, moe.scatter, moe.combine, logits)", x->site);
+    if (!rc && !vt_probe_site_known(x->site) && !valid_site(x->site))
+        rc = bad(c, "site", "\"%s\": expected a probe site name (letters, digits, '.', '_' or '-', at most 31 "
+                            "characters, as an engine's hello declares it)", x->site);
     /* Optional: a defect found elsewhere (another engine, no replay yet) is
      * recorded without one. One that is given must act where the defect is. */
     if (!rc) rc = get_str(c, j, "replay_fault", "replay_fault", 0, &x->replay_fault);

@@ -25,6 +25,7 @@
 typedef struct lcheck {
     FILE *out;
     int   problems;
+    char *site_checked;   /* per defect of the ledger: its site was checked against an engine */
 } lcheck;
 
 static void say(lcheck *k, int problem, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -107,6 +108,25 @@ static void check_defect(lcheck *k, void *model, const lab_experiment *e, const 
     else say(k, 0, "%s: defect %s: %s=%s acts at %s (%lld violation(s) in one sequence)", h->info.engine, d->id, d->replay_knob, d->replay_fault, d->site, (long long)viol);
 }
 
+/* A defect of the engine's codebase must sit at a site the engine declares
+ * (its hello's probe_sites), or its runs can never show it: R1 would rest on
+ * the code range alone. An engine that declares no sites may still carry
+ * defects at vtlab's own site names (it records nothing; the range decides). */
+static void check_site(lcheck *k, const lab_engine_hello *h, const lab_defect *d) {
+    if (!h->n_sites && vt_probe_site_known(d->site)) return;
+    for (int64_t i = 0; i < h->n_sites; i++)
+        if (!strcmp(h->sites[i], d->site)) {
+            say(k, 0, "%s: defect %s: site %s is one of the engine's probe sites", h->info.engine, d->id, d->site);
+            return;
+        }
+    char list[512] = "";
+    size_t o = 0;
+    for (int64_t i = 0; i < h->n_sites && o < sizeof list; i++)
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", h->sites[i]);
+    say(k, 1, "defect %s: site %s: engine %s declares no such probe site (its probe_sites: %s)", d->id, d->site,
+        h->info.engine, h->n_sites ? list : "none");
+}
+
 /* One claim whose arm runs on a command engine. */
 static void check_claim(lcheck *k, const lab_ledger *l, const lab_claim *c, lab_experiment *e, int64_t arm) {
     char err[1024], *dir = NULL;
@@ -128,8 +148,10 @@ static void check_claim(lcheck *k, const lab_ledger *l, const lab_claim *c, lab_
         check_knobs(k, &h, c->id, "reference", &c->ref_knobs);
         for (int64_t i = 0; i < l->n_defects; i++) {
             const lab_defect *d = &l->defects[i];
-            if (d->replay_fault && strcmp(d->replay_knob, "VT_FAULT") && !strcmp(d->codebase, c->codebase))
-                check_defect(k, model, e, &h, d);
+            if (strcmp(d->codebase, c->codebase)) continue;
+            if (!k->site_checked[i]) check_site(k, &h, d);
+            k->site_checked[i] = 1;
+            if (d->replay_fault && strcmp(d->replay_knob, "VT_FAULT")) check_defect(k, model, e, &h, d);
         }
     }
     lab_engine_hello_free(&h);
@@ -138,9 +160,8 @@ static void check_claim(lcheck *k, const lab_ledger *l, const lab_claim *c, lab_
 }
 
 int lab_ledger_check_engines(const lab_ledger *l, FILE *out, int *problems, char *err, size_t errlen) {
-    lcheck k = {out, 0};
-    (void)err;
-    (void)errlen;
+    lcheck k = {out, 0, calloc((size_t)l->n_defects + 1, 1)};
+    if (!k.site_checked) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     for (int64_t i = 0; i < l->n_claims; i++) {
         const lab_claim *c = &l->claims[i];
         lab_experiment *e = NULL;
@@ -163,6 +184,15 @@ int lab_ledger_check_engines(const lab_ledger *l, FILE *out, int *problems, char
             say(&k, 0, "defect %s: %s=%s not checked: no claim of codebase %s names an experiment that runs its engine",
                 d->id, d->replay_knob, d->replay_fault, d->codebase);
     }
+    /* a site only an engine can declare, and no engine of its codebase was
+     * started: said, never passed in silence */
+    for (int64_t i = 0; i < l->n_defects; i++) {
+        const lab_defect *d = &l->defects[i];
+        if (!k.site_checked[i] && !vt_probe_site_known(d->site))
+            say(&k, 0, "defect %s: site %s not checked: no engine could be started (no claim of codebase %s names an "
+                "experiment that runs its engine)", d->id, d->site, d->codebase);
+    }
+    free(k.site_checked);
     *problems = k.problems;
     return LAB_OK;
 }

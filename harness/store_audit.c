@@ -126,15 +126,19 @@ int lab_audit_read_violations(lab_store *st, int64_t run_id, const char *site, l
     memset(out, 0, sizeof *out);
     sqlite3_stmt *s = NULL;
     int rc = injected(st, "R1", "probes", what, err, errlen);
-    if (!rc) rc = lab_sq_prep_as(st, "SELECT layer, detail, bytes_per_row, src_row_bytes, dst_row_bytes, rows_unwritten"
-                       " FROM probes WHERE run_id = ? AND site = ? AND ok = 0 ORDER BY layer", &s, what, err, errlen);
+    if (!rc) rc = lab_sq_prep_as(st, "SELECT layer, detail, bytes_per_row, src_row_bytes, dst_row_bytes, rows_unwritten, ok"
+                       " FROM probes WHERE run_id = ? AND site = ? ORDER BY layer", &s, what, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, run_id);
     lab_sq_bind_text(s, 2, site);
     int last;
+    int64_t prev_layer = 0;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
-        if (out->n++) continue;
-        out->first_layer = sqlite3_column_int64(s, 0);
+        int64_t layer = sqlite3_column_int64(s, 0);
+        if (!out->records++ || layer != prev_layer) out->layers++;
+        prev_layer = layer;
+        if (sqlite3_column_int64(s, 6) || out->n++) continue;
+        out->first_layer = layer;
         lab_sq_col_copy(s, 1, out->detail, sizeof out->detail);
         out->bytes_per_row = sqlite3_column_int64(s, 2);
         out->src_row_bytes = sqlite3_column_int64(s, 3);

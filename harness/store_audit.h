@@ -54,10 +54,14 @@ int lab_audit_read_runs(lab_store *st, lab_audit_finished_run **runs, int64_t *n
 int  lab_audit_read_knobs(lab_store *st, int64_t run_id, lab_knobs_kv *kv, char *err, size_t errlen);
 void lab_audit_knobs_free(lab_knobs_kv *kv);
 
-/* The probe records of a run that show `site` violated (ok = 0): how many,
- * and the first by layer. n = 0 when none. */
+/* The probe records of a run at `site`: how many show it violated (ok = 0)
+ * and the first of those by layer (n = 0 when none); and how many records
+ * there are at the site at all, over how many layers (the runtime evidence
+ * R1 weighs against a defect's code range: records = 0 means the run says
+ * nothing about the site). */
 typedef struct lab_audit_violations {
     int64_t n;
+    int64_t records, layers;
     int64_t first_layer;
     char    detail[256];
     int64_t bytes_per_row, src_row_bytes, dst_row_bytes, rows_unwritten;

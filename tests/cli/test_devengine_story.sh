@@ -53,6 +53,17 @@ else not_ok "new claim" "$(cat "$NEW" 2>/dev/null | head -c 600)"; fi
 expect_exit "the ledger still loads after the reopen (the new claim's id fits the 48-character limit)" 0 \
     "$VTLAB" specs check --specs "$W/specs"
 
+# The loop closes: the second audit is clean. The defect's code range is
+# open ("fixed": null, as devengine ships it), so by range alone the new
+# claim — measured in devengine's own codebase — would be flagged again; its
+# rerun's own probes at moe.scatter passed with DEV_FAULT off, and that
+# runtime evidence decides (docs/specs.md, "R1: the order of evidence").
+expect_exit "audit after reopen: clean (exit 0), the old claim resolved" 0 "$VTLAB" audit --db "$DB" --specs "$W/specs"
+if grep -Eq "^resolved +claim dev-bf16-stream-refuted-49of128 +R1" "$OUT_FILE" && grep -q "^0 confound(s) open" "$OUT_FILE" &&
+   grep -Eq "^clean +claim dev-bf16-stream-.*reopened.* +R1 +not measured through defect devengine-scatter-row-bytes on the arm side: run [0-9]+'s own probes at moe.scatter passed on 7 layer\(s\)" "$OUT_FILE"; then
+    ok "... the new claim cleared by its run's own moe.scatter probes (7 MoE layers), replay knob off"
+else not_ok "second audit" "$(head -c 1500 "$OUT_FILE")"; fi
+
 # A defect whose declared fault acts at another site than the record says.
 python3 - "$W" <<'PY'
 import json, sys
