@@ -74,6 +74,19 @@ static int valid_id(const char *s) {
     return 1;
 }
 
+int lab_commit_id_ok(const char *s, int allow_dirty) {
+    size_t n = 0;
+    while (s[n] && isxdigit((unsigned char)s[n])) n++;
+    if (n < 7 || n > 40) return 0;
+    if (!s[n]) return 1;
+    /* a dirty build's code version: COMMIT+dirty.<hash of the diff> (Makefile) */
+    if (!allow_dirty || strncmp(s + n, "+dirty.", 7)) return 0;
+    const char *h = s + n + 7;
+    size_t m = 0;
+    while (h[m] && isxdigit((unsigned char)h[m])) m++;
+    return m >= 1 && m <= 64 && !h[m];
+}
+
 /* A probe site an engine may declare: what fits a probe record's site
  * (vtp_record.site, 31 characters) in the characters of an id. */
 static int valid_site(const char *s) {
@@ -152,6 +165,9 @@ static int get_code_point(pctx *c, const cJSON *o, const char *key, const char *
     int rc = check_keys(c, v, field, keys);
     snprintf(f, sizeof f, "%s.commit", field);
     if (!rc) rc = get_str(c, v, "commit", f, 0, &p->commit);
+    /* it reaches `git merge-base` and `git cat-file`: hex or refused here */
+    if (!rc && p->commit && !lab_commit_id_ok(p->commit, 0))
+        rc = bad(c, f, "\"%s\": expected a commit id, 7 to 40 hex digits", p->commit);
     snprintf(f, sizeof f, "%s.date", field);
     if (!rc) rc = get_str(c, v, "date", f, 0, &p->date);
     if (!rc && p->date && !valid_date(p->date)) rc = bad(c, f, "\"%s\" is not a date (expected YYYY-MM-DD)", p->date);
@@ -236,6 +252,9 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
     if (!rc) rc = check_keys(c, code, "code", code_keys);
     if (!rc) rc = get_str(c, code, "codebase", "code.codebase", 1, &x->codebase);
     if (!rc) rc = get_str(c, code, "commit", "code.commit", 0, &x->code.commit);
+    if (!rc && x->code.commit && !lab_commit_id_ok(x->code.commit, 1))
+        rc = bad(c, "code.commit", "\"%s\": expected a commit id, 7 to 40 hex digits (a dirty build's: COMMIT+dirty.HASH)",
+                 x->code.commit);
     if (!rc) rc = get_str(c, code, "date", "code.date", 0, &x->code.date);
     if (!rc && x->code.date && !valid_date(x->code.date))
         rc = bad(c, "code.date", "\"%s\" is not a date (expected YYYY-MM-DD)", x->code.date);

@@ -99,6 +99,12 @@ const char *lab_knobs_get(const lab_knobs_kv *kv, const char *name);
  * not set has its registry default). */
 int lab_knobs_trigger(const lab_knobs_kv *trigger, const lab_knobs_kv *knobs);
 
+/* 1 when s is a commit id the ledger accepts: 7 to 40 hex digits; with
+ * allow_dirty also a dirty build's code version, COMMIT+dirty.HASH (a
+ * claim's code.commit, as vtlab records its own build). Commits reach git's
+ * command line in the audit: nothing else passes. */
+int lab_commit_id_ok(const char *s, int allow_dirty);
+
 /* Writes a claim as JSON to path (atomically, pretty, keys in the documented
  * order). Used by `vtlab reopen`. */
 int lab_claim_write(const lab_claim *c, const char *path, char *err, size_t errlen);

@@ -118,4 +118,33 @@ expect_exit "nightly --specs no-such-dir: exit 2" 2 "$VTLAB" nightly "$W/exps" -
 stderr_has "... names the path" "$W/no-such-dir: no such ledger directory"
 rm "$S/claims/half.json"
 
+# ------------------------------------------------ commit fields are commit ids (issue 34 item 5)
+# They reach git's command line in the audit: 7-40 hex digits (a claim's code
+# may also be a dirty build's COMMIT+dirty.HASH), anything else refused.
+rm -f "$S/claims/"*.json "$S/defects/"*.json
+G=$W/commits; mkdir -p "$G/claims" "$G/defects"
+for bad in 'abc; touch pwned' 'abc123' '$(id)' 'HEAD~1' '0123456789abcdef0123456789abcdef012345678' 'abc1234 ' ; do
+  $PY - "$G/defects/d.json" "$bad" <<'PY'
+import json, sys
+json.dump({"id": "d", "title": "t", "site": "moe.scatter", "trigger": {}, "effect": "e",
+           "code_range": {"codebase": "x", "introduced": None, "fixed": {"commit": sys.argv[2]}},
+           "guard_test": "none"}, open(sys.argv[1], "w"))
+PY
+  expect_exit "a defect's fixed.commit \"$bad\" is refused (exit 2)" 2 "$VTLAB" specs check --specs "$G"
+  stderr_has "... naming the field and what was expected" "code_range.fixed.commit: \"$bad\": expected a commit id, 7 to 40 hex digits"
+done
+rm -f "$G/defects/d.json"
+$PY - "$G/claims/c.json" <<'PY'
+import json, sys
+json.dump({"id": "c", "hypothesis": "h", "verdict": "INCONCLUSIVE",
+           "evidence": {"metric": "top1_agreement", "k": 4, "n": 8, "threshold": 0.9, "direction": ">="},
+           "arm": {"name": "a", "knobs": {}}, "reference": {"name": "r", "knobs": {}},
+           "code": {"codebase": "x", "commit": "abc1234+dirty.`id`"}, "measured_at": "2026-05-01",
+           "experiment": "experiments/bf16-stream.json"}, open(sys.argv[1], "w"))
+PY
+expect_exit "a claim's code.commit with a command in its dirty suffix is refused (exit 2)" 2 "$VTLAB" specs check --specs "$G"
+stderr_has "... naming code.commit" "code.commit: \"abc1234+dirty.\`id\`\": expected a commit id"
+sed -i 's/abc1234+dirty.`id`/5fb1e41d41a2+dirty.14db97c3ce28/' "$G/claims/c.json"
+expect_exit "a dirty build's code version (COMMIT+dirty.HASH) is a valid claim commit" 0 "$VTLAB" specs check --specs "$G"
+
 finish
