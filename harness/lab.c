@@ -22,6 +22,7 @@
 #include "audit.h"
 #include "bisect.h"
 #include "bench_record.h"
+#include "claim.h"
 #include "cmd_query.h"
 #include "ledger.h"
 #include "ledger_engines.h"
@@ -41,6 +42,7 @@ typedef struct lab_args {
     const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop, *reason;
     const char *good, *bad, *repo, *build, *workdir, *max_scale;
     const char *shard, *into, *results, *partition, *time, *gpus, *account, *shards, *slurm, *merge_into, *vtlab;
+    const char *claim_id, *hypothesis;
     int         force, json, no_plots, no_audit, exact, allow_dirty, keep, bisect, partial, dry_run, resume, use_slurm;
     const char *pos[LAB_MAX_POS];   /* positional arguments after the command */
     int         npos, maxpos;
@@ -100,6 +102,8 @@ static int parse_args_n(const char *cmd, int argc, char **argv, const char *allo
         else if (!strcmp(s, "--slurm") && strstr(allowed, "slurm-opts")) slot = &a->slurm;
         else if (!strcmp(s, "--merge-into") && strstr(allowed, "merge-into")) slot = &a->merge_into;
         else if (!strcmp(s, "--vtlab") && strstr(allowed, "vtlab-path")) slot = &a->vtlab;
+        else if (!strcmp(s, "--id") && strstr(allowed, "claim-id")) slot = &a->claim_id;
+        else if (!strcmp(s, "--hypothesis") && strstr(allowed, "hypothesis")) slot = &a->hypothesis;
         else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
         if (slot) {
             if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
@@ -340,6 +344,25 @@ static int cmd_reopen(int argc, char **argv) {
     return 0;
 }
 
+static int cmd_claim(int argc, char **argv) {
+    lab_args a;
+    int64_t run = 0;
+    int u = parse_args("claim", argc, argv, "db specs claim-id hypothesis", &a);
+    if (u) return u;
+    if (a.npos != 1) return usage_error("claim", "expected one RUN id (an arm's finished run, see `vtlab runs`)%s", "");
+    if (!a.claim_id) return usage_error("claim", "--id ID is required (the new claim's id: SPECS/claims/ID.json)%s", "");
+    if ((u = parse_run_id("claim", a.pos[0], &run))) return u;
+    lab_claim_opts o = {run, a.claim_id, a.specs ? a.specs : LAB_DEFAULT_SPECS, a.db, a.hypothesis};
+    char err[2048] = "", path[4400] = "", warning[1024] = "";
+    int rc = lab_claim_record(&o, stdout, path, sizeof path, warning, sizeof warning, err, sizeof err);
+    if (warning[0]) fprintf(stderr, "vtlab claim: warning: %s\n", warning);
+    if (rc) {
+        fprintf(stderr, "vtlab claim: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    return 0;
+}
+
 static int cmd_record_bench(int argc, char **argv) {
     lab_args a;
     int u = parse_args("record-bench", argc, argv, "db", &a);
@@ -530,6 +553,7 @@ int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "specs")) return cmd_specs(argc, argv);
     if (!strcmp(cmd, "audit")) return cmd_audit(argc, argv);
     if (!strcmp(cmd, "reopen")) return cmd_reopen(argc, argv);
+    if (!strcmp(cmd, "claim")) return cmd_claim(argc, argv);
     if (!strcmp(cmd, "record-bench")) return cmd_record_bench(argc, argv);
     if (!strcmp(cmd, "ack")) return cmd_ack(argc, argv);
     /* reports and nightly CI sweeps (their options parsed above, like every command's) */
@@ -570,6 +594,9 @@ void lab_usage(FILE *out) {
             "                                       flag confounded claims and runs (R1-R6); exit 1 if any is open\n"
             "  reopen   CLAIM_ID [--db PATH] [--specs DIR] [--defect ID]\n"
             "                                       replay the defect, rerun without it, record a superseding claim\n"
+            "  claim    RUN --id ID [--db PATH] [--specs DIR] [--hypothesis TEXT]\n"
+            "                                       record an arm's finished run with a verdict as a new claim,\n"
+            "                                       SPECS/claims/ID.json (never overwritten), to be committed\n"
             "reports and CI:\n"
             "  report   [--db PATH] [--out DIR] [--no-plots]\n"
             "                                       static HTML page + markdown + gnuplot charts (default report/)\n"

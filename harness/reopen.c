@@ -17,6 +17,7 @@
  */
 #include "reopen.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "claim.h"
 #include "experiment.h"
 #include "harness/cli.h"
 #include "ledger.h"
@@ -468,16 +470,74 @@ typedef struct reopen_record {
     const char       *explanation;
 } reopen_record;
 
-/* CLAIM-reopened-YYYYMMDD[-N] into id[128], the claim's id shortened so
- * that the whole stays a valid id (at most LAB_NAME_MAX): a longer one would
- * make the ledger it is written to fail to load. */
-static void new_claim_id(const lab_ledger *l, const char *claim, const char *today, char id[128]) {
+/* The length of words [0, n) of which keep[] says 1, joined by '-'. */
+static size_t kept_len(const size_t *len, const char *keep, size_t n) {
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (keep[i]) { total += len[i]; k++; }
+    return k ? total + k - 1 : 0;
+}
+
+/* Drops words of the class `digits` (1: words with a digit) from the last
+ * towards the first until the kept ones fit in room. */
+static void drop_words(const char *const *w, const size_t *len, char *keep, size_t n, int digits, size_t room) {
+    for (size_t i = n; i-- > 0 && kept_len(len, keep, n) > room;)
+        if (keep[i] && (strpbrk(w[i], "0123456789") != NULL) == digits) keep[i] = 0;
+}
+
+/* The claim's part of a reopened claim's id is shortened by whole words
+ * ('-'-separated): cutting characters turned "...-refuted-49of128" into
+ * "...-refuted-49of12" ("49 of 12"), a number the claim never measured.
+ * Words without digits go first (the verdict word among them: the new claim
+ * records its own), then words with digits, each from the end; a word that
+ * alone is longer than the room, or empty, goes before either. Only when no word fits
+ * is the id cut at the room, never inside a run of digits. */
+int lab_reopen_claim_id(const char *claim, const char *suffix, char *out, size_t outlen) {
+    size_t sl = strlen(suffix), cl = strlen(claim);
+    if (sl >= LAB_NAME_MAX || outlen < LAB_NAME_MAX + 1) return LAB_EINTERNAL;
+    size_t room = LAB_NAME_MAX - sl;
+    if (cl <= room) { snprintf(out, outlen, "%s%s", claim, suffix); return LAB_OK; }
+    char *copy = lab_strdup(claim), **w = calloc(cl + 1, sizeof *w), *keep = calloc(cl + 1, 1);
+    size_t *len = calloc(cl + 1, sizeof *len), n = 0;
+    if (!copy || !w || !keep || !len) { free(copy); free(w); free(keep); free(len); return LAB_ENOMEM; }
+    for (char *p = copy, *d;; p = d + 1) {   /* cl + 1 words at most: every '-' splits one more */
+        d = strchr(p, '-');
+        if (d) *d = '\0';
+        w[n] = p;
+        len[n] = strlen(p);
+        keep[n] = len[n] > 0 && len[n] <= room;   /* an empty word ("a--b") only adds a '-' */
+        n++;
+        if (!d) break;
+    }
+    drop_words((const char *const *)w, len, keep, n, 0, room);
+    drop_words((const char *const *)w, len, keep, n, 1, room);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        if (keep[i]) o += (size_t)snprintf(out + o, outlen - o, "%s%s", o ? "-" : "", w[i]);
+    if (o == 0) {   /* every word alone is longer than the room: cut the first at the room */
+        const char *from = claim + strspn(claim, "-");
+        size_t cut = strlen(from) < room ? strlen(from) : room;   /* shorter: the id was all '-' */
+        while (cut > 0 && isdigit((unsigned char)from[cut - 1]) && isdigit((unsigned char)from[cut])) cut--;
+        while (cut > 0 && strchr("-._", from[cut - 1])) cut--;
+        o = (size_t)snprintf(out, outlen, "%.*s", (int)cut, from);
+    }
+    /* nothing of the claim left: the suffix alone, without its separator */
+    snprintf(out + o, outlen - o, "%s", o ? suffix : suffix + strspn(suffix, "-._"));
+    free(copy); free(w); free(keep); free(len);
+    return LAB_OK;
+}
+
+/* CLAIM-reopened-YYYYMMDD[-N] into id[128] (lab_reopen_claim_id): the first
+ * that is not in the ledger yet. */
+static int new_claim_id(const lab_ledger *l, const char *claim, const char *today, char id[128], char *err,
+                        size_t errlen) {
     for (int i = 1;; i++) {
         char suffix[48];
         int sl = snprintf(suffix, sizeof suffix, "-reopened-%.4s%.2s%.2s", today, today + 5, today + 8);
-        if (i > 1) sl += snprintf(suffix + sl, sizeof suffix - (size_t)sl, "-%d", i);
-        snprintf(id, 128, "%.*s%s", LAB_NAME_MAX - sl, claim, suffix);
-        if (!lab_ledger_claim(l, id)) return;
+        if (i > 1) snprintf(suffix + sl, sizeof suffix - (size_t)sl, "-%d", i);
+        int rc = lab_reopen_claim_id(claim, suffix, id, 128);
+        if (rc) return lab_errf(err, errlen, rc, "reopen: claim %s: cannot make the new claim's id", claim);
+        if (!lab_ledger_claim(l, id)) return LAB_OK;
     }
 }
 
@@ -487,15 +547,16 @@ static void new_claim_id(const lab_ledger *l, const char *claim, const char *tod
  * codebase (its commit from its hello), or on vtlab's own model. */
 static void superseding_claim(const lab_claim *c, const reopen_record *r, const char *id, const char *today,
                               char *commit, char *notes, lab_claim *nw) {
-    int foreign = r->rerun->engine[0] != 0;
-    snprintf(commit, 64, "%s", foreign ? r->rerun->commit : vt_build_commit());
+    const char *codebase, *cm;
+    lab_claim_code_of_run(r->rerun->engine, r->rerun->commit, c->codebase, vt_build_commit(), &codebase, &cm);
+    snprintf(commit, 64, "%s", cm ? cm : "");
     snprintf(notes, 1400, "Reopened from %s (measured through defect %s). %s", c->id, r->defect_id, r->explanation);
     *nw = *c;
     nw->id = (char *)id;
     nw->verdict = r->rerun->verdict;
     nw->k = r->rerun->k;
     nw->n = r->rerun->n;
-    nw->codebase = foreign ? c->codebase : "vtlab";
+    nw->codebase = (char *)codebase;
     nw->code.commit = commit[0] ? commit : NULL;
     nw->code.date = (char *)today;
     nw->measured_at = (char *)today;
@@ -561,7 +622,7 @@ static int commit_claims(const char *specs, const char *claim_id, const reopen_r
     char today[32], notes[1400], commit[64];
     lab_now_iso(today);
     today[10] = '\0';
-    new_claim_id(&l, c->id, today, id);
+    if ((rc = new_claim_id(&l, c->id, today, id, err, errlen))) goto out;
     lab_claim nw;
     superseding_claim(c, r, id, today, commit, notes, &nw);
 

@@ -42,4 +42,14 @@ int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *e
  *     RENAME_EXCHANGE (the fallback)                                        */
 int lab_reopen_recover(const char *specs_dir, char *err, size_t errlen);
 
+/* The id of the claim that supersedes `claim`: the claim's id followed by
+ * suffix ("-reopened-YYYYMMDD" or "-reopened-YYYYMMDD-N"), into out
+ * (outlen > LAB_NAME_MAX). The whole must stay a valid id (at most
+ * LAB_NAME_MAX characters; a longer one would make the ledger it is written
+ * to fail to load), so a long claim id loses whole '-'-separated words —
+ * words without digits first, from the end — and never a part of a number;
+ * the suffix is kept whole (see reopen.c). LAB_OK; LAB_EINTERNAL when the
+ * suffix alone leaves no room or out is too small; LAB_ENOMEM. */
+int lab_reopen_claim_id(const char *claim, const char *suffix, char *out, size_t outlen);
+
 #endif
