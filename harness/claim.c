@@ -33,7 +33,10 @@ void lab_claim_code_of_run(const char *engine, const char *engine_commit, const 
     int foreign = engine && engine[0];
     *codebase = foreign ? engine_codebase : "vtlab";
     *commit = foreign ? engine_commit : vtlab_commit;
-    if (*commit && !**commit) *commit = NULL;
+    /* the ledger accepts commit ids only (they reach git in the audit): an
+     * engine's "v0.3.1" or an unknown build's "unknown" is left out, and the
+     * claim's date places it */
+    if (*commit && (!**commit || !lab_commit_id_ok(*commit, 1))) *commit = NULL;
 }
 
 /* The ledger's rules for an id (ledger.c: letters, digits, '.', '_', '-', at

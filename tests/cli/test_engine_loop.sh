@@ -90,6 +90,23 @@ stderr_has "... naming the field and vtlab's sites" "site: \"kda.state_carry\" i
 
 expect_exit "the experiment runs through the engine" 0 "$VTLAB" run "$W/carry.json" --db "$DB"
 
+# a claim recorded from a run, not by hand: the engine's numbers, codebase and
+# run ids; its commit "release-0.3.1" is a tag, not a commit id, so the claim
+# keeps none (the ledger loads) and its date places it
+BF16_RUN=$(sqlite3 "$DB" "SELECT id FROM runs WHERE experiment = 'carry-bf16' AND arm = 'bf16'")
+expect_exit "vtlab claim records the bf16 run's result" 0 \
+    "$VTLAB" claim "$BF16_RUN" --id carry-bf16-supported --specs "$W/specs" --db "$DB"
+if python3 - "$W/specs/claims/carry-bf16-supported.json" "$BF16_RUN" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["code"]["codebase"] == "carry" and c["code"].get("commit") is None, c["code"]
+assert c["verdict"] == "SUPPORTED" and c["evidence"]["n"] == 64 and c["runs"]["arm"] == int(sys.argv[2]), c
+assert c["arm"]["knobs"] == {"CARRY_BF16": "1"}, c["arm"]
+PY
+then ok "... codebase carry, no commit (a tag is not a commit id), SUPPORTED on 64, its run named"
+else not_ok "claim record" "$(cat "$W/specs/claims/carry-bf16-supported.json")"; fi
+expect_exit "... and the ledger still loads and checks against the engine" 0 "$VTLAB" specs check --specs "$W/specs"
+
 expect_exit "audit: the recorded claim is flagged (exit 1)" 1 "$VTLAB" audit --db "$DB" --specs "$W/specs"
 if grep -Eq "^CONFOUND +claim carry-bf16-refuted-28of64 +R1 +measured through defect carry-half-row-bytes \(kda.state_carry\)" "$OUT_FILE"; then
     ok "... R1: measured through the defect at the engine's own site"
@@ -105,6 +122,8 @@ expect_exit "audit after reopen: clean (exit 0) although the defect's code range
 if grep -q "^0 confound(s) open" "$OUT_FILE" 2>/dev/null || grep -q "^0 confound(s) open" <(tail -1 "$OUT_FILE"); then
     ok "... 0 confounds open"
 else not_ok "open count" "$(tail -3 "$OUT_FILE")"; fi
+if grep -Eq "^clean +claim carry-bf16-supported +R1" "$OUT_FILE"; then ok "... the claim recorded from a clean run is cleared too"
+else not_ok "recorded claim cleared" "$(head -c 1200 "$OUT_FILE")"; fi
 if grep -Eq "^resolved +claim carry-bf16-refuted-28of64 +R1" "$OUT_FILE"; then ok "... the old claim's flag resolved (superseded)"
 else not_ok "old claim resolved" "$(head -c 1200 "$OUT_FILE")"; fi
 if grep -Eq "^clean +claim ${NEW:0:36}" "$OUT_FILE" &&

@@ -14,6 +14,8 @@ Knobs:
                dtype while the buffers are f32): the second half of the state is lost, the
                kda.state_carry record shows bytes_per_row = src_row_bytes / 2 and a violation.
                Without CARRY_BF16 the same code copies whole rows (right by coincidence).
+Its commit is "release-0.3.1", a tag, not a commit id: a claim recorded from its runs keeps no
+commit (the ledger takes commit ids only) and is placed by its date.
 Deterministic, causal; no captures."""
 import sys
 
@@ -50,7 +52,7 @@ def main():
     fault = knobs.enum("CARRY_FAULT", ["none", "carry_half"], "none", numeric=True)
     faults = [{"name": "carry_half", "knob": "CARRY_FAULT", "site": SITE,
                "description": "the state carry sizes its rows from the bf16 dtype while copying f32 rows"}]
-    hello = vtp.make_hello("carry", "0.3.1", "", fake.SHA256, fake.VOCAB, fake.HIDDEN, fake.N_LAYERS,
+    hello = vtp.make_hello("carry", "0.3.1", "release-0.3.1", fake.SHA256, fake.VOCAB, fake.HIDDEN, fake.N_LAYERS,
                            fake.LAYER_KINDS, knobs.records, ["logits", SITE], faults, True, False)
     half = bf16 and fault == "carry_half"
 
