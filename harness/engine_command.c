@@ -8,6 +8,12 @@
  * the child's stderr is drained all along (a chatty engine never blocks on
  * a full pipe) and its last bytes go with every failure. After a failure
  * the instance is dead: the process has been killed and only close remains.
+ *
+ * The engine leads a process group that vtlab creates for it (setpgid
+ * before exec), and vtlab ends that whole group — at a failure, at close,
+ * after SIGINT/SIGTERM — so that nothing the engine started outlives vtlab.
+ * Its exit is noticed by waitid, not only by the end of its stdout: a
+ * process it started may hold that pipe open after the engine is gone.
  */
 #include "engine.h"
 
@@ -29,6 +35,9 @@
 #include "util.h"
 
 #define TAIL_BYTES 4096
+/* How often a wait on the engine's pipes asks whether the engine has
+ * exited (a crash behind a pipe that a grandchild holds open). */
+#define EXIT_CHECK_MS 200
 
 typedef struct cmd_model {
     const lab_engine_spec *spec;   /* the experiment's: outlives the model */
@@ -92,10 +101,23 @@ static void drain_stderr(cmd_inst *c) {
     }
 }
 
-static void kill_child(cmd_inst *c) {
+/* Whether the engine has exited, without reaping it: its zombie keeps its
+ * pid — the id of its process group — from being reused until kill_child
+ * or end_group has signalled the group. */
+static int leader_exited(const cmd_inst *c) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    return c->pid > 0 && waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == c->pid;
+}
+
+/* Ends the engine's whole group at once (SIGKILL: the engine and whatever
+ * it started that stayed in its group) and reaps the engine: its exit
+ * status in *status (NULL: not wanted). */
+static void kill_child(cmd_inst *c, int *status) {
     if (c->pid > 0) {
-        kill(c->pid, SIGKILL);
-        waitpid(c->pid, NULL, 0);
+        kill(-c->pid, SIGKILL);
+        kill(c->pid, SIGKILL);   /* should the group not have been made */
+        while (waitpid(c->pid, status, 0) < 0 && errno == EINTR) {}
         c->pid = 0;
     }
     c->dead = 1;
@@ -112,44 +134,52 @@ static int fail(cmd_inst *c, char *err, size_t errlen, int code, const char *fmt
     va_end(ap);
     if (c->err_fd >= 0) drain_stderr(c);
     int status = 0, exited = 0;
-    pid_t pid = c->pid;
     /* An engine that closed its stdout is usually exiting: give it a moment
      * so that its exit status (and last words) can be reported. */
-    for (int i = 0; pid > 0 && i < 50 && !(exited = waitpid(pid, &status, WNOHANG) == pid); i++) {
+    for (int i = 0; c->pid > 0 && i < 50 && !(exited = leader_exited(c)); i++) {
         if (c->err_fd >= 0) drain_stderr(c);
         usleep(10000);
     }
+    kill_child(c, &status);
     if (exited) {
-        c->pid = 0;
         size_t l = strlen(msg);
         if (WIFEXITED(status)) snprintf(msg + l, sizeof msg - l, " (it exited with status %d)", WEXITSTATUS(status));
         else if (WIFSIGNALED(status)) snprintf(msg + l, sizeof msg - l, " (it was killed by signal %d)", WTERMSIG(status));
     }
-    kill_child(c);
     if (c->err_fd >= 0) drain_stderr(c);
     tail_text(c, tail, sizeof tail, 480);
     return lab_errf(err, errlen, code, "%s: %s%s%s", c->label, msg, tail[0] ? "; its stderr ends: " : "", tail);
 }
 
 /* Waits until fd is ready for events (POLLIN/POLLOUT), draining stderr.
- * 0 ready; -1 timed out; -2 interrupted by a signal; -3 poll failed. */
+ * 0 ready; -1 timed out; -2 interrupted by a signal; -3 poll failed; -4 the
+ * engine exited while the pipe stays open (a process it started holds it). */
 static int wait_fd(cmd_inst *c, int fd, short events, double deadline) {
     for (;;) {
         if (lab_interrupted) return -2;
         double left = deadline - lab_mono();
         if (left <= 0) return -1;
         struct pollfd p[2] = {{fd, events, 0}, {c->err_fd, POLLIN, 0}};
-        int ms = left > 1.0 ? 1000 : (int)(left * 1000) + 1;
+        int ms = left * 1000 > EXIT_CHECK_MS ? EXIT_CHECK_MS : (int)(left * 1000) + 1;
         int n = poll(p, c->err_fd >= 0 ? 2 : 1, ms);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return -3;
         if (c->err_fd >= 0 && p[1].revents) drain_stderr(c);
         if (p[0].revents) return 0;
+        /* Asked after the poll and answered by one more look at the pipe, so
+         * that what the engine wrote before it exited is still read. */
+        if (leader_exited(c)) {
+            p[0].revents = 0;
+            return poll(p, 1, 0) > 0 && p[0].revents ? 0 : -4;
+        }
     }
 }
 
 static const char *wait_what(int w) {
-    return w == -1 ? "timed out" : w == -2 ? "interrupted by a signal" : "poll failed";
+    return w == -1   ? "timed out"
+           : w == -2 ? "interrupted by a signal"
+           : w == -4 ? "the engine process ended while a process it started keeps the pipe open"
+                     : "poll failed";
 }
 
 static int write_all(cmd_inst *c, const void *p, size_t n, double deadline, char *err, size_t errlen) {
@@ -260,7 +290,10 @@ static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errle
         signal(SIGPIPE, SIG_DFL);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
-        if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(er[1], 2) < 0) e = errno;
+        /* A group of its own, led by the engine: vtlab can end all of it,
+         * and a terminal's Ctrl-C reaches vtlab alone, which ends it. */
+        if (setpgid(0, 0)) e = errno;
+        else if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0 || dup2(er[1], 2) < 0) e = errno;
         else if (sp->cwd && chdir(sp->cwd)) e = errno;
         else if (set_env(sp, req)) e = ENOMEM;
         else {
@@ -270,6 +303,7 @@ static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errle
         if (write(st[1], &e, sizeof e) < 0) _exit(126);
         _exit(127);
     }
+    setpgid(pid, pid);   /* also here, so the group exists whichever runs first; EACCES after exec */
     close(in[0]);
     close(out[1]);
     close(er[1]);
@@ -286,7 +320,7 @@ static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errle
     while ((k = read(st[0], &e, sizeof e)) < 0 && errno == EINTR) {}
     close(st[0]);
     if (k == (ssize_t)sizeof e) {
-        waitpid(pid, NULL, 0);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
         c->pid = 0;
         c->dead = 1;
         return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot start it%s%s: %s", c->label, sp->cwd ? " in " : "",
@@ -399,6 +433,12 @@ static const char *hello_parse(const cJSON *root, lab_engine_hello *h, char *whe
     const char *type = jstr(root, "type");
     snprintf(where, wl, "type");
     if (!type || strcmp(type, "hello")) return "expected \"hello\" as the first message";
+    /* A hello is a header alone: bytes after it would be read as the first
+     * response, and a payload_bytes of 10^12 could never be read at all. */
+    const cJSON *pb = cJSON_GetObjectItemCaseSensitive(root, "payload_bytes");
+    if (pb && cJSON_IsNumber(pb)) snprintf(where, wl, "payload_bytes %.17g", pb->valuedouble);
+    else snprintf(where, wl, "payload_bytes");
+    if (pb && !(cJSON_IsNumber(pb) && pb->valuedouble == 0)) return "a hello carries no payload";
     snprintf(where, wl, "protocol");
     int64_t proto = jint(root, "protocol", 0, INT_MAX, &ok);
     if (!ok || proto != VTP_PROTOCOL) return "expected 1 (this vtlab speaks protocol version 1)";
@@ -689,27 +729,41 @@ static int cmd_probes(void *inst, vt_probe **recs, int64_t *n, int64_t *lost, ch
 
 static double cmd_forward_seconds(void *inst) { return ((cmd_inst *)inst)->forward_s; }
 
-/* Closes stdin, gives the engine grace_s to exit, then SIGTERM, then SIGKILL. */
+/* After stdin closed: gives the engine grace_s to exit (none once vtlab
+ * was sent SIGINT/SIGTERM, which do not reach the engine's group), then
+ * SIGTERM to its group, SIGKILL to what is left a second later. The group
+ * is signalled even when the engine exited in time if anything of it is
+ * left: a process it started would otherwise outlive vtlab. */
+static void end_group(cmd_inst *c) {
+    pid_t group = c->pid;
+    double end = lab_mono() + (lab_interrupted ? 0 : c->spec->grace_s);
+    int sent_term = 0;
+    for (;;) {
+        pid_t w = c->pid > 0 ? waitpid(c->pid, NULL, WNOHANG) : 0;
+        if (w == c->pid || (w < 0 && errno != EINTR)) c->pid = 0;   /* reaped (or not ours) */
+        /* Once the engine is reaped, its group id stays reserved while the
+         * group has members: kill(-group) reaches only what it left. */
+        if (!c->pid && kill(-group, 0) != 0) return;
+        if (!sent_term && (!c->pid || lab_mono() > end)) {
+            kill(-group, SIGTERM);
+            sent_term = 1;
+            end = lab_mono() + 1.0;
+        } else if (sent_term && lab_mono() > end) {
+            kill(-group, SIGKILL);
+            if (c->pid > 0) kill_child(c, NULL);
+            return;
+        }
+        if (c->err_fd >= 0) drain_stderr(c);
+        usleep(2000);
+    }
+}
+
+/* Closes stdin, then ends the engine's group (end_group). */
 static void cmd_close(void *inst) {
     cmd_inst *c = inst;
     if (!c) return;
     if (c->to_fd >= 0) close(c->to_fd);
-    if (c->pid > 0) {
-        double end = lab_mono() + c->spec->grace_s;
-        int sent_term = 0;
-        for (;;) {
-            pid_t w = waitpid(c->pid, NULL, WNOHANG);
-            if (w == c->pid || w < 0) break;
-            if (lab_mono() > end) {
-                if (sent_term) { kill(c->pid, SIGKILL); waitpid(c->pid, NULL, 0); break; }
-                kill(c->pid, SIGTERM);
-                sent_term = 1;
-                end = lab_mono() + 1.0;
-            }
-            if (c->err_fd >= 0) drain_stderr(c);
-            usleep(2000);
-        }
-    }
+    if (c->pid > 0) end_group(c);
     if (c->from_fd >= 0) close(c->from_fd);
     if (c->err_fd >= 0) close(c->err_fd);
     vtp_probes_free(&c->agg);

@@ -707,7 +707,8 @@ static int parse_slurm(pctx *c, lab_experiment *e, const cJSON *j) {
 static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     static const char *const keys[] = {"id", "description", "hypothesis", "notes", "model", "dataset",
                                        "score", "top_k", "store_full_logits", "probe", "reference",
-                                       "arms", "metrics", "decision", "divergence", "repeats", "engine", "slurm", NULL};
+                                       "arms", "metrics", "decision", "divergence", "repeats", "engine", "slurm",
+                                       "allow_model_mismatch", NULL};
     int rc;
     if (!cJSON_IsObject(root)) return BAD(c, "(top level)", "expected a JSON object, got %s", json_type(root));
     if ((rc = check_keys(c, root, "", keys)) || (rc = check_dupes(c, root, ""))) return rc;
@@ -729,6 +730,8 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     free(score);
     if ((rc = get_int(c, root, "top_k", "top_k", 0, 1, 1000, 20, &e->top_k))) return rc;
     if ((rc = get_bool(c, root, "store_full_logits", "store_full_logits", 0, &e->store_full_logits))) return rc;
+    if ((rc = get_bool(c, root, "allow_model_mismatch", "allow_model_mismatch", 0, &e->allow_model_mismatch)))
+        return rc;
     char *probe = NULL;
     if ((rc = get_string(c, root, "probe", "probe", 0, &probe))) return rc;
     if (probe && strcmp(probe, "on") && strcmp(probe, "audit")) {

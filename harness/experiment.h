@@ -89,6 +89,9 @@ typedef struct lab_experiment {
     int64_t     top_k;         /* top-k ids and log-probs stored per position */
     int         store_full_logits; /* 1: also store every logit row as f16 */
     char        probe[8];      /* VT_PROBE mode for arms that do not set it: "on" | "audit" */
+    int         allow_model_mismatch; /* 1: arms whose engines report another model than the
+                                     reference arm's run anyway (audit R4 flags them); 0
+                                     (default): that is bad input, exit 2 before anything is written */
     int64_t     ref_index;     /* index into arms of the reference arm */
     int64_t     n_arms;
     lab_arm    *arms;          /* [n_arms] */

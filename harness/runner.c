@@ -412,6 +412,24 @@ static int check_arms(exp_ctx *x, char *device, size_t devlen, char *err, size_t
     return LAB_OK;
 }
 
+/* The arms' engines must have loaded the reference arm's model: logits of
+ * another model compared with it would give a verdict about nothing the
+ * experiment varies (audit R4 flags such runs only afterwards). Unless the
+ * experiment says allow_model_mismatch, another model is bad input. */
+static int check_models(const exp_ctx *x, char *err, size_t errlen) {
+    const lab_experiment *e = x->e;
+    const char *ref = x->engs[e->ref_index].info.model_sha256;
+    if (e->allow_model_mismatch) return LAB_OK;
+    for (int64_t i = 0; i < e->n_arms; i++)
+        if (strcmp(x->engs[i].info.model_sha256, ref))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: arm %s: its engine reports model %.12s (hello "
+                            "model.sha256), while the reference arm %s's reports %.12s: logits of another model "
+                            "are not compared (set \"allow_model_mismatch\": true to run it anyway; audit R4 "
+                            "flags its runs)", e->path, e->arms[i].name, x->engs[i].info.model_sha256,
+                            e->arms[e->ref_index].name, ref);
+    return LAB_OK;
+}
+
 /* Each arm's engine: the builtin model (loaded once, shared) or a command;
  * each arm's request: its knobs (a builtin arm's resolved against the
  * registry), the probe mode, the model. */
@@ -462,7 +480,8 @@ static int prepare(exp_ctx *x, lab_experiment *e, const char *path, char *err, s
     if (rc) return rc;
     rc = load_engines(x, dir, err, errlen);
     free(dir);
-    if (rc || (rc = check_arms(x, device, sizeof device, err, errlen))) return rc;
+    if (rc || (rc = check_arms(x, device, sizeof device, err, errlen)) || (rc = check_models(x, err, errlen)))
+        return rc;
     const lab_engine_info *ri = &x->engs[e->ref_index].info;
     if ((rc = lab_dataset_prepare(e, ri->vocab, err, errlen))) return rc;
     if ((rc = lab_exp_ident_init(&x->id, e, x->ks, ri->model_sha256, device, err, errlen))) return rc;
