@@ -71,9 +71,10 @@ static void arm_text(const lab_query_run_row *r, char *arm, size_t n) {
 
 /* One row; we, wa: the experiment and arm columns' widths (the longest name
  * in the listing, at least the default), so names are whole and columns
- * aligned. */
+ * aligned. The engine (lab_engine_label) is the last column: its width
+ * varies, and scripts that read the columns before it keep their places. */
 static void run_line(const lab_query_run_row *r, int we, int wa) {
-    char arm[80], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-";
+    char arm[80], top1[48] = "-", kl[24] = "-", asrt[16] = "-", div[16] = "-", engine[160];
     arm_text(r, arm, sizeof arm);
     if (r->has_assertions) snprintf(asrt, sizeof asrt, "%s%s", r->assertions_ok ? "ok" : "FAIL", r->replay ? "*" : "");
     if (r->has_top1)
@@ -81,8 +82,9 @@ static void run_line(const lab_query_run_row *r, int we, int wa) {
                  r->top1_hi);
     if (r->has_kl) snprintf(kl, sizeof kl, "%.3g", r->kl_mean);
     if (r->has_div) snprintf(div, sizeof div, "L%lld %s", (long long)r->div_layer, r->div_ffn ? "ffn" : "attn");
-    printf("%-5lld %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", (long long)r->id, we, r->experiment, wa, arm,
-           r->status, asrt, top1, kl, r->verdict ? r->verdict : "-", div, r->started);
+    printf("%-5lld %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %-20s %s\n", (long long)r->id, we, r->experiment, wa, arm,
+           r->status, asrt, top1, kl, r->verdict ? r->verdict : "-", div, r->started,
+           lab_engine_label(&r->engine, engine, sizeof engine));
 }
 
 int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen) {
@@ -97,8 +99,8 @@ int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, siz
         if ((int)strlen(runs.rows[i].experiment) > we) we = (int)strlen(runs.rows[i].experiment);
         if ((int)strlen(arm) > wa) wa = (int)strlen(arm);
     }
-    printf("%-5s %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %s\n", "id", we, "experiment", wa, "arm", "status", "asserts",
-           "top1 k/n [95% CI]", "KL mean", "verdict", "diverges", "started");
+    printf("%-5s %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %-20s %s\n", "id", we, "experiment", wa, "arm", "status",
+           "asserts", "top1 k/n [95% CI]", "KL mean", "verdict", "diverges", "started", "engine");
     for (int64_t i = 0; i < runs.n; i++) run_line(&runs.rows[i], we, wa);
     if (!runs.n) printf("(no runs)\n");
     else printf("asserts: ok / FAIL (runtime dtype assertions); * = the arm replays a defect and expects FAIL\n");
@@ -125,10 +127,13 @@ static void show_comparison(const lab_query_comparison *c) {
         printf("  first divergence       none above tolerance %.3g\n", c->div_tolerance);
 }
 
-/* The run's row, its knobs and metrics. */
+/* The run's row, the engine it went through (lab_engine_describe), its
+ * knobs and metrics. */
 static void show_head(int64_t id, const lab_query_run_detail *d) {
+    char engine[320];
     printf("run %lld\n", (long long)id);
     for (int64_t i = 0; i < d->n_fields; i++) printf("  %-20s %s\n", d->fields[i].name, d->fields[i].value);
+    printf("  %-20s %s\n", "engine", lab_engine_describe(&d->engine, engine, sizeof engine));
     printf("knobs (resolved; * = changes numerics)\n");
     for (int64_t i = 0; i < d->n_knobs; i++)
         printf("  %s%-28s %s\n", d->knobs[i].numeric ? "*" : " ", d->knobs[i].name, d->knobs[i].value);
@@ -230,6 +235,9 @@ static void compare_table(int64_t a, int64_t b, const lab_query_brief *A, const 
     brief_row("model sha256", A->model, B->model);
     brief_row("dataset sha256", A->dataset, B->dataset);
     brief_row("code version", A->code, B->code);
+    char ea[160], eb[160];
+    brief_row("engine", lab_engine_label(&A->engine, ea, sizeof ea), lab_engine_label(&B->engine, eb, sizeof eb));
+    brief_row("engine commit", A->engine.commit, B->engine.commit);
     brief_row("logits sha256", A->logits, B->logits);
     for (int64_t i = 0; i < c->n_knobs; i++)
         printf("knob %-11s %-40s %-40s\n", c->knobs[i].name, c->knobs[i].a, c->knobs[i].b);
@@ -301,6 +309,7 @@ static cJSON *brief_json(int64_t id, const lab_query_brief *b) {
     cJSON_AddStringToObject(o, "dataset_sha256", b->dataset);
     cJSON_AddStringToObject(o, "code_version", b->code);
     cJSON_AddStringToObject(o, "logits_sha256", b->logits);
+    cJSON_AddItemToObject(o, "engine", lab_engine_json(&b->engine));
     return o;
 }
 

@@ -782,6 +782,27 @@ static int junit_load(lab_store *st, int64_t id, junit_data *d, char *err, size_
     return rc;
 }
 
+/* <property name="NAME" value="VALUE"/>, the value escaped (it may come
+ * from an engine's hello). */
+static void junit_property(lab_buf *b, const char *name, const char *value) {
+    lab_buf_printf(b, "<property name=\"%s\" value=\"", name);
+    x(b, value);
+    lab_buf_printf(b, "\"/>");
+}
+
+/* The engine of a test case's runs as properties of the case (engine_name.h:
+ * "engine" is its label; for the builtin, engine.commit is vtlab's). */
+static void junit_engine(lab_buf *b, const lab_engine_name *e) {
+    char label[160];
+    lab_buf_printf(b, "      <properties>");
+    junit_property(b, "engine", lab_engine_label(e, label, sizeof label));
+    junit_property(b, "engine.name", e->name);
+    junit_property(b, "engine.version", e->version);
+    junit_property(b, "engine.commit", e->commit);
+    junit_property(b, "engine.model_sha256", e->model_sha256);
+    lab_buf_printf(b, "</properties>\n");
+}
+
 /* One <testcase> of junit.xml. */
 static void junit_case(lab_buf *b, const junit_data *d, int64_t k) {
     lab_buf_printf(b, "    <testcase classname=\"");
@@ -789,6 +810,7 @@ static void junit_case(lab_buf *b, const junit_data *d, int64_t k) {
     lab_buf_printf(b, "\" name=\"");
     x(b, d->cs[k].arm);
     lab_buf_printf(b, "\" time=\"%.3f\">\n", d->cs[k].time);
+    junit_engine(b, &d->cs[k].engine);
     if (d->fail[k]) {
         char first[300];
         snprintf(first, sizeof first, "%s", d->reg[k].data);
@@ -802,6 +824,24 @@ static void junit_case(lab_buf *b, const junit_data *d, int64_t k) {
     lab_buf_printf(b, "      <system-out>%d run(s) in this nightly", d->cs[k].runs);
     if (d->notes[k].len) { lab_buf_printf(b, "\n"); x(b, d->notes[k].data); }
     lab_buf_printf(b, "</system-out>\n    </testcase>\n");
+}
+
+/* The distinct engine labels of cases i .. j-1, in case order, ", "-joined:
+ * the suite's "engines" property, for CI systems that show only a suite's
+ * properties. */
+static void junit_suite_engines(lab_buf *b, const junit_data *d, int64_t i, int64_t j) {
+    lab_buf all = {0};
+    for (int64_t k = i; k < j; k++) {
+        char label[160], seen[160];
+        lab_engine_label(&d->cs[k].engine, label, sizeof label);
+        int dup = 0;
+        for (int64_t m = i; m < k && !dup; m++)
+            dup = !strcmp(lab_engine_label(&d->cs[m].engine, seen, sizeof seen), label);
+        if (!dup) lab_buf_printf(&all, "%s%s", all.len ? ", " : "", label);
+    }
+    if (all.oom) b->oom = 1;
+    junit_property(b, "engines", all.data ? all.data : "");
+    lab_buf_free(&all);
 }
 
 /* The <testsuite> of the experiment of case i: cases i .. the returned index - 1. */
@@ -822,7 +862,9 @@ static int64_t junit_suite(lab_buf *b, const junit_data *d, int64_t id, int64_t 
     x(b, d->nr.commit);
     lab_buf_printf(b, "\"/><property name=\"code_version\" value=\"");
     x(b, d->nr.code_version);
-    lab_buf_printf(b, "\"/></properties>\n");
+    lab_buf_printf(b, "\"/>");
+    junit_suite_engines(b, d, i, j);
+    lab_buf_printf(b, "</properties>\n");
     for (int64_t k = i; k < j; k++) junit_case(b, d, k);
     lab_buf_printf(b, "  </testsuite>\n");
     return j;
@@ -869,9 +911,10 @@ int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *e
 /* The table of nightly.md: one row per test case. */
 static int md_cases(lab_store *st, int64_t id, const tcase *cs, int64_t nc, lab_buf *b, char *err, size_t errlen) {
     int rc = LAB_OK;
-    lab_buf_printf(b, "| experiment | arm | result | findings |\n|---|---|---|---|\n");
+    lab_buf_printf(b, "| experiment | arm | engine | result | findings |\n|---|---|---|---|---|\n");
     for (int64_t i = 0; i < nc && !rc; i++) {
         lab_buf r = {0}, n = {0};
+        char engine[320];
         int bad = 0;
         rc = case_findings(st, id, cs[i].eid, cs[i].arm, 1, &r, &bad, err, errlen);
         if (!rc) rc = case_findings(st, id, cs[i].eid, cs[i].arm, 0, &n, NULL, err, errlen);
@@ -879,6 +922,8 @@ static int md_cases(lab_store *st, int64_t id, const tcase *cs, int64_t nc, lab_
         lab_esc_md(b, cs[i].eid);
         lab_buf_printf(b, " | ");
         lab_esc_md(b, cs[i].arm);
+        lab_buf_printf(b, " | ");
+        lab_esc_md(b, lab_engine_describe(&cs[i].engine, engine, sizeof engine));
         lab_buf_printf(b, " | %s | ", bad ? "**REGRESSION**" : "ok");
         if (r.len) lab_esc_md(b, r.data);
         if (r.len && n.len) lab_buf_printf(b, "<br>");

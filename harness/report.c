@@ -226,7 +226,24 @@ static void arm_head_html(page *pg, const arm_view *a) {
     lab_buf_printf(o, "</code>%s</td>", a->expect_fail ? "<br><span class=\"tag\">assertions expected to FAIL (replay)</span>" : "");
 }
 
-/* The run's cell and its assertions' cell. */
+/* The engine's cell: name and version, then its commit (vtlab's for the
+ * builtin) and model hash, short (engine_name.h). All of it comes from the
+ * engine's hello: escaped like any text. */
+static void arm_engine_html(page *pg, const arm_view *a) {
+    lab_buf *o = &pg->html;
+    char label[160];
+    lab_buf_printf(o, "<td>");
+    h(pg, lab_engine_label(&a->engine, label, sizeof label));
+    lab_buf_printf(o, "<br><small>");
+    if (*a->engine.commit) { lab_buf_printf(o, "commit "); h(pg, a->engine.commit); lab_buf_printf(o, "<br>"); }
+    char model[13];
+    snprintf(model, sizeof model, "%.12s", a->engine.model_sha256);
+    lab_buf_printf(o, "model ");
+    h(pg, model);
+    lab_buf_printf(o, "</small></td>");
+}
+
+/* The run's cell, its engine's and its assertions' cell. */
 static void arm_run_html(page *pg, const arm_view *a) {
     lab_buf *o = &pg->html;
     lab_buf_printf(o, "<td>%lld<br><small>", (long long)a->run_id);
@@ -236,6 +253,7 @@ static void arm_run_html(page *pg, const arm_view *a) {
     lab_buf_printf(o, "<br>");
     h(pg, a->started);
     lab_buf_printf(o, "</small></td>");
+    arm_engine_html(pg, a);
     if (a->error) { lab_buf_printf(o, "<td class=\"bad\">"); h(pg, a->error); lab_buf_printf(o, "</td>"); }
     else if (a->assertions_ok < 0) lab_buf_printf(o, "<td>–</td>");
     else {
@@ -286,13 +304,15 @@ static void arm_cmp_html(page *pg, const arm_view *a) {
 /* The arm's row of the markdown table; tps: its tokens/s cell. */
 static void arm_md(page *pg, const arm_view *a, const char *tps) {
     lab_buf *md = &pg->md;
-    char v1[32];
+    char v1[32], engine[320];
     lab_buf_printf(md, "| ");
     lab_esc_md(md, a->name);
     lab_buf_printf(md, "%s | ", a->is_reference ? " (reference)" : "");
     lab_esc_md(md, a->resolved_knobs ? a->resolved_knobs : "");
     lab_buf_printf(md, " | %lld ", (long long)a->run_id);
     lab_esc_md(md, a->status);
+    lab_buf_printf(md, " | ");
+    lab_esc_md(md, lab_engine_describe(&a->engine, engine, sizeof engine));
     lab_buf_printf(md, " | %s | ", a->assertions_ok < 0 ? "-" : a->assertions_ok ? "pass" : "FAIL");
     if (a->has_cmp) {
         fmt_g(v1, sizeof v1, a->kl_mean);
@@ -306,19 +326,19 @@ static void arm_md(page *pg, const arm_view *a, const char *tps) {
 static void section_arms(page *pg, const exp_view *e) {
     lab_buf *o = &pg->html;
     lab_buf_printf(o, "<table><tr><th>arm</th><th>knobs (spec)</th><th>knobs (resolved, non-default)</th>"
-                      "<th>expects</th><th>run</th><th>assertions</th><th>top-1 k/n [Wilson 95%%]</th><th>verdict</th>"
-                      "<th>KL mean / p99 / max</th><th>max |&Delta;logit|</th><th>first divergence</th>"
+                      "<th>expects</th><th>run</th><th>engine</th><th>assertions</th><th>top-1 k/n [Wilson 95%%]</th>"
+                      "<th>verdict</th><th>KL mean / p99 / max</th><th>max |&Delta;logit|</th><th>first divergence</th>"
                       "<th>tokens/s</th></tr>\n");
-    lab_buf_printf(&pg->md, "| arm | knobs | run | assertions | top-1 k/n [95%% CI] | verdict | KL mean | tokens/s |\n"
-                            "|---|---|---|---|---|---|---|---|\n");
+    lab_buf_printf(&pg->md, "| arm | knobs | run | engine | assertions | top-1 k/n [95%% CI] | verdict | KL mean | "
+                            "tokens/s |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
         arm_head_html(pg, a);
         if (!a->run_id) {
-            lab_buf_printf(o, "<td colspan=\"8\">never run</td></tr>\n");
+            lab_buf_printf(o, "<td colspan=\"9\">never run</td></tr>\n");
             lab_buf_printf(&pg->md, "| ");
             lab_esc_md(&pg->md, a->name);
-            lab_buf_printf(&pg->md, " | | never run | | | | | |\n");
+            lab_buf_printf(&pg->md, " | | never run | | | | | | |\n");
             continue;
         }
         arm_run_html(pg, a);
@@ -554,18 +574,21 @@ static void summary_confounds(page *pg, const lab_rp_page_view *v) {
     lab_buf_printf(&pg->md, "**%d open confound(s)**\n\n", n);
 }
 
+/* Each arm's latest verdict, with the engine of the run it is about. */
 static void summary_verdicts(page *pg, const lab_rp_page_view *v) {
     lab_buf *o = &pg->html;
     for (int64_t j = 0; j < v->n_verdicts; j++) {
         const lab_rp_verdict *r = &v->verdicts[j];
+        char engine[160];
+        lab_engine_label(&r->engine, engine, sizeof engine);
         int k = 0;
         for (int i = 0; i < v->n_experiments; i++) if (!strcmp(v->experiments[i], r->experiment)) k = i;
-        if (!j) lab_buf_printf(o, "<table><tr><th>experiment</th><th>arm</th><th>verdict</th><th>top-1 k/n [95%% CI]</th>"
-                                  "<th>assertions</th></tr>\n");
+        if (!j) lab_buf_printf(o, "<table><tr><th>experiment</th><th>arm</th><th>engine</th><th>verdict</th>"
+                                  "<th>top-1 k/n [95%% CI]</th><th>assertions</th></tr>\n");
         lab_buf_printf(o, "<tr><td><a href=\"#exp-%d\">", k);
         h(pg, r->experiment);
         lab_buf_printf(o, "</a></td><td>");
-        h(pg, r->arm);
+        h_cells(pg, (const char *const[]){r->arm, engine}, 2);
         lab_buf_printf(o, "</td><td class=\"%s\">%s</td><td>%lld/%lld [%.3f, %.3f]</td><td>%s%s</td></tr>\n",
                        verdict_class(r->verdict), r->verdict, (long long)r->k, (long long)r->n, r->lo, r->hi,
                        r->assertions_ok ? "ok" : "FAIL", r->expect_fail ? " (a replay: expected to fail)" : "");
@@ -573,7 +596,9 @@ static void summary_verdicts(page *pg, const lab_rp_page_view *v) {
         lab_esc_md(&pg->md, r->experiment);
         lab_buf_printf(&pg->md, "/");
         lab_esc_md(&pg->md, r->arm);
-        lab_buf_printf(&pg->md, ": %s %lld/%lld\n", r->verdict, (long long)r->k, (long long)r->n);
+        lab_buf_printf(&pg->md, ": %s %lld/%lld (engine ", r->verdict, (long long)r->k, (long long)r->n);
+        lab_esc_md(&pg->md, engine);
+        lab_buf_printf(&pg->md, ")\n");
     }
     if (v->n_verdicts) { lab_buf_printf(o, "</table>\n"); lab_buf_printf(&pg->md, "\n"); }
 }

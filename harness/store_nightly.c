@@ -576,9 +576,13 @@ int lab_store_nightly_cases(lab_store *st, int64_t id, lab_nightly_case **out, i
     *out = NULL;
     *n = 0;
     sqlite3_stmt *s;
-    int rc = lab_sq_prep(st, "SELECT r.experiment, r.arm, coalesce(sum(r.wall_s), 0), count(*) FROM nightly_runs nr"
-                             " JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1 GROUP BY r.experiment, r.arm"
-                             " ORDER BY r.experiment, min(r.id)", &s, err, errlen);
+    /* the engine is read from the case's latest run (its repeats all ran the same arm) */
+    int rc = lab_sq_prep(st, "SELECT c.experiment, c.arm, c.t, c.n," LAB_ENGINE_SQL("l") " FROM"
+                             " (SELECT r.experiment, r.arm, coalesce(sum(r.wall_s), 0) AS t, count(*) AS n,"
+                             " min(r.id) AS first, max(r.id) AS last FROM nightly_runs nr"
+                             " JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1 GROUP BY r.experiment, r.arm) c"
+                             " JOIN runs l ON l.id = c.last"
+                             " ORDER BY c.experiment, c.first", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, id);
     int row;
@@ -590,6 +594,7 @@ int lab_store_nightly_cases(lab_store *st, int64_t id, lab_nightly_case **out, i
         lab_sq_col_copy(s, 1, c->arm, sizeof c->arm);
         c->time = sqlite3_column_double(s, 2);
         c->runs = sqlite3_column_int(s, 3);
+        lab_engine_name_read(s, 4, &c->engine);
     }
     sqlite3_finalize(s);
     if (row < 0) { free(*out); *out = NULL; *n = 0; }

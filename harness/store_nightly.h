@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine_name.h"
 #include "store.h"
 
 /* ------------------------------------------------------------ a nightly's row */
@@ -218,6 +219,7 @@ typedef struct lab_nightly_case {
     char   eid[128], arm[128];
     double time;            /* summed wall_s */
     int    runs;
+    lab_engine_name engine; /* the engine of its latest run */
 } lab_nightly_case;
 
 /* The cases of a nightly by experiment, then first run: (*out)[*n], owned (free()). */

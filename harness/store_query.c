@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine_name.h"
 #include "store_internal.h"
 #include "util.h"
 
@@ -75,6 +76,11 @@ static int prep_ids(lab_store *st, const char *sql, int64_t a, int64_t b, sqlite
 }
 
 
+/* 1 when the runs table has engine_hello (schema v7): the read commands
+ * also read older files opened read-only, which are never migrated; their
+ * queries name the engine with LAB_ENGINE_SQL_V6 instead. */
+static int has_hello(lab_store *st) { return lab_store_version(st) >= 7; }
+
 /* Copies the current row of s into the zeroed struct row. */
 typedef void (*copy_fn)(sqlite3_stmt *s, void *row, reading *r);
 
@@ -124,16 +130,19 @@ int lab_query_run_exists(lab_store *st, int64_t id, int *found, char *err, size_
 
 /* ------------------------------------------------------------ runs */
 
-static const char *const runs_sql =
-    "SELECT r.id, r.experiment, r.arm, r.repeat_idx, r.status, r.assertions_ok, r.expected_assertions,"
-    " c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, v.verdict, r.started_at, r.wall_s,"
-    " c.first_div_layer, c.first_div_site, r.backend, r.code_version, r.error"
-    " FROM runs r LEFT JOIN comparisons c ON c.run_id = r.id"
-    " LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id"
-    " WHERE (?1 IS NULL OR r.experiment = ?1) ORDER BY r.id";
+#define RUNS_SQL(ENGINE)                                                                                 \
+    "SELECT r.id, r.experiment, r.arm, r.repeat_idx, r.status, r.assertions_ok, r.expected_assertions,"   \
+    " c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, v.verdict, r.started_at, r.wall_s,"            \
+    " c.first_div_layer, c.first_div_site, r.backend, r.code_version, r.error," ENGINE                    \
+    " FROM runs r LEFT JOIN comparisons c ON c.run_id = r.id"                                             \
+    " LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id"                \
+    " WHERE (?1 IS NULL OR r.experiment = ?1) ORDER BY r.id"
+
+/* [has_hello(st)]: runs_sql[0] for a file older than v7, read as it is. */
+static const char *const runs_sql[2] = {RUNS_SQL(LAB_ENGINE_SQL_V6("r")), RUNS_SQL(LAB_ENGINE_SQL("r"))};
 
 static int prep_runs(lab_store *st, const char *experiment, sqlite3_stmt **s, char *err, size_t errlen) {
-    int rc = prep(st, runs_sql, s, err, errlen);
+    int rc = prep(st, runs_sql[has_hello(st)], s, err, errlen);
     if (!rc && experiment) lab_sq_bind_text(*s, 1, experiment);
     return rc;
 }
@@ -160,6 +169,7 @@ static void run_row(sqlite3_stmt *s, void *row, reading *r) {
     x->has_div = !is_null(s, 15);
     x->div_layer = sqlite3_column_int64(s, 15);
     x->div_ffn = sqlite3_column_int(s, 16);
+    lab_engine_name_read(s, 20, &x->engine);
 }
 
 int lab_query_runs_read(lab_store *st, const char *experiment, lab_query_runs *out, char *err, size_t errlen) {
@@ -180,10 +190,13 @@ void lab_query_runs_free(lab_query_runs *r) {
 }
 
 /* The current row of s as a JSON object: the columns by name, NULL as null,
- * blobs left out. NULL when out of memory. */
-static cJSON *row_object(sqlite3_stmt *s) {
+ * blobs left out; with `engine`, the last LAB_ENGINE_NCOLS columns are
+ * LAB_ENGINE_SQL's, shown as one object "engine" (lab_engine_json). NULL when
+ * out of memory. */
+static cJSON *row_object(sqlite3_stmt *s, int engine) {
     cJSON *o = cJSON_CreateObject();
-    for (int i = 0; o && i < sqlite3_column_count(s); i++) {
+    int n = sqlite3_column_count(s) - (engine ? LAB_ENGINE_NCOLS : 0);
+    for (int i = 0; o && i < n; i++) {
         const char *name = sqlite3_column_name(s, i);
         cJSON *v = NULL;
         switch (sqlite3_column_type(s, i)) {
@@ -195,16 +208,22 @@ static cJSON *row_object(sqlite3_stmt *s) {
         }
         if (!v) { cJSON_Delete(o); o = NULL; }
     }
+    if (o && engine) {
+        lab_engine_name en;
+        lab_engine_name_read(s, n, &en);
+        cJSON *e = lab_engine_json(&en);
+        if (!e || !cJSON_AddItemToObject(o, "engine", e)) { cJSON_Delete(e); cJSON_Delete(o); o = NULL; }
+    }
     return o;
 }
 
-/* Steps the prepared s to its end, each row an object added to arr (when
- * `single`: the first row only, as arr's item `key`); finalizes s. */
-static int json_rows(lab_store *st, sqlite3_stmt *s, cJSON *arr, const char *key, int single, char *err,
+/* Steps the prepared s to its end, each row an object (row_object) added to
+ * arr (when `single`: the first row only, as arr's item `key`); finalizes s. */
+static int json_rows(lab_store *st, sqlite3_stmt *s, cJSON *arr, const char *key, int single, int engine, char *err,
                      size_t errlen) {
     int last;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
-        cJSON *o = row_object(s);
+        cJSON *o = row_object(s, engine);
         int added = o && (single ? cJSON_AddItemToObject(arr, key, o) : cJSON_AddItemToArray(arr, o));
         if (!added) {
             cJSON_Delete(o);
@@ -223,7 +242,7 @@ int lab_query_runs_json(lab_store *st, const char *experiment, cJSON **out, char
     if (rc) return rc;
     cJSON *arr = cJSON_CreateArray();
     if (!arr) { sqlite3_finalize(s); return lab_oom(err, errlen); }
-    if ((rc = json_rows(st, s, arr, "runs", 0, err, errlen))) { cJSON_Delete(arr); return rc; }
+    if ((rc = json_rows(st, s, arr, "runs", 0, 1, err, errlen))) { cJSON_Delete(arr); return rc; }
     *out = arr;
     return LAB_OK;
 }
@@ -256,6 +275,22 @@ static int show_fields(lab_store *st, int64_t id, lab_query_run_detail *d, char 
                       " wall_s, forward_s, logits_sha256, assertions_ok, expected_assertions, assertion_reason,"
                       " experiment_sha256 FROM runs WHERE id = ?1", id, 0, &s, err, errlen);
     return rc ? rc : read_fields(st, s, d, err, errlen);
+}
+
+/* The engine the run went through (lab_engine_name; zeroed for no such run). */
+static int show_engine(lab_store *st, int64_t id, lab_engine_name *n, char *err, size_t errlen) {
+    sqlite3_stmt *s = NULL;
+    memset(n, 0, sizeof *n);
+    static const char *const sql[2] = {"SELECT" LAB_ENGINE_SQL_V6("r") " FROM runs r WHERE r.id = ?1",
+                                       "SELECT" LAB_ENGINE_SQL("r") " FROM runs r WHERE r.id = ?1"};
+    int rc = prep_ids(st, sql[has_hello(st)], id, 0, &s, err, errlen);
+    if (rc) return rc;
+    int step = sqlite3_step(s);
+    if (step == SQLITE_ROW) {
+        lab_engine_name_read(s, 0, n);
+        step = SQLITE_DONE;
+    }
+    return lab_sq_done(st, s, step, "show engine", err, errlen);
 }
 
 static void knob_row(sqlite3_stmt *s, void *row, reading *r) {
@@ -392,6 +427,7 @@ static const show_part show_parts[] = {
 int lab_query_run_detail_read(lab_store *st, int64_t id, lab_query_run_detail *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     int rc = show_fields(st, id, out, err, errlen);
+    if (!rc) rc = show_engine(st, id, &out->engine, err, errlen);
     for (size_t i = 0; !rc && i < sizeof show_parts / sizeof show_parts[0]; i++) {
         const show_part *p = &show_parts[i];
         rc = read_rows(st, p->sql, id, 0, p->what, p->copy, p->size, (void **)((char *)out + p->rows),
@@ -429,17 +465,20 @@ static void brief_from_row(sqlite3_stmt *s, int64_t id, lab_query_brief *b) {
     b->reference_run = sqlite3_column_int64(s, 8);
     if (!b->reference_run && sqlite3_column_int(s, 10)) b->reference_run = id;
     b->n_scored = sqlite3_column_int64(s, 9);
+    lab_engine_name_read(s, 11, &b->engine);
 }
 
 int lab_query_brief_read(lab_store *st, int64_t id, lab_query_brief *b, int *found, char *err, size_t errlen) {
     memset(b, 0, sizeof *b);
     *found = 0;
     sqlite3_stmt *s = NULL;
-    int rc = prep_ids(st,
-                      "SELECT r.arm, r.experiment, r.status, r.knob_hash, r.model_sha256, r.dataset_sha256,"
-                      " r.code_version, r.logits_sha256, (SELECT reference_run_id FROM comparisons c"
-                      " WHERE c.run_id = r.id ORDER BY reference_run_id DESC LIMIT 1), r.n_scored, r.is_reference"
-                      " FROM runs r WHERE r.id = ?1", id, 0, &s, err, errlen);
+#define BRIEF_SQL(ENGINE)                                                                                    \
+    "SELECT r.arm, r.experiment, r.status, r.knob_hash, r.model_sha256, r.dataset_sha256, r.code_version,"    \
+    " r.logits_sha256, (SELECT reference_run_id FROM comparisons c WHERE c.run_id = r.id"                     \
+    " ORDER BY reference_run_id DESC LIMIT 1), r.n_scored, r.is_reference," ENGINE " FROM runs r WHERE r.id = ?1"
+    static const char *const sql[2] = {BRIEF_SQL(LAB_ENGINE_SQL_V6("r")), BRIEF_SQL(LAB_ENGINE_SQL("r"))};
+#undef BRIEF_SQL
+    int rc = prep_ids(st, sql[has_hello(st)], id, 0, &s, err, errlen);
     if (rc) return rc;
     int step = sqlite3_step(s);
     if (step == SQLITE_ROW) {
@@ -567,27 +606,32 @@ int lab_query_reference(lab_store *st, int64_t id, int64_t *ref, int *last_only,
 static const struct json_section {
     const char *key, *sql;
     int         single;       /* the first row as an object, not an array */
+    int         engine;       /* the row ends with LAB_ENGINE_SQL's columns: shown as "engine" */
 } json_sections[] = {
-    {"run", "SELECT * FROM runs WHERE id = ?1", 1},
-    {"knobs", "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY name", 0},
-    {"metrics", "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", 0},
-    {"probes", "SELECT * FROM probes WHERE run_id = ?1 ORDER BY idx", 0},
-    {"expectations", "SELECT * FROM expectations WHERE run_id = ?1", 0},
-    {"comparisons", "SELECT * FROM comparisons WHERE run_id = ?1", 0},
-    {"layer_divergence", "SELECT * FROM layer_divergence WHERE run_id = ?1 ORDER BY layer, site", 0},
-    {"verdicts", "SELECT * FROM verdicts WHERE run_id = ?1", 0},
-    {"pair_tests", "SELECT * FROM pair_tests WHERE run_a = ?1 OR run_b = ?1", 0},
+    {"run", "SELECT *," LAB_ENGINE_SQL("runs") " FROM runs WHERE id = ?1", 1, 1},
+    {"knobs", "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY name", 0, 0},
+    {"metrics", "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", 0, 0},
+    {"probes", "SELECT * FROM probes WHERE run_id = ?1 ORDER BY idx", 0, 0},
+    {"expectations", "SELECT * FROM expectations WHERE run_id = ?1", 0, 0},
+    {"comparisons", "SELECT * FROM comparisons WHERE run_id = ?1", 0, 0},
+    {"layer_divergence", "SELECT * FROM layer_divergence WHERE run_id = ?1 ORDER BY layer, site", 0, 0},
+    {"verdicts", "SELECT * FROM verdicts WHERE run_id = ?1", 0, 0},
+    {"pair_tests", "SELECT * FROM pair_tests WHERE run_a = ?1 OR run_b = ?1", 0, 0},
 };
+
+/* The "run" section of a file older than v7 (has_hello). */
+static const char *const json_run_v6 = "SELECT *," LAB_ENGINE_SQL_V6("runs") " FROM runs WHERE id = ?1";
 
 int lab_query_run_json(lab_store *st, int64_t id, cJSON *root, char *err, size_t errlen) {
     int rc = LAB_OK;
     for (size_t i = 0; !rc && i < sizeof json_sections / sizeof json_sections[0]; i++) {
         const struct json_section *j = &json_sections[i];
         sqlite3_stmt *s = NULL;
-        if ((rc = prep_ids(st, j->sql, id, 0, &s, err, errlen))) break;
+        const char *sql = j->engine && !has_hello(st) ? json_run_v6 : j->sql;
+        if ((rc = prep_ids(st, sql, id, 0, &s, err, errlen))) break;
         cJSON *arr = j->single ? root : cJSON_AddArrayToObject(root, j->key);
         if (!arr) { sqlite3_finalize(s); return lab_oom(err, errlen); }
-        rc = json_rows(st, s, arr, j->key, j->single, err, errlen);
+        rc = json_rows(st, s, arr, j->key, j->single, j->engine, err, errlen);
     }
     return rc;
 }

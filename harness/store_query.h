@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine_name.h"
 #include "store.h"
 
 /* The strings an output owns (store_query.c). */
@@ -49,6 +50,7 @@ typedef struct lab_query_run_row {
     int         has_div;          /* 0: no layer diverged (or not measured) */
     int64_t     div_layer;
     int         div_ffn;          /* 1: after the FFN, 0: after attention */
+    lab_engine_name engine;       /* the engine the run went through */
 } lab_query_run_row;
 
 typedef struct lab_query_runs {
@@ -63,7 +65,8 @@ int  lab_query_runs_read(lab_store *st, const char *experiment, lab_query_runs *
 void lab_query_runs_free(lab_query_runs *r);
 
 /* The same rows as a JSON array of objects (`vtlab runs --json`): the
- * columns by name, NULL as null. *out is the caller's (cJSON_Delete). */
+ * columns by name, NULL as null, and "engine" (lab_engine_json; the hello
+ * itself is left to `show --json`). *out is the caller's (cJSON_Delete). */
 int lab_query_runs_json(lab_store *st, const char *experiment, cJSON **out, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ show */
@@ -128,6 +131,7 @@ typedef struct lab_query_run_detail {
     lab_query_verdict     *verdicts;     int64_t n_verdicts;
     lab_query_expectation *expectations; int64_t n_expectations;
     lab_query_probe_group *probes;       int64_t n_probes;
+    lab_engine_name        engine;       /* the engine the run went through */
     lab_query_text        *text;
 } lab_query_run_detail;
 
@@ -144,6 +148,7 @@ typedef struct lab_query_brief {
     char    arm[64], experiment[64], status[16], knob_hash[65], model[65], dataset[65], code[256], logits[65];
     int64_t reference_run;        /* its comparisons' largest reference run id; itself for a reference run; 0 */
     int64_t n_scored;
+    lab_engine_name engine;       /* the engine the run went through */
 } lab_query_brief;
 
 /* *found = 0 (and *b zeroed) when run id does not exist. */
@@ -186,7 +191,8 @@ void lab_query_topk_free(lab_query_topk *v, int64_t n);
 int lab_query_reference(lab_store *st, int64_t id, int64_t *ref, int *last_only, char *err, size_t errlen);
 
 /* Adds run id's records to root, the columns by name (NULL as null, blobs
- * left out): "run" (an object, absent when there is no such run), then the
+ * left out): "run" (an object, absent when there is no such run, with its
+ * engine named as "engine": lab_engine_json), then the
  * arrays "knobs", "metrics", "probes", "expectations", "comparisons",
  * "layer_divergence", "verdicts" and "pair_tests" (the pair tests naming the
  * run). On failure root may hold some of them. */

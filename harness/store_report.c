@@ -277,7 +277,8 @@ int lab_rp_read_arm_run(lab_store *st, const char *exp, arm_view *a, char run_sh
     const char *what = "report: an arm's latest run";
     run_sha[0] = 0;
     int rc = lab_sq_prep_as(st, "SELECT id, status, error, assertions_ok, assertion_reason, backend, started_at, code_version,"
-                      " is_reference, experiment_sha256 FROM runs WHERE experiment = ?1 AND arm = ?2"
+                      " is_reference, experiment_sha256," LAB_ENGINE_SQL("runs")
+                      " FROM runs WHERE experiment = ?1 AND arm = ?2"
                       " ORDER BY (status = 'FINISHED' AND repeat_idx = 0) DESC, id DESC LIMIT 1", &s, what, err, errlen);
     if (rc) return rc;
     sqlite3_bind_text(s, 1, exp, -1, SQLITE_TRANSIENT);
@@ -292,6 +293,7 @@ int lab_rp_read_arm_run(lab_store *st, const char *exp, arm_view *a, char run_sh
         lab_sq_col_copy(s, 7, a->code_version, sizeof a->code_version);
         if (sqlite3_column_int(s, 8)) a->is_reference = 1;
         lab_sq_col_copy(s, 9, run_sha, 72);
+        lab_engine_name_read(s, 10, &a->engine);
         if (dup_or_null(s, 2, &a->error) | dup_or_null(s, 4, &a->assertion_reason)) {
             sqlite3_finalize(s);
             return lab_oom(err, errlen);
@@ -660,6 +662,7 @@ static int verdict_row(sqlite3_stmt *s, void *row) {
     r->hi = sqlite3_column_double(s, 6);
     r->assertions_ok = sqlite3_column_int(s, 7);
     r->expect_fail = !strcmp(lab_col_text(s, 8), "fail");
+    lab_engine_name_read(s, 9, &r->engine);
     return dup(s, 0, &r->experiment) | dup(s, 1, &r->arm) | dup(s, 2, &r->verdict);
 }
 
@@ -668,7 +671,8 @@ static int verdicts(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen
     sqlite3_stmt *s;
     const char *what = "report: verdicts";
     int rc = lab_sq_prep_as(st, "SELECT r.experiment, r.arm, v.verdict, v.k, v.n, v.lo, v.hi, r.assertions_ok,"
-                      " r.expected_assertions FROM runs r JOIN verdicts v ON v.run_id = r.id WHERE r.status = 'FINISHED'"
+                      " r.expected_assertions," LAB_ENGINE_SQL("r")
+                      " FROM runs r JOIN verdicts v ON v.run_id = r.id WHERE r.status = 'FINISHED'"
                       " AND r.id = (SELECT max(r2.id) FROM runs r2 JOIN verdicts v2 ON v2.run_id = r2.id"
                       " WHERE r2.experiment = r.experiment AND r2.arm = r.arm AND r2.status = 'FINISHED')"
                       " ORDER BY r.experiment, r.id", &s, what, err, errlen);

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine_name.h"
 #include "model/vt.h"
 #include "store.h"
 
@@ -71,6 +72,7 @@ typedef struct arm_view {
     char   *assertion_reason;
     char   *resolved_knobs;    /* non-default resolved knobs of the run */
     char    backend[16], started[32], code_version[160];
+    lab_engine_name engine;    /* the engine the run went through */
     /* comparison with the reference (has_cmp) */
     int     has_cmp;
     int64_t ref_run, k, n;
@@ -162,8 +164,8 @@ int lab_rp_read_ran_arms(lab_store *st, const char *exp, int (*each)(void *ctx, 
 
 /* The run the arm shows: the latest FINISHED run of repeat 0, else the
  * latest of any status. Fills run_id (0: never run), status, error,
- * assertions, backend, started, code_version, is_reference (set, never
- * cleared), and run_sha with the sha256 of the spec it ran. */
+ * assertions, backend, started, code_version, engine, is_reference (set,
+ * never cleared), and run_sha with the sha256 of the spec it ran. */
 int lab_rp_read_arm_run(lab_store *st, const char *exp, arm_view *a, char run_sha[72], char *err, size_t errlen);
 /* For a run (a->run_id): its comparison with the reference and the verdict
  * (has_cmp, has_verdict), its throughput, perplexity and fraction of peak,
@@ -200,6 +202,7 @@ typedef struct lab_rp_verdict {       /* an arm's latest verdict */
     int64_t k, n;
     double  lo, hi;
     int     assertions_ok, expect_fail;
+    lab_engine_name engine;            /* of the run with the verdict */
 } lab_rp_verdict;
 
 typedef struct lab_rp_claim {         /* a flag on a ledger claim */
