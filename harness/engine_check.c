@@ -18,6 +18,14 @@
  *                start each) is reported with that value; a numeric knob
  *                changes the logits, a non-numeric one does not (else runs
  *                under different values would share an identity)
+ *   audit mode   the engine started with VTP_PROBE=audit: finite logits,
+ *                bit-identical to those under VTP_PROBE=on (a sentinel never
+ *                reaches a number), unwritten rows counted as violations
+ *   fault NAME   each declared fault replayed (KNOB=NAME, VTP_PROBE=audit)
+ *                gives a violation or an unwritten row at its declared site
+ *
+ * Every engine start gets the --env variables (opts.env), then the knobs
+ * the check sets.
  */
 #include "engine_check.h"
 
@@ -58,14 +66,14 @@ static void line(checker *k, const char *tag, const char *fmt, ...) {
     else k->n_skip++;
 }
 
-/* Starts the engine with n knobs set. */
-static int start(checker *k, int n, char *const *names, char *const *values, void **inst, lab_engine_hello *h,
-                 char *err, size_t errlen) {
+/* Starts the engine with n knobs set, in probe mode probe ("on", "audit"). */
+static int start(checker *k, int n, char *const *names, char *const *values, const char *probe, void **inst,
+                 lab_engine_hello *h, char *err, size_t errlen) {
     lab_engine_req req = {0};
     req.n_knobs = n;
     req.knob_names = names;
     req.knob_values = values;
-    req.probe = "on";
+    req.probe = probe;
     return lab_engine_command.open(k->model, &req, inst, h, err, errlen);
 }
 
@@ -73,18 +81,26 @@ static int forward(void *inst, const int32_t *tok, int64_t T, float *logits, cha
     return lab_engine_command.forward(inst, tok, T, 0, logits, err, errlen);
 }
 
+/* Fault f of h cannot be switched on: its knob is not declared (1), or its
+ * name is not one of the knob's values (2); 0 when it can. */
+static int fault_problem(const lab_engine_hello *h, int64_t f) {
+    const lab_engine_knob *kn = lab_engine_hello_knob(h, h->fault_knob[f]);
+    if (!kn) return 1;
+    if (!strcmp(kn->type, "string")) return 0;
+    char bar[300], want[300];
+    snprintf(bar, sizeof bar, "|%s|", kn->values);
+    snprintf(want, sizeof want, "|%s|", h->fault_name[f]);
+    return strstr(bar, want) ? 0 : 2;
+}
+
 static void check_faults(checker *k, const lab_engine_hello *h) {
     for (int64_t f = 0; f < h->n_faults; f++) {
-        const lab_engine_knob *kn = lab_engine_hello_knob(h, h->fault_knob[f]);
-        char bar[300];
-        snprintf(bar, sizeof bar, "|%s|", kn ? kn->values : "");
-        char want[300];
-        snprintf(want, sizeof want, "|%s|", h->fault_name[f]);
-        if (!kn) line(k, "FAIL", "hello: faults[%lld] %s: its knob %s is not declared", (long long)f, h->fault_name[f],
-                      h->fault_knob[f]);
-        else if (strcmp(kn->type, "string") && !strstr(bar, want))
+        int p = fault_problem(h, f);
+        if (p == 1) line(k, "FAIL", "hello: faults[%lld] %s: its knob %s is not declared", (long long)f, h->fault_name[f],
+                         h->fault_knob[f]);
+        else if (p == 2)
             line(k, "FAIL", "hello: faults[%lld] %s: not one of knob %s's values (%s)", (long long)f, h->fault_name[f],
-                 kn->name, kn->values);
+                 h->fault_knob[f], lab_engine_hello_knob(h, h->fault_knob[f])->values);
     }
 }
 
@@ -161,11 +177,14 @@ static void check_bad_requests(checker *k, void *inst, int64_t V) {
     if (!bad) line(k, "ok", "bad requests: three malformed requests answered with errors, serving went on");
 }
 
-/* A value of knob kn other than its default, or NULL (strings, or none). */
+/* A value of knob kn other than the one in use (its default, unless --env
+ * set it: then the default is the other value worth trying), or NULL
+ * (strings, or none). */
 static const char *other_value(const lab_engine_knob *kn, char *buf, size_t n) {
+    const char *cur = kn->value ? kn->value : kn->def;
     if (!strcmp(kn->type, "string")) return NULL;
     if (!strcmp(kn->type, "int")) {
-        long long lo = 0, hi = 0, d = atoll(kn->def);
+        long long lo = 0, hi = 0, d = atoll(cur);
         if (sscanf(kn->values, "%lld..%lld", &lo, &hi) != 2 || lo == hi) return NULL;
         snprintf(buf, n, "%lld", d == lo ? lo + 1 : lo);
         return buf;
@@ -173,7 +192,7 @@ static const char *other_value(const lab_engine_knob *kn, char *buf, size_t n) {
     for (const char *p = kn->values; *p;) {
         const char *bar = strchr(p, '|');
         size_t l = bar ? (size_t)(bar - p) : strlen(p);
-        if (l < n && (strlen(kn->def) != l || memcmp(p, kn->def, l))) {
+        if (l < n && (strlen(cur) != l || memcmp(p, cur, l))) {
             memcpy(buf, p, l);
             buf[l] = 0;
             return buf;
@@ -189,31 +208,71 @@ static int is_fault_knob(const lab_engine_hello *h, const char *name) {
     return 0;
 }
 
-/* The logits of the check's request with n knobs set; *status: 0 ok, 1 the
- * engine did not start (msg in err), 2 a knob is not reported as set (or
- * not read: *unread), 3 forward failed. */
-static float *knob_logits(checker *k, int n, char *const *names, char *const *values, int64_t V, int *status,
-                          int *unread, char *err, size_t errlen) {
+/* What one engine start and one forward of the check's request gave. */
+enum { RUN_OK, RUN_NOSTART, RUN_KNOB, RUN_FORWARD };
+typedef struct run_out {
+    int       status;     /* RUN_*: RUN_KNOB a knob set is not reported as set (or *unread) */
+    int       unread;     /* RUN_KNOB: the engine declares a knob set as not read */
+    float    *logits;     /* [CHECK_T, V], calloc'd: RUN_OK, and RUN_FORWARD (what came back) */
+    vt_probe *recs;       /* the forward's probe records, also after a failed forward */
+    int64_t   n_recs;
+    char      err[1024];  /* why, unless RUN_OK */
+} run_out;
+
+static void run_free(run_out *r) {
+    free(r->logits);
+    free(r->recs);
+    r->logits = NULL;
+    r->recs = NULL;
+}
+
+/* Starts the engine with n knobs set in probe mode probe, checks that the
+ * hello reports each knob with its value, runs the check's request, keeps
+ * its logits and probe records (a failed forward's too: which record went
+ * wrong explains it), stops the engine. */
+static void run_once(checker *k, int n, char *const *names, char *const *values, const char *probe, int64_t V,
+                     run_out *r) {
     void *inst = NULL;
     lab_engine_hello h;
-    float *lg = NULL;
-    *status = 1;
-    *unread = 0;
-    if (start(k, n, names, values, &inst, &h, err, errlen)) return NULL;
-    *status = 2;
+    memset(r, 0, sizeof *r);
+    r->status = RUN_NOSTART;
+    if (start(k, n, names, values, probe, &inst, &h, r->err, sizeof r->err)) return;
+    r->status = RUN_KNOB;
     for (int i = 0; i < n; i++) {
         const lab_engine_knob *got = lab_engine_hello_knob(&h, names[i]);
-        if (!got) { snprintf(err, errlen, "the hello no longer declares it"); goto done; }
-        if (!got->read) { *unread = 1; goto done; }
-        if (strcmp(got->value, values[i])) { snprintf(err, errlen, "the hello reports value \"%s\"", got->value); goto done; }
+        if (!got) { snprintf(r->err, sizeof r->err, "the hello no longer declares %s", names[i]); goto done; }
+        if (!got->read) { r->unread = 1; snprintf(r->err, sizeof r->err, "%s is declared as not read", names[i]); goto done; }
+        if (strcmp(got->value, values[i])) {
+            snprintf(r->err, sizeof r->err, "the hello reports %s=\"%s\"", names[i], got->value);
+            goto done;
+        }
     }
-    *status = 3;
-    if (!(lg = malloc((size_t)(CHECK_T * V) * sizeof *lg))) snprintf(err, errlen, "out of memory");
-    else if (forward(inst, k->tok, CHECK_T, lg, err, errlen)) { free(lg); lg = NULL; }
-    else *status = 0;
+    r->status = RUN_FORWARD;
+    if (!(r->logits = calloc((size_t)(CHECK_T * V), sizeof *r->logits))) { snprintf(r->err, sizeof r->err, "out of memory"); goto done; }
+    if (!forward(inst, k->tok, CHECK_T, r->logits, r->err, sizeof r->err)) r->status = RUN_OK;
+    int64_t lost = 0;
+    char perr[256];
+    if (lab_engine_command.probes(inst, &r->recs, &r->n_recs, &lost, perr, sizeof perr) && r->status == RUN_OK) {
+        r->status = RUN_FORWARD;
+        snprintf(r->err, sizeof r->err, "probes: %s", perr);
+    }
 done:
     lab_engine_command.close(inst);
     lab_engine_hello_free(&h);
+}
+
+/* The logits of the check's request with n knobs set (VTP_PROBE=on), or
+ * NULL; *status: RUN_*, the reason in err; *unread: see run_out. */
+static float *knob_logits(checker *k, int n, char *const *names, char *const *values, int64_t V, int *status,
+                          int *unread, char *err, size_t errlen) {
+    run_out r;
+    run_once(k, n, names, values, "on", V, &r);
+    *status = r.status;
+    *unread = r.unread;
+    snprintf(err, errlen, "%s", r.err);
+    float *lg = r.status == RUN_OK ? r.logits : NULL;
+    if (!lg) free(r.logits);
+    free(r.recs);
     return lg;
 }
 
@@ -242,11 +301,11 @@ static void check_knobs(checker *k, const lab_engine_hello *h, const float *base
         const lab_engine_knob *kn = &h->knobs[i];
         char err[1024] = "", *nm = kn->name, *val = alt[i];
         int st = 0, unread = 0;
-        if (is_fault_knob(h, kn->name)) { line(k, "skip", "knob %s: selects faults (`vtlab specs check` checks a fault acts at its defect's site)", kn->name); continue; }
+        if (is_fault_knob(h, kn->name)) { line(k, "skip", "knob %s: selects faults (each is replayed below, under audit)", kn->name); continue; }
         if (!other_value(kn, alt[i], sizeof alt[i])) { line(k, "skip", "knob %s: no other value to try (%s %s)", kn->name, kn->type, kn->values); continue; }
         lg[i] = knob_logits(k, 1, &nm, &val, V, &st, &unread, err, sizeof err);
         int same = lg[i] && !memcmp(lg[i], base, bytes);
-        if (st == 1) line(k, "skip", "knob %s=%s: the engine did not start with it: %.300s", nm, val, err);
+        if (st == RUN_NOSTART) line(k, "skip", "knob %s=%s: the engine did not start with it: %.300s", nm, val, err);
         else if (unread) line(k, "ok", "knob %s: declared as not read (setting it takes no effect; R3 flags arms that set it)", nm);
         else if (st) line(k, "FAIL", "knob %s=%s: %s", nm, val, err);
         else if (!kn->numeric && !same)
@@ -277,6 +336,184 @@ done:
     free(noop);
 }
 
+/* The first record whose unwritten rows are counted inconsistently, in why:
+ * rows_unwritten > 0 without a violation (an unwritten row is one: the
+ * protocol's `violations`), or more unwritten rows than rows. -1 (not
+ * audited) and 0 are always right. 1 when found. */
+static int unwritten_problem(const vt_probe *recs, int64_t n, char *why, size_t wl) {
+    for (int64_t i = 0; i < n; i++) {
+        const vt_probe *p = &recs[i];
+        if (p->rows_unwritten > 0 && p->violations == 0)
+            snprintf(why, wl, "record %lld (site %s, layer %d): rows_unwritten %lld without a violation "
+                     "(an unwritten row is a violation)", (long long)i, p->site, p->layer, (long long)p->rows_unwritten);
+        else if (p->rows_unwritten > p->rows)
+            snprintf(why, wl, "record %lld (site %s, layer %d): rows_unwritten %lld of %lld rows", (long long)i, p->site,
+                     p->layer, (long long)p->rows_unwritten, (long long)p->rows);
+        else continue;
+        return 1;
+    }
+    return 0;
+}
+
+/* Logits bits that hold the audit sentinel's NaN (f32 0x7FA5A5A5, or the
+ * same with the quiet bit set, as arithmetic on it leaves it): the index of
+ * the first, or -1. A NaN with that payload is a sentinel that reached the
+ * numbers, not a NaN the model computed. */
+static int64_t sentinel_at(const float *lg, int64_t n) {
+    for (int64_t i = 0; lg && i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &lg[i], sizeof b);
+        if ((b & ~UINT32_C(0x00400000)) == UINT32_C(0x7FA5A5A5)) return i;
+    }
+    return -1;
+}
+
+/* The engine started with VTP_PROBE=audit: the check's request must give
+ * finite logits, bit-identical to base (VTP_PROBE=on's) when the engine is
+ * deterministic, and records whose unwritten rows are counted as violations. */
+static void check_audit(checker *k, const lab_engine_hello *h, const float *base, int64_t V) {
+    run_out r;
+    char why[512];
+    run_once(k, 0, NULL, NULL, "audit", V, &r);
+    int64_t audited = 0, unwritten = 0, n = (int64_t)CHECK_T * V, s = sentinel_at(r.logits, n);
+    for (int64_t i = 0; i < r.n_recs; i++) {
+        audited += r.recs[i].rows_unwritten >= 0;
+        unwritten += r.recs[i].rows_unwritten > 0 ? r.recs[i].rows_unwritten : 0;
+    }
+    if (r.status == RUN_NOSTART) line(k, "FAIL", "audit mode: the engine did not start with VTP_PROBE=audit: %.400s", r.err);
+    else if (r.status && s >= 0)
+        line(k, "FAIL", "audit mode: %.400s; its payload is the audit sentinel's (0x7FA5A5A5): the sentinel reached the numbers",
+             r.err);
+    else if (r.status) line(k, "FAIL", "audit mode: the check's request under VTP_PROBE=audit: %.400s", r.err);
+    else if (unwritten_problem(r.recs, r.n_recs, why, sizeof why)) line(k, "FAIL", "audit mode: %s", why);
+    else if (!h->deterministic || k->nondeterministic)
+        line(k, "ok", "audit mode: logits finite (not compared with VTP_PROBE=on's: the engine is not deterministic); "
+             "%lld record(s), %lld audited, %lld rows unwritten", (long long)r.n_recs, (long long)audited, (long long)unwritten);
+    else if (memcmp(r.logits, base, (size_t)n * sizeof *base)) {
+        int64_t i = 0;
+        while (i < n && !memcmp(&r.logits[i], &base[i], sizeof *base)) i++;
+        line(k, "FAIL", "audit mode: the logits differ from those under VTP_PROBE=on, first at [%lld][%lld] (%.9g vs %.9g): "
+             "the sentinel reached the numbers", (long long)(i / V), (long long)(i % V), r.logits[i], base[i]);
+    } else
+        line(k, "ok", "audit mode: logits finite and bit-identical to VTP_PROBE=on's; %lld record(s), %lld audited, "
+             "%lld rows unwritten", (long long)r.n_recs, (long long)audited, (long long)unwritten);
+    run_free(&r);
+}
+
+/* A fault's replay: the knobs it sets (the fault's, then any others), and
+ * what it found at the fault's site. */
+typedef struct replay {
+    int64_t n;
+    char  **names, **values;
+    int64_t viol, unwritten, audited;   /* at the site: violations, rows unwritten, records audited */
+    run_out r;
+} replay;
+
+/* Runs rp's knobs under VTP_PROBE=audit and counts what the records at site show. */
+static void replay_run(checker *k, replay *rp, const char *site, int64_t V) {
+    run_once(k, (int)rp->n, rp->names, rp->values, "audit", V, &rp->r);
+    rp->viol = rp->unwritten = rp->audited = 0;
+    for (int64_t i = 0; i < rp->r.n_recs; i++) {
+        const vt_probe *p = &rp->r.recs[i];
+        if (strcmp(p->site, site)) continue;
+        rp->viol += p->violations;
+        rp->unwritten += p->rows_unwritten > 0 ? p->rows_unwritten : 0;
+        rp->audited += p->rows_unwritten >= 0;
+    }
+}
+
+/* "A=1, B=1": the knobs of rp after the fault's. */
+static void others(const replay *rp, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int64_t i = 1; i < rp->n && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s%s=%s", i > 1 ? ", " : "", rp->names[i], rp->values[i]);
+}
+
+/* Runs rp and writes its line when it found something (ok) or counted it
+ * wrong (FAIL): 1 then, else 0. A replay that did not run is a FAIL for
+ * the fault alone (set NULL: the fault breaks the engine); for a retry
+ * (set: its other knobs, "A=1") it is noted in noted and the next one
+ * tried, as the knob check skips a value the engine does not start with. */
+static int replay_try(checker *k, const lab_engine_hello *h, int64_t f, replay *rp, int64_t V, const char *set,
+                      char *noted, size_t nl) {
+    const char *name = h->fault_name[f], *knob = h->fault_knob[f], *site = h->fault_site[f];
+    char why[512], more[64];
+    int wrote = 1;
+    replay_run(k, rp, site, V);
+    if (rp->r.status && !set)
+        line(k, "FAIL", "fault %s (%s): the replay (%s=%s, VTP_PROBE=audit) did not run: %.400s", name, knob, knob, name,
+             rp->r.err);
+    else if (rp->r.status) {
+        if (!*noted) snprintf(noted, nl, "; with %s the replay did not run: %.300s", set, rp->r.err);
+        wrote = 0;
+    } else if (unwritten_problem(rp->r.recs, rp->r.n_recs, why, sizeof why)) line(k, "FAIL", "fault %s (%s): %s", name, knob, why);
+    else if (!rp->viol && !rp->unwritten) wrote = 0;
+    else {
+        if (rp->audited) snprintf(more, sizeof more, " (%lld rows unwritten)", (long long)rp->unwritten);
+        else snprintf(more, sizeof more, " (unwritten rows not counted)");
+        line(k, "ok", "fault %s (%s): %lld violation(s) at %s%s%s%s%s", name, knob, (long long)rp->viol, site, more,
+             set ? " with " : "", set ? set : "", set ? "; none alone" : "");
+    }
+    run_free(&rp->r);
+    return wrote;
+}
+
+/* Sets rp's knobs after the fault's: bool knob b alone, or (b == nb) all nb. */
+static void retry_knobs(replay *rp, char **bools, int64_t nb, int64_t b) {
+    rp->n = 1;
+    for (int64_t j = b == nb ? 0 : b; j < (b == nb ? nb : b + 1); j++) {
+        rp->names[rp->n] = bools[j];
+        rp->values[rp->n++] = "1";
+    }
+}
+
+/* Fault f replayed: KNOB=NAME under VTP_PROBE=audit must give a violation
+ * (or an unwritten row) at its declared site. The hello does not say what
+ * else a fault needs: devengine's scatter_row_bytes copies whole rows (right
+ * by coincidence) unless DEV_BF16_STREAM=1. So when the fault alone shows
+ * nothing it is replayed with each bool knob the engine reads set to 1 (the
+ * usual form of such a trigger, a dtype switch), one at a time, then all
+ * together. One at a time first because two switches can cancel: vtlab's
+ * own fault acts with VT_KIMI_BF16_STREAM=1, not when
+ * VT_KIMI_BF16_EXPERT_OUT=1 makes the copied rows bf16 too. Any other
+ * trigger is for --env. */
+static void check_fault_replay(checker *k, const lab_engine_hello *h, int64_t f, int64_t V) {
+    const char *name = h->fault_name[f], *knob = h->fault_knob[f], *site = h->fault_site[f];
+    if (fault_problem(h, f)) { line(k, "skip", "fault %s (%s): not replayed (its hello entry is wrong, above)", name, knob); return; }
+    replay rp;
+    memset(&rp, 0, sizeof rp);
+    char **bools = calloc((size_t)h->n_knobs + 1, sizeof *bools), set[1024], noted[512] = "", list[1024] = "";
+    rp.names = calloc((size_t)h->n_knobs + 1, sizeof *rp.names);
+    rp.values = calloc((size_t)h->n_knobs + 1, sizeof *rp.values);
+    if (!bools || !rp.names || !rp.values) { line(k, "FAIL", "fault %s (%s): out of memory", name, knob); goto done; }
+    rp.names[0] = h->fault_knob[f];
+    rp.values[0] = h->fault_name[f];
+    rp.n = 1;
+    if (replay_try(k, h, f, &rp, V, NULL, noted, sizeof noted)) goto done;
+    int64_t nb = 0;
+    size_t at = 0;
+    for (int64_t i = 0; i < h->n_knobs; i++) {
+        const lab_engine_knob *kn = &h->knobs[i];
+        if (strcmp(kn->type, "bool") || !kn->read || !strcmp(kn->name, knob)) continue;
+        if (at < sizeof list) at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", nb ? ", " : "", kn->name);
+        bools[nb++] = kn->name;
+    }
+    for (int64_t b = 0; b < nb + (nb > 1); b++) {    /* all together (b == nb) only when that is another set */
+        retry_knobs(&rp, bools, nb, b);
+        others(&rp, set, sizeof set);
+        if (replay_try(k, h, f, &rp, V, set, noted, sizeof noted)) goto done;
+    }
+    if (nb == 0) line(k, "FAIL", "fault %s (%s): no violation at %s (alone; no bool knob to retry with)", name, knob, site);
+    else if (nb == 1) line(k, "FAIL", "fault %s (%s): no violation at %s (alone, nor with %s=1%s)", name, knob, site, list, noted);
+    else line(k, "FAIL", "fault %s (%s): no violation at %s (alone, nor with each bool knob set to 1, one at a time and all "
+              "together: %s%s)", name, knob, site, list, noted);
+done:
+    free(bools);
+    free(rp.names);
+    free(rp.values);
+}
+
 static void run_checks(checker *k, void *inst, const lab_engine_hello *h) {
     int64_t V = h->info.vocab;
     char err[1024];
@@ -302,6 +539,8 @@ static void run_checks(checker *k, void *inst, const lab_engine_hello *h) {
     check_probes(k, inst, h);
     check_bad_requests(k, inst, V);
     check_knobs(k, h, a, V);
+    check_audit(k, h, a, V);
+    for (int64_t f = 0; f < h->n_faults; f++) check_fault_replay(k, h, f, V);
 done:
     free(a);
     free(b);
@@ -315,6 +554,8 @@ int lab_engine_check(const lab_engine_check_opts *o, FILE *out, int *failed, cha
     k.spec.command = 1;
     k.spec.argc = o->argc;
     k.spec.argv = o->argv;
+    k.spec.n_env = o->n_env;
+    k.spec.env = o->env;
     k.spec.timeout_s = o->timeout_s;
     k.spec.grace_s = LAB_ENGINE_GRACE_S;
     *failed = 0;
@@ -324,7 +565,7 @@ int lab_engine_check(const lab_engine_check_opts *o, FILE *out, int *failed, cha
     void *inst = NULL;
     lab_engine_hello h;
     char verr[1024];
-    if (start(&k, 0, NULL, NULL, &inst, &h, verr, sizeof verr)) {
+    if (start(&k, 0, NULL, NULL, "on", &inst, &h, verr, sizeof verr)) {
         line(&k, "FAIL", "hello: %s", verr);
     } else {
         line(&k, "ok", "hello: %s, model %.12s, vocab %lld, %lld layers (%s), %lld knobs, %lld probe sites, %lld faults",
@@ -340,4 +581,28 @@ int lab_engine_check(const lab_engine_check_opts *o, FILE *out, int *failed, cha
     fprintf(out, "engine-check: %d ok, %d failed, %d skipped\n", k.n_ok, k.n_fail, k.n_skip);
     *failed = k.n_fail;
     return LAB_OK;
+}
+
+int lab_engine_check_env_arg(const char *arg, char *err, size_t errlen) {
+    static const char *const reserved[] = {"VTP_PROTOCOL", "VTP_PROBE", "VTP_MODEL", NULL};
+    const char *eq = strchr(arg, '=');
+    size_t n = eq ? (size_t)(eq - arg) : 0;
+    if (!eq) { snprintf(err, errlen, "--env %s: expected NAME=VALUE", arg); return -1; }
+    int ok = n > 0 && !(arg[0] >= '0' && arg[0] <= '9');
+    for (size_t i = 0; ok && i < n; i++) {
+        char c = arg[i];
+        ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    }
+    if (!ok) {
+        snprintf(err, errlen, "--env %s: the name \"%.*s\" is not a variable name (letters, digits, _; not a digit first)",
+                 arg, (int)n, arg);
+        return -1;
+    }
+    for (int i = 0; reserved[i]; i++)
+        if (strlen(reserved[i]) == n && !memcmp(arg, reserved[i], n)) {
+            snprintf(err, errlen, "--env %s: engine-check sets %s itself (%s)", arg, reserved[i],
+                     i == 2 ? "use --model" : "per check");
+            return -1;
+        }
+    return 0;
 }

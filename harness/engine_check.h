@@ -17,7 +17,15 @@ typedef struct lab_engine_check_opts {
     double      prefix_tol;    /* the prefix check's tolerance, relative to max |logit| */
     int64_t     n_allow_noop;  /* numeric knobs allowed to change nothing on this model */
     char      **allow_noop;
+    int64_t     n_env;         /* "NAME=VALUE" for every engine start (--env), before the */
+    char      **env;           /* knobs a check sets, which override them; not copied */
 } lab_engine_check_opts;
+
+/* Checks one --env argument: NAME=VALUE, NAME a variable name ([A-Za-z_]
+ * [A-Za-z0-9_]*) that is not one engine-check sets itself (VTP_PROTOCOL,
+ * VTP_PROBE, VTP_MODEL: they would be overridden without a word). 0, or -1
+ * with the reason in err. */
+int lab_engine_check_env_arg(const char *arg, char *err, size_t errlen);
 
 /* Runs every check, one line each to out, then a summary line. *failed:
  * the checks that failed. LAB_OK when the checks ran (whatever they found);

@@ -34,7 +34,7 @@ static void usage(FILE *out) {
             "  generate --model DIR --tokens 5,17,3 -n N   greedy decoding\n"
             "  engine   [--model DIR]               serve the model over the engine protocol on stdin/stdout\n"
             "                                       (docs/engine-protocol.md; model default $VTP_MODEL)\n"
-            "  engine-check [--model DIR] [--timeout S] [--prefix-tol X] [--allow-noop KNOB]... [--] CMD [ARGS...]\n"
+            "  engine-check [--model DIR] [--timeout S] [--prefix-tol X] [--allow-noop KNOB]... [--env NAME=VALUE]... [--] CMD [ARGS...]\n"
             "                                       conformance checks of an engine command; exit 1 on a failure\n"
             "  knobs    [--markdown]                the knob registry (VT_* variables)\n"
             "  faults                               the replayable defects (VT_FAULT)\n"
@@ -328,8 +328,13 @@ static int cmd_engine_check(int argc, char **argv) {
     o.timeout_s = 60;
     o.prefix_tol = 1e-3;
     o.model_dir = getenv("VTP_MODEL");
+    /* --env values in an array of their own: collecting them in place in argv,
+     * as --allow-noop does, would overwrite its slots */
+    if (!(o.env = calloc((size_t)argc, sizeof *o.env))) { fprintf(stderr, "vtlab engine-check: out of memory\n"); return 1; }
+    const char *usage = NULL;
+    char why[300];
     int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
+    for (; i < argc && argv[i][0] == '-' && !usage; i++) {
         char *end = NULL;
         if (!strcmp(argv[i], "--")) { i++; break; }
         if (!strcmp(argv[i], "--model") && i + 1 < argc) o.model_dir = argv[++i];
@@ -338,25 +343,30 @@ static int cmd_engine_check(int argc, char **argv) {
             char **slot = o.allow_noop + o.n_allow_noop;
             *slot = argv[++i];
             o.n_allow_noop++;
+        } else if (!strcmp(argv[i], "--env") && i + 1 < argc) {
+            if (lab_engine_check_env_arg(argv[++i], why, sizeof why)) usage = why;
+            else o.env[o.n_env++] = argv[i];
         } else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
             o.timeout_s = strtod(argv[++i], &end);
-            if (*end || !(o.timeout_s > 0)) return lab_cli_usage_error("engine-check", "--timeout: expected seconds > 0");
+            if (*end || !(o.timeout_s > 0)) usage = "--timeout: expected seconds > 0";
         } else if (!strcmp(argv[i], "--prefix-tol") && i + 1 < argc) {
             o.prefix_tol = strtod(argv[++i], &end);
-            if (*end || !(o.prefix_tol >= 0)) return lab_cli_usage_error("engine-check", "--prefix-tol: expected a number >= 0");
-        } else return lab_cli_usage_error("engine-check", argv[i]);
+            if (*end || !(o.prefix_tol >= 0)) usage = "--prefix-tol: expected a number >= 0";
+        } else usage = argv[i];
     }
-    if (i >= argc) return lab_cli_usage_error("engine-check", "the engine's command is required");
-    o.argc = argc - i;
-    o.argv = argv + i;
-    int failed = 0;
+    if (!usage && i >= argc) usage = "the engine's command is required";
+    int rc = 0, failed = 0;
     char err[1024] = "";
-    int rc = lab_engine_check(&o, stdout, &failed, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "vtlab engine-check: %s\n", err);
-        return vt_exit_code(rc);
+    if (usage) rc = lab_cli_usage_error("engine-check", usage);
+    else {
+        o.argc = argc - i;
+        o.argv = argv + i;
+        rc = lab_engine_check(&o, stdout, &failed, err, sizeof err);
+        if (rc) fprintf(stderr, "vtlab engine-check: %s\n", err);
+        rc = rc ? vt_exit_code(rc) : failed ? 1 : 0;
     }
-    return failed ? 1 : 0;
+    free(o.env);
+    return rc;
 }
 
 static int cmd_faults(void) {

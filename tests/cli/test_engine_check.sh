@@ -3,7 +3,9 @@
 # engine passes (exit 0), and each test engine of tests/engines that breaks one
 # rule fails exactly that check (exit 1, its FAIL line); the builtin model
 # served by `vtlab engine` passes (one knob that changes nothing on the tiny
-# model allowed explicitly).
+# model allowed explicitly). Issue 30 item 4: the audit-mode check (the
+# sentinel contract under VTP_PROBE=audit), one replay per declared fault
+# (check_fault_*.py, devengine, the builtin), and --env NAME=VALUE.
 #
 # Usage (from the repository root): bash tests/cli/test_engine_check.sh ./build/vtlab
 set -u
@@ -19,6 +21,8 @@ E=tests/engines
 expect_exit "good.py passes every check" 0 "$VTLAB" engine-check $E/good.py
 if grep -q "^engine-check: [0-9]* ok, 0 failed" "$OUT_FILE" && grep -q "^ok    bad requests" "$OUT_FILE"; then ok "... one line per check and a summary"
 else not_ok "good output" "$(cat "$OUT_FILE")"; fi
+if grep -q "^ok    audit mode: logits finite and bit-identical to VTP_PROBE=on's" "$OUT_FILE"; then ok "... including audit mode"
+else not_ok "good audit mode" "$(cat "$OUT_FILE")"; fi
 
 # fails ENGINE PATTERN: exit 1, a FAIL line matching PATTERN, and only one check failed
 fails() {
@@ -40,12 +44,49 @@ fails bad_shape.py "forward: .*logits of the wrong shape: \[12, 63\], expected \
 fails bad_order.py "forward: .*response out of order: id 1, expected 0"
 fails slow.py "forward: .*reading a response: timed out" env SLOW_SECONDS=60
 fails crash_mid.py "(determinism|prefix|forward).*closed its stdout \(it exited with status 70\)" env CRASH_AFTER=1
+# The audit sentinel contract (docs/engine-protocol.md, "logits"), under VTP_PROBE=audit only:
+# each of these engines passed every check before the audit-mode check existed.
+fails check_audit_nan.py "audit mode: .*logits\[0\]\[0\] is NaN"
+fails check_audit_nan.py "audit mode: record 1 \(site state.copy, layer -1\): rows_unwritten 1 without a violation" \
+    env CHECK_AUDIT_BUG=count
+fails check_audit_nan.py "audit mode: the logits differ from those under VTP_PROBE=on" env CHECK_AUDIT_BUG=numbers
+fails check_audit_nan.py "audit mode: record 1 \(site state.copy, layer -1\): rows_unwritten 13 of 12 rows" \
+    env CHECK_AUDIT_BUG=over
+# A declared fault must act at its declared site when replayed.
+fails check_fault_inert.py "fault half_rows \(CHECK_FAULT\): no violation at state.copy \(alone, nor with FAKE_UNUSED=1\)"
 if ! pgrep -f "tests/engines/slow.py" >/dev/null; then ok "the timed-out engine was killed (no slow.py left running)"
 else not_ok "slow.py killed" "$(pgrep -af tests/engines/slow.py)"; fi
 
 expect_exit "unread_knob.py is honest about its unread knob: it passes" 0 "$VTLAB" engine-check $E/unread_knob.py
 if grep -q "knob FAKE_SCALE: declared as not read" "$OUT_FILE"; then ok "... and the unread knob is said"
 else not_ok "unread said" "$(cat "$OUT_FILE")"; fi
+
+# A fault that acts only together with another knob (as devengine's needs DEV_BF16_STREAM=1):
+# found by the retry with each bool knob set to 1 (one at a time, then all together), or alone
+# when --env sets that knob.
+expect_exit "check_fault_ok.py passes: its fault acts at its site" 0 "$VTLAB" engine-check --timeout 5 $E/check_fault_ok.py
+if grep -Eq "^ok +fault row_bytes_from_state \(CHECK_FAULT\): 1 violation\(s\) at state.copy \(12 rows unwritten\) with CHECK_F16_STATE=1; none alone" "$OUT_FILE"
+then ok "... found with its bool trigger set to 1, none alone"; else not_ok "fault ok retry" "$(cat "$OUT_FILE")"; fi
+expect_exit "check_fault_ok.py --env CHECK_F16_STATE=1 passes" 0 \
+    "$VTLAB" engine-check --timeout 5 --env CHECK_F16_STATE=1 $E/check_fault_ok.py
+if grep -Eq "^ok +fault row_bytes_from_state \(CHECK_FAULT\): 1 violation\(s\) at state.copy \(12 rows unwritten\)$" "$OUT_FILE" &&
+   grep -Eq "^ok +knob CHECK_F16_STATE=0: reported as set; logits change" "$OUT_FILE"; then
+    ok "... the fault acts alone, and the knob --env set is tried at its other value (0)"
+else not_ok "fault ok env" "$(cat "$OUT_FILE")"; fi
+
+# --env reaches every engine start (check_env.py will not start without CHECK_ENV_TOKEN=42).
+expect_exit "check_env.py with --env CHECK_ENV_TOKEN=42 passes" 0 \
+    "$VTLAB" engine-check --timeout 5 --env CHECK_ENV_TOKEN=42 --env CHECK_OTHER= $E/check_env.py
+if ! grep -q "did not start" "$OUT_FILE" && grep -q "^ok    audit mode" "$OUT_FILE" && grep -q "^ok    knob FAKE_SCALE=2" "$OUT_FILE"
+then ok "... every start (knobs, audit mode) had it"; else not_ok "env every start" "$(cat "$OUT_FILE")"; fi
+expect_exit "check_env.py without --env: exit 1" 1 "$VTLAB" engine-check --timeout 5 $E/check_env.py
+if grep -q "^FAIL  hello: .*CHECK_ENV_TOKEN=None" "$OUT_FILE"; then ok "... its hello FAIL line says why"
+else not_ok "env missing" "$(cat "$OUT_FILE")"; fi
+for bad in NOEQUALS =x 1ABC=x A-B=x VTP_PROBE=audit; do
+    expect_exit "--env $bad: usage error (exit 2)" 2 "$VTLAB" engine-check --env "$bad" $E/good.py
+done
+stderr_has "... naming the reserved variable" "VTP_PROBE"
+expect_exit "--env without a value: usage error (exit 2)" 2 "$VTLAB" engine-check --env
 
 expect_exit "an engine that cannot start: exit 1 with a FAIL hello line" 1 "$VTLAB" engine-check ./no/such/engine
 if grep -q "^FAIL  hello: .*cannot start it" "$OUT_FILE"; then ok "... naming why"; else not_ok "no engine" "$(cat "$OUT_FILE")"; fi
@@ -57,6 +98,25 @@ expect_exit "vtlab engine (the builtin model) passes, with --allow-noop for the 
 if grep -q "knob VT_KIMI_BF16_EXPERT_OUT=1: reported as set; logits change together with VT_KIMI_BF16_STREAM" "$OUT_FILE"; then
     ok "... a knob that acts only with another is found to act with it"
 else not_ok "dependent knob" "$(grep EXPERT_OUT "$OUT_FILE")"; fi
+if grep -Eq "^ok +fault moe_scatter_row_bytes_from_stream \(VT_FAULT\): [0-9]+ violation\(s\) at moe.scatter \([0-9]+ rows unwritten\) with VT_KIMI_BF16_STREAM=1; none alone" "$OUT_FILE" &&
+   grep -q "^ok    audit mode" "$OUT_FILE"; then
+    ok "... its audit mode and its fault replay pass (the fault found with VT_KIMI_BF16_STREAM=1 alone: with VT_KIMI_BF16_EXPERT_OUT=1 too it does not act)"
+else not_ok "builtin fault" "$(grep -E "audit|fault" "$OUT_FILE")"; fi
 expect_exit "... and without --allow-noop the knob that changes nothing fails it" 1 \
     "$VTLAB" engine-check --model "$W/m" "$VTLAB" engine
+
+# devengine (examples/engines/devengine): its fault scatter_row_bytes acts only with DEV_BF16_STREAM=1.
+if make -s -C examples/engines/devengine >"$ERR" 2>&1; then
+    DEV=./examples/engines/devengine/devengine
+    expect_exit "devengine passes" 0 "$VTLAB" engine-check --model "$W/m" $DEV
+    if grep -Eq "^ok +fault scatter_row_bytes \(DEV_FAULT\): [0-9]+ violation\(s\) at moe.scatter \([0-9]+ rows unwritten\) with DEV_BF16_STREAM=1; none alone" "$OUT_FILE" &&
+       grep -q "^ok    audit mode" "$OUT_FILE"; then ok "... its fault found with DEV_BF16_STREAM=1 (the bool-knob retry)"
+    else not_ok "devengine fault" "$(cat "$OUT_FILE")"; fi
+    expect_exit "devengine --env DEV_BF16_STREAM=1 passes" 0 \
+        "$VTLAB" engine-check --model "$W/m" --env DEV_BF16_STREAM=1 $DEV
+    if grep -Eq "^ok +fault scatter_row_bytes \(DEV_FAULT\): [0-9]+ violation\(s\) at moe.scatter \([0-9]+ rows unwritten\)$" "$OUT_FILE" &&
+       grep -q "^ok    knob DEV_BF16_STREAM=0: reported as set; logits change" "$OUT_FILE"; then
+        ok "... its fault acts alone with the bf16 stream --env sets"
+    else not_ok "devengine env" "$(cat "$OUT_FILE")"; fi
+else not_ok "make -C examples/engines/devengine" "$(head -c 300 "$ERR")"; fi
 finish
