@@ -55,6 +55,10 @@ cat > "$W/specs/claims/carry-bf16-refuted-28of64.json" <<JSON
  "experiment": "$W/carry.json"}
 JSON
 
+expect_exit "engine-check: the engine passes, its fault replayed at its own site" 0 "$VTLAB" engine-check "$E/carry.py"
+if grep -q "^ok    fault carry_half (CARRY_FAULT): 2 violation(s) at kda.state_carry" "$OUT_FILE"; then ok "... the fault line names the site"
+else not_ok "engine-check fault line" "$(cat "$OUT_FILE")"; fi
+
 expect_exit "specs check: a defect at a site only the engine declares is accepted and checked" 0 \
     "$VTLAB" specs check --specs "$W/specs"
 if grep -q "defect carry-half-row-bytes: site kda.state_carry is one of the engine's probe sites" "$OUT_FILE" &&
@@ -130,6 +134,15 @@ if grep -Eq "^clean +claim ${NEW:0:36}" "$OUT_FILE" &&
    grep -q "own probes at kda.state_carry passed on 2 layer(s) (2 record(s)); replay knob off (CARRY_FAULT not set)" "$OUT_FILE"; then
     ok "... the new claim is clean, and the audit says why: its run's probes at the site passed, replay knob off"
 else not_ok "clearance basis" "$(grep -A3 cleared "$OUT_FILE" | head -c 1200)"; fi
+
+# the report and `runs` name the engine the numbers came from
+expect_exit "report" 0 "$VTLAB" report --db "$DB" --out "$W/report" --no-plots
+if grep -q "carry 0.3.1" "$W/report/index.html" && grep -q "carry 0.3.1" "$W/report/summary.md"; then
+    ok "... names the engine (carry 0.3.1) in the HTML and the summary"
+else not_ok "report engine" "$(grep -c carry "$W/report/index.html" 2>&1)"; fi
+"$VTLAB" runs --db "$DB" >"$OUT_FILE" 2>&1
+if [ "$(grep -c "carry 0.3.1" "$OUT_FILE")" -ge 4 ]; then ok "runs: every run names the engine"
+else not_ok "runs engine" "$(cat "$OUT_FILE")"; fi
 
 "$VTLAB" audit --db "$DB" --specs "$W/specs" --json >"$OUT_FILE" 2>"$ERR"
 if python3 - "$OUT_FILE" "$NEW" <<'PY'
