@@ -96,6 +96,9 @@ print("ok")' "$W/runs.json" "$GOOD" "$BI"
 "$VTLAB" show "$GOOD" --db "$DB" >"$W/show.txt" 2>"$ERR"
 grep -qE "^  engine +good 1\.0, model ${MODEL:0:12}$" "$W/show.txt" && ok "show: the engine line (good 1.0, its model)" \
     || not_ok "show engine" "$(grep -n engine "$W/show.txt")"
+"$VTLAB" show "$BAD" --db "$DB" >"$W/showbad.txt" 2>"$ERR"
+if ! grep -q $'\x1b' "$W/showbad.txt"; then ok "show: no control character of an engine's name reaches the terminal (device line too)"
+else not_ok "show sanitized" "$(grep -n $'\x1b' "$W/showbad.txt" | od -c | head -5)"; fi
 "$VTLAB" show "$BI" --db "$DB" >"$W/showb.txt" 2>"$ERR"
 grep -E "^  engine +builtin, commit .*, model [0-9a-f]{12}$" "$W/showb.txt" | grep -qF " commit $COMMIT, model " && ok "show: a builtin run: builtin, vtlab's commit" \
     || not_ok "show builtin" "$(grep -n engine "$W/showb.txt")"
