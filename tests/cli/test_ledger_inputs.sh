@@ -134,13 +134,13 @@ PY
   stderr_has "... naming the field and what was expected" "code_range.fixed.commit: \"$bad\": expected a commit id, 7 to 40 hex digits"
 done
 rm -f "$G/defects/d.json"
-$PY - "$G/claims/c.json" <<'PY'
+$PY - "$G/claims/c.json" "$PWD/experiments/bf16-stream.json" <<'PY'
 import json, sys
 json.dump({"id": "c", "hypothesis": "h", "verdict": "INCONCLUSIVE",
            "evidence": {"metric": "top1_agreement", "k": 4, "n": 8, "threshold": 0.9, "direction": ">="},
            "arm": {"name": "a", "knobs": {}}, "reference": {"name": "r", "knobs": {}},
            "code": {"codebase": "x", "commit": "abc1234+dirty.`id`"}, "measured_at": "2026-05-01",
-           "experiment": "experiments/bf16-stream.json"}, open(sys.argv[1], "w"))
+           "experiment": sys.argv[2]}, open(sys.argv[1], "w"))
 PY
 expect_exit "a claim's code.commit with a command in its dirty suffix is refused (exit 2)" 2 "$VTLAB" specs check --specs "$G"
 stderr_has "... naming code.commit" "code.commit: \"abc1234+dirty.\`id\`\": expected a commit id"
