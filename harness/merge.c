@@ -14,6 +14,7 @@
 #include "metrics.h"
 #include "run_forward.h"
 #include "run_record.h"
+#include "slurm.h"
 #include "store.h"
 #include "store_merge.h"
 #include "util.h"
@@ -59,18 +60,174 @@ static int same_arm(const lab_shard_run *a, const lab_shard_run *b) {
     return !strcmp(a->experiment, b->experiment) && !strcmp(a->arm, b->arm) && a->repeat == b->repeat;
 }
 
-/* The arm's position in the experiment file (the order runs are made in). */
-static int arm_position(const char *spec_json, const char *arm) {
-    cJSON *j = cJSON_Parse(spec_json);
-    int pos = 1 << 20, i = 0;
-    cJSON *a;
+/* ------------------------------------------------------------ what a shard may hold
+ *
+ * A merge copies a shard's names and ids into the merged database, where
+ * every reader (report, export, nightly, audit, the views) takes them for
+ * what the parsers let through. So each is held to the rule of the parser
+ * that made it (lab_check_name for experiment ids and arm names, the knob
+ * name rule, vt_sha256_hex_ok for hashes, lab_parse_shard for shards), and
+ * recorded provenance to one line of UTF-8 (lab_check_line), before
+ * anything is written: a shard edited by hand is refused whole, naming the
+ * database, the table, the row and the field. */
+
+#define LAB_LINE_MAX 1024   /* a code version, compiler, host...: far below */
+
+/* "DB: table T, row R" (and " (run N)" for a row under run N, run > 0):
+ * where a refused text is (the checkers' path). */
+static const char *where_of(char *w, size_t n, const char *db, const char *table, int64_t row, int64_t run) {
+    int k = snprintf(w, n, "%s: table %s, row %lld", db, table, (long long)row);
+    if (run > 0 && k > 0 && (size_t)k < n) snprintf(w + k, n - (size_t)k, " (run %lld)", (long long)run);
+    return w;
+}
+
+static int check_hash(const char *w, const char *field, const char *h, char *e, size_t el) {
+    if (h && vt_sha256_hex_ok(h)) return LAB_OK;
+    return lab_errf(e, el, LAB_EINPUT, "%s: %s: expected 64 lowercase hex digits, got %s%.72s%s", w, field,
+                    h ? "\"" : "", h ? h : "NULL", h ? "\"" : "");
+}
+
+static int check_one_of(const char *w, const char *field, const char *v, const char *a, const char *b, char *e,
+                        size_t el) {
+    if (v && (!strcmp(v, a) || !strcmp(v, b))) return LAB_OK;
+    return lab_errf(e, el, LAB_EINPUT, "%s: %s: expected \"%s\" or \"%s\", got \"%.48s\"", w, field, a, b,
+                    v ? v : "NULL");
+}
+
+/* The runs row of r: identity, hashes, shard, provenance. */
+static int check_runs_row(const lab_shard_run *r, const char *db, char *e, size_t el) {
+    char w[4400], want[64];
+    where_of(w, sizeof w, db, "runs", r->run_id, 0);
+    int rc = lab_check_name(w, "experiment", "an experiment id", r->experiment, e, el);
+    if (!rc) rc = lab_check_name(w, "arm", "an arm name", r->arm, e, el);
+    const char *const hn[] = {"knob_hash", "model_sha256", "dataset_sha256", "experiment_sha256", "logits_sha256"};
+    const char *const hv[] = {r->knob_hash, r->model_sha256, r->dataset_sha256, r->experiment_sha256, r->logits_sha256};
+    for (size_t i = 0; i < 5 && !rc; i++) rc = check_hash(w, hn[i], hv[i], e, el);
+    int64_t si = -1, sn = -1;
+    snprintf(want, sizeof want, "%lld/%lld", (long long)r->info.index, (long long)r->info.count);
+    if (!rc && (!r->shard || lab_parse_shard(r->shard, &si, &sn) || strcmp(r->shard, want)))
+        rc = lab_errf(e, el, LAB_EINPUT, "%s: shard: expected \"%s\" (its run_shards row), got \"%.48s\"", w, want,
+                      r->shard ? r->shard : "NULL");
+    if (!rc) rc = check_one_of(w, "score", r->score, "all", "last", e, el);
+    if (!rc) rc = check_one_of(w, "expected_assertions", r->expected_assertions, "pass", "fail", e, el);
+    const char *const ln[] = {"code_version", "git_commit", "build_flags", "compiler", "backend", "device", "host",
+                              "layer_kinds", "started_at", "finished_at"};
+    const char *const lv[] = {r->code_version, r->git_commit, r->build_flags, r->compiler, r->backend, r->device,
+                              r->host, r->layer_kinds, r->started_at, r->finished_at};
+    for (size_t i = 0; i < sizeof ln / sizeof ln[0] && !rc; i++)
+        rc = lab_check_line(w, ln[i], "recorded provenance", lv[i], LAB_LINE_MAX, e, el);
+    if (!rc && !r->code_version[0])
+        rc = lab_errf(e, el, LAB_EINPUT, "%s: code_version: expected a code version, got \"\"", w);
+    return rc;
+}
+
+/* The run_shards row of r: who computed it. */
+static int check_shards_row(const lab_shard_run *r, const char *db, char *e, size_t el) {
+    char w[4400];
+    where_of(w, sizeof w, db, "run_shards", r->run_id, 0);
+    const lab_shard_info *h = &r->info;
+    int rc = h->has_decision ? lab_check_name(w, "decision_metric", "a metric name", h->decision_metric, e, el) : 0;
+    const char *const ln[] = {"task", "node", "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id"};
+    const char *const lv[] = {h->task, h->node, h->slurm_job_id, h->slurm_array_job_id, h->slurm_array_task_id};
+    for (size_t i = 0; i < sizeof ln / sizeof ln[0] && !rc; i++)
+        rc = lab_check_line(w, ln[i], "recorded provenance", lv[i], LAB_LINE_MAX, e, el);
+    return rc;
+}
+
+typedef struct text_ctx {
+    const lab_shard_run *r;
+    const char          *db;
+    char                *e;
+    size_t               el;
+    int                  refused;   /* a text broke its rule (else a failing read stopped the walk) */
+} text_ctx;
+
+static int check_text_rule(const text_ctx *c, const lab_shard_text *t);
+
+/* One text under run r (lab_store_shard_texts): its field's rule. */
+static int check_text(void *ctx, const lab_shard_text *t) {
+    text_ctx *c = ctx;
+    int rc = check_text_rule(c, t);
+    c->refused = rc != LAB_OK;
+    return rc;
+}
+
+static int check_text_rule(const text_ctx *c, const lab_shard_text *t) {
+    char w[4400];
+    where_of(w, sizeof w, c->db, t->table, t->row, strcmp(t->table, "experiment_specs") ? c->r->run_id : 0);
+    const char *v = t->value ? t->value : "";
+    if (!strcmp(t->table, "run_sequences")) return check_hash(w, t->field, t->value, c->e, c->el);
+    if (!strcmp(t->table, "experiment_specs") && !strcmp(t->field, "id")) {
+        int rc = lab_check_name(w, "id", "an experiment id", v, c->e, c->el);
+        if (!rc && strcmp(v, c->r->experiment))
+            rc = lab_errf(c->e, c->el, LAB_EINPUT, "%s: id: \"%s\" is not the experiment of its run (\"%s\")", w, v,
+                          c->r->experiment);
+        return rc;
+    }
+    if (!strcmp(t->table, "run_knobs") && !strcmp(t->field, "name")) {
+        /* the builtin model's knobs are VT_* (the experiment parser's rule);
+         * a command engine's are named by its hello: any one-line name */
+        int builtin = !c->r->engine_hello || !c->r->engine_hello[0];
+        if (builtin && (strncmp(v, "VT_", 3) || !lab_env_name_ok(v)))
+            return lab_errf(c->e, c->el, LAB_EINPUT, "%s: name: \"%.64s\" is not a knob name (VT_[A-Za-z0-9_]*)", w, v);
+        if (!*v) return lab_errf(c->e, c->el, LAB_EINPUT, "%s: name: expected a knob name, got \"\"", w);
+    }
+    if (!strcmp(t->table, "run_knobs") && !strcmp(t->field, "value")) {
+        /* the parser's limit; a command engine's values are its own text */
+        if (strlen(v) > 255)
+            return lab_errf(c->e, c->el, LAB_EINPUT, "%s: value: %zu characters, more than the limit of 255", w,
+                            strlen(v));
+        return LAB_OK;
+    }
+    return lab_check_line(w, t->field, "a name", v, 255, c->e, c->el);
+}
+
+/* Everything merge copies from shard run r (of database db), before any of
+ * it is used: LAB_EINPUT naming where, the shard refused. */
+static int check_shard_run(lab_store *in, const lab_shard_run *r, const char *db, char *err, size_t errlen) {
+    char e[1536] = "";
+    int rc = check_runs_row(r, db, e, sizeof e);
+    if (!rc) rc = check_shards_row(r, db, e, sizeof e);
+    text_ctx c = {r, db, e, sizeof e, 0};
+    if (!rc && (rc = lab_store_shard_texts(in, r, check_text, &c, e, sizeof e)) && !c.refused)
+        return lab_errf(err, errlen, rc, "%s", e);   /* a read failure: as it is */
+    if (rc) return lab_errf(err, errlen, LAB_EINPUT, "%s; the shard is refused, nothing merged", e);
+    return LAB_OK;
+}
+
+/* Checks the stored experiment file of shard run r (database db) and
+ * returns the arm's position in it (the order runs are made in): it must
+ * be the file the run names (its sha256), of the run's experiment, with
+ * arm names the parser accepts, one of them r's. */
+static int spec_arm_position(const char *json, const lab_shard_run *r, const char *db, int *pos, char *err,
+                             size_t errlen) {
+    char w[4400], e[1536] = "", sha[65];
+    snprintf(w, sizeof w, "%s: table experiment_specs, sha256 %.16s..., json", db, r->experiment_sha256);
+    vt_sha256_hex(json, strlen(json), sha);
+    cJSON *j = cJSON_Parse(json);
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id"), *a;
+    int rc = LAB_OK, i = 0;
+    *pos = -1;
+    if (strcmp(sha, r->experiment_sha256))
+        rc = lab_errf(e, sizeof e, LAB_EINPUT, "%s: its sha256 is %.16s..., not the one its runs name", w, sha);
+    else if (!cJSON_IsObject(j) || !cJSON_IsString(id))
+        rc = lab_errf(e, sizeof e, LAB_EINPUT, "%s: not an experiment (an object with a string id)", w);
+    else if (!(rc = lab_check_name(w, "id", "an experiment id", id->valuestring, e, sizeof e)) &&
+             strcmp(id->valuestring, r->experiment))
+        rc = lab_errf(e, sizeof e, LAB_EINPUT, "%s: id: \"%s\" is not the experiment of its runs", w, id->valuestring);
     cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(j, "arms")) {
+        if (rc) break;
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(a, "name");
-        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, arm)) { pos = i; break; }
+        char f[64];
+        snprintf(f, sizeof f, "arms[%d].name", i);
+        rc = lab_check_name(w, f, "an arm name", cJSON_IsString(nm) ? nm->valuestring : "", e, sizeof e);
+        if (!rc && *pos < 0 && !strcmp(nm->valuestring, r->arm)) *pos = i;
         i++;
     }
     cJSON_Delete(j);
-    return pos;
+    if (!rc && *pos < 0) rc = lab_errf(e, sizeof e, LAB_EINPUT, "%s: arms: no arm \"%s\" (its runs' arm)", w, r->arm);
+    if (rc) return lab_errf(err, errlen, LAB_EINPUT, "%s; the shard is refused, nothing merged", e);
+    return LAB_OK;
 }
 
 /* 1 when r was computed by the task of its own arm and shard (VTLAB_TASK =
@@ -540,6 +697,19 @@ static int decide(lab_store *st, group *gs, int64_t ng, int partial, lab_merge_s
     return LAB_OK;
 }
 
+/* Opens shard database db, checks its schema against the version it claims
+ * (before anything is read from it), reads its FINISHED shard runs and
+ * checks each. */
+static int read_shard(lab_store **in, const char *db, lab_schema_cache *schemas, lab_shard_run **runs, int64_t *n,
+                      char *err, size_t errlen) {
+    int rc = lab_store_open_readonly(in, db, err, errlen);
+    if (!rc) rc = lab_store_check_schema(*in, schemas, err, errlen);
+    if (!rc) rc = lab_store_shard_runs(*in, runs, n, err, errlen);
+    for (int64_t k = 0; !rc && k < *n; k++) rc = check_shard_run(*in, &(*runs)[k], db, err, errlen);
+    if (!rc && !*n) fprintf(stderr, "vtlab merge: %s: no FINISHED shard run\n", db);
+    return rc;
+}
+
 int lab_merge(const char *const *dbs, int n_db, const char *into, int partial, lab_merge_summary *sum, char *err,
               size_t errlen) {
     double t0 = lab_mono();
@@ -549,14 +719,12 @@ int lab_merge(const char *const *dbs, int n_db, const char *into, int partial, l
     int64_t *nruns = calloc((size_t)n_db, sizeof *nruns), nf = 0, ng = 0;
     found *f = NULL;
     group *gs = NULL;
+    lab_schema_cache schemas;
+    memset(&schemas, 0, sizeof schemas);
     int rc = LAB_OK;
     if (!in || !runs || !nruns) { rc = OOM(); goto done; }
-    for (int i = 0; i < n_db && !rc; i++) {
-        if ((rc = lab_store_open_readonly(&in[i], dbs[i], err, errlen))) break;
-        if ((rc = lab_store_shard_runs(in[i], &runs[i], &nruns[i], err, errlen))) break;
-        if (!nruns[i]) fprintf(stderr, "vtlab merge: %s: no FINISHED shard run\n", dbs[i]);
-        nf += nruns[i];
-    }
+    for (int i = 0; i < n_db && !rc; i++) rc = read_shard(&in[i], dbs[i], &schemas, &runs[i], &nruns[i], err, errlen);
+    for (int i = 0; i < n_db && !rc; i++) nf += nruns[i];
     if (rc) goto done;
     if (!nf) { rc = lab_errf(err, errlen, LAB_EINPUT, "no FINISHED shard run in the %d database(s); nothing merged", n_db); goto done; }
     if (!(f = calloc((size_t)nf, sizeof *f))) { rc = OOM(); goto done; }
@@ -570,11 +738,13 @@ int lab_merge(const char *const *dbs, int n_db, const char *into, int partial, l
         const found *x = group_first(&gs[k]);
         char *json = NULL;
         if ((rc = lab_store_spec_json(in[x->db], x->r->experiment_sha256, &json, err, errlen))) goto done;
-        gs[k].arm_pos = arm_position(json, x->r->arm);
+        rc = spec_arm_position(json, x->r, dbs[x->db], &gs[k].arm_pos, err, errlen);
         free(json);
+        if (rc) goto done;
     }
     qsort(gs, (size_t)ng, sizeof *gs, group_cmp);
     if ((rc = lab_store_open(&st, into, err, errlen))) goto done;
+    if ((rc = lab_store_check_schema(st, &schemas, err, errlen))) goto done;
     if ((rc = decide(st, gs, ng, partial, sum, err, errlen))) goto done;
     if ((rc = lab_store_batch_begin(st, err, errlen))) goto done;
     for (int64_t k = 0; k < ng && !rc; k++) {
@@ -606,6 +776,7 @@ done:
     free(runs);
     free(nruns);
     lab_store_close(st);
+    lab_schema_cache_free(&schemas);
     sum->wall_s = lab_mono() - t0;
     return rc;
 }

@@ -10,9 +10,14 @@
  *
  * Images appear whole or not at all: gnuplot writes NAME.png.PID.tmp and
  * NAME.svg.PID.tmp, renamed only when it exits 0 and both are non-empty.
- * gnuplot does not outlive vtlab (on Linux it is killed when vtlab dies, by
- * any signal), and temporary files a killed vtlab left are removed by the
- * next chart drawn into the folder (lab_sweep_stale_tmp).
+ * gnuplot does not outlive vtlab: it runs in a process group of its own,
+ * which vtlab signals (SIGTERM, then SIGKILL after 1 s) and reaps when it is
+ * interrupted (SIGINT, SIGTERM, SIGHUP) while a chart is drawn, removing the
+ * chart's temporary files before it dies of the signal (or, under a handler
+ * of the command's own such as nightly's, returns "interrupted"; no further
+ * chart starts); on Linux it is also killed when vtlab dies by SIGKILL
+ * (PR_SET_PDEATHSIG). Temporary files a SIGKILLed vtlab left are removed
+ * by the next chart drawn into the folder (lab_sweep_stale_tmp_tree).
  *
  * Every string that reaches a script (titles, arm names, commits) passes
  * through lab_gp_label, which keeps a safe character set: text from the
@@ -45,6 +50,11 @@ int lab_plot_render(const char *dir, const char *name, const char *data, const c
  * included, are kept. Not recursive. Returns how many were removed (a folder
  * that cannot be read: 0). */
 int64_t lab_sweep_stale_tmp(const char *dir);
+
+/* lab_sweep_stale_tmp on dir and on its sub-folders down to depth levels
+ * (symbolic links not followed): what a command that writes the tree (a
+ * report's folder: depth 2 reaches plots/src) calls when it starts. */
+int64_t lab_sweep_stale_tmp_tree(const char *dir, int depth);
 
 /* Copies s into out (size n) keeping [A-Za-z0-9 ._:/+#=,()-], every other
  * byte becomes '_'; truncated to fit. Returns out. */

@@ -3,10 +3,12 @@
  */
 #include "store_merge.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "store_internal.h"
 #include "util.h"
@@ -576,4 +578,140 @@ int lab_store_topk_same(lab_store *st, int64_t a, int64_t b, int *same, char *er
         step = sqlite3_step(s);
     }
     return lab_sq_done(st, s, step, "comparing top-k", err, errlen);
+}
+
+/* ------------------------------------------------------------ schema and text checks */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void free_cols(char **cols, int64_t n) {
+    for (int64_t i = 0; i < n; i++) free(cols[i]);
+    free(cols);
+}
+
+/* Every "table.column" of st's tables (not SQLite's own), sorted. */
+static int read_columns(lab_store *st, char ***cols, int64_t *n, char *err, size_t errlen) {
+    *cols = NULL;
+    *n = 0;
+    sqlite3_stmt *s;
+    int rc = lab_sq_prep_as(st, "SELECT m.name || '.' || p.name FROM sqlite_master m, pragma_table_info(m.name) p"
+                                " WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\\_%' ESCAPE '\\'",
+                            &s, "reading the schema", err, errlen);
+    if (rc) return rc;
+    int64_t cap = 0;
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        char **slot = lab_sq_append((void **)cols, n, &cap, sizeof *slot);
+        if (slot && !(*slot = strdup(lab_col_text(s, 0)))) { (*n)--; slot = NULL; }
+        if (!slot) { rc = OOM(); break; }
+    }
+    if (rc) sqlite3_finalize(s);
+    else rc = lab_sq_done(st, s, step, "reading the schema", err, errlen);
+    if (rc) {
+        free_cols(*cols, *n);
+        *cols = NULL;
+        *n = 0;
+        return rc;
+    }
+    if (*n > 1) qsort(*cols, (size_t)*n, sizeof **cols, cmp_str);
+    return LAB_OK;
+}
+
+/* The columns of schema version v as the store creates them: a fresh
+ * database migrated to v. It cannot be in memory (the store insists on WAL,
+ * which an in-memory database has not), so it is a file in a private
+ * temporary directory, removed before returning. */
+static int expected_columns(int v, char ***cols, int64_t *n, char *err, size_t errlen) {
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096], path[4200], side[4300];
+    snprintf(dir, sizeof dir, "%s/vtlab-schema.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir))
+        return lab_errf(err, errlen, LAB_EIO, "%s: cannot create a directory for the reference schema: %s", dir,
+                        strerror(errno));
+    snprintf(path, sizeof path, "%s/v%d.db", dir, v);
+    lab_store *ref = NULL;
+    int rc = lab_store_open_version(&ref, path, v, err, errlen);
+    if (!rc) rc = read_columns(ref, cols, n, err, errlen);
+    lab_store_close(ref);
+    static const char *const sfx[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
+        snprintf(side, sizeof side, "%s%s", path, sfx[i]);
+        unlink(side);
+    }
+    rmdir(dir);
+    return rc ? lab_err_prefix(err, errlen, rc, "the reference schema of version %d", v) : LAB_OK;
+}
+
+void lab_schema_cache_free(lab_schema_cache *c) {
+    for (int v = 0; v <= LAB_SCHEMA_VERSION; v++) free_cols(c->cols[v], c->n[v]);
+    memset(c, 0, sizeof *c);
+}
+
+/* Appends what of want (sorted) have (sorted) lacks to miss: "table T" when
+ * none of T's columns is there, else "column T.C". Returns how many. */
+static int64_t list_missing(char **want, int64_t nw, char **have, int64_t nh, lab_buf *miss) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < nw; i++) {
+        if (bsearch(&want[i], have, (size_t)nh, sizeof *have, cmp_str)) continue;
+        size_t tl = (size_t)(strchr(want[i], '.') - want[i]);
+        int table_there = 0;
+        for (int64_t k = 0; k < nh && !table_there; k++) table_there = !strncmp(have[k], want[i], tl + 1);
+        if (table_there) {
+            lab_buf_printf(miss, "%scolumn %s", count ? ", " : "", want[i]);
+        } else {
+            lab_buf_printf(miss, "%stable %.*s", count ? ", " : "", (int)tl, want[i]);
+            while (i + 1 < nw && !strncmp(want[i + 1], want[i], tl + 1)) i++;   /* its other columns */
+        }
+        count++;
+    }
+    return count;
+}
+
+int lab_store_check_schema(lab_store *st, lab_schema_cache *cache, char *err, size_t errlen) {
+    int v = lab_store_version(st), rc;
+    if (v < 1 || v > LAB_SCHEMA_VERSION)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: schema version %d is not one this vtlab knows", st->path, v);
+    if (!cache->cols[v] && (rc = expected_columns(v, &cache->cols[v], &cache->n[v], err, errlen))) return rc;
+    char **have = NULL;
+    int64_t nh = 0;
+    if ((rc = read_columns(st, &have, &nh, err, errlen))) return rc;
+    lab_buf miss = {0};
+    int64_t nm = list_missing(cache->cols[v], cache->n[v], have, nh, &miss);
+    free_cols(have, nh);
+    if (miss.oom) { lab_buf_free(&miss); return OOM(); }
+    if (nm)
+        rc = lab_errf(err, errlen, LAB_EINPUT, "%s: its schema is not that of the version it claims (%d): it lacks %s "
+                      "(the file was edited or damaged)", st->path, v, miss.data);
+    lab_buf_free(&miss);
+    return rc;
+}
+
+int lab_store_shard_texts(lab_store *st, const lab_shard_run *r, int (*fn)(void *ctx, const lab_shard_text *t),
+                          void *ctx, char *err, size_t errlen) {
+    /* one statement for all: texts only (no blob is read), in the order
+     * merge copies them */
+    static const char *const sql =
+        "SELECT 'experiment_specs', rowid, 'id', id FROM experiment_specs WHERE sha256 = ?2"
+        " UNION ALL SELECT 'experiment_specs', rowid, 'file', file FROM experiment_specs WHERE sha256 = ?2"
+        " UNION ALL SELECT 'run_knobs', rowid, 'name', name FROM run_knobs WHERE run_id = ?1"
+        " UNION ALL SELECT 'run_knobs', rowid, 'value', value FROM run_knobs WHERE run_id = ?1"
+        " UNION ALL SELECT 'probes', idx, 'site', site FROM probes WHERE run_id = ?1"
+        " UNION ALL SELECT 'probes', idx, 'dtype', dtype FROM probes WHERE run_id = ?1"
+        " UNION ALL SELECT 'probes', idx, 'src_dtype', src_dtype FROM probes WHERE run_id = ?1"
+        " UNION ALL SELECT 'expectations', rowid, 'site', site FROM expectations WHERE run_id = ?1"
+        " UNION ALL SELECT 'expectations', rowid, 'expected_dtype', expected_dtype FROM expectations WHERE run_id = ?1"
+        " UNION ALL SELECT 'run_sequences', seq, 'logits_sha256', logits_sha256 FROM run_sequences WHERE run_id = ?1";
+    sqlite3_stmt *s;
+    int rc = lab_sq_prep_as(st, sql, &s, "reading the shard's names", err, errlen);
+    if (rc) return rc;
+    sqlite3_bind_int64(s, 1, r->run_id);
+    lab_sq_bind_text(s, 2, r->experiment_sha256);
+    int step;
+    while ((step = sqlite3_step(s)) == SQLITE_ROW) {
+        lab_shard_text t = {lab_col_text(s, 0), lab_col_text(s, 2),
+                            sqlite3_column_type(s, 3) == SQLITE_NULL ? NULL : (const char *)sqlite3_column_text(s, 3),
+                            sqlite3_column_int64(s, 1)};
+        if ((rc = fn(ctx, &t))) { sqlite3_finalize(s); return rc; }
+    }
+    return lab_sq_done(st, s, step, "reading the shard's names", err, errlen);
 }

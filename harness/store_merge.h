@@ -43,6 +43,42 @@ typedef struct lab_shard_run {
 int  lab_store_shard_runs(lab_store *st, lab_shard_run **out, int64_t *n, char *err, size_t errlen);
 void lab_shard_runs_free(lab_shard_run *v, int64_t n);
 
+/* ------------------------------------------------------------ checks of a shard before it is read */
+
+/* The tables and columns ("table.column", sorted) of each schema version,
+ * as the store's own migrations create them; filled on first use of a
+ * version. Zero-initialise; free with lab_schema_cache_free. */
+typedef struct lab_schema_cache {
+    char  **cols[LAB_SCHEMA_VERSION + 1];
+    int64_t n[LAB_SCHEMA_VERSION + 1];
+} lab_schema_cache;
+void lab_schema_cache_free(lab_schema_cache *c);
+
+/* LAB_EINPUT when st lacks a table or a column that its claimed schema
+ * version (PRAGMA user_version, lab_store_version) has: a file edited by
+ * hand (`alter table runs drop column ...`) or damaged would otherwise fail
+ * half-way with SQLite's "no such column". The message names st's path, its
+ * version and every missing table and column. Extra tables and columns are
+ * allowed. The expected schema is that of a fresh database migrated to the
+ * same version (in a temporary directory under $TMPDIR, removed at once):
+ * the one schema definition, store.c's, never a copy of it. */
+int lab_store_check_schema(lab_store *st, lab_schema_cache *cache, char *err, size_t errlen);
+
+/* One text of a shard run's rows that a merge copies: table, row (rowid or
+ * sequence / probe index), field and value (NULL for SQL NULL). */
+typedef struct lab_shard_text {
+    const char *table, *field, *value;
+    int64_t     row;
+} lab_shard_text;
+
+/* Calls fn(ctx, t) for every text that a merge of run r copies from the
+ * rows under it (run_knobs names and values, probes sites and dtypes,
+ * expectations, run_sequences logits hashes, its experiment_specs row's id
+ * and file), before any of it is loaded; stops at fn's first nonzero
+ * return, which it returns. Merge checks them all before it writes. */
+int lab_store_shard_texts(lab_store *st, const lab_shard_run *r, int (*fn)(void *ctx, const lab_shard_text *t),
+                          void *ctx, char *err, size_t errlen);
+
 /* The rows of one shard run needed to rebuild the whole run. */
 typedef struct lab_shard_data {
     int64_t       n_seq;

@@ -83,7 +83,10 @@ int lab_read_text(const char *path, const char *what, size_t max_bytes, char **o
  * \u0000 escape inside a string (cJSON decodes it into a C string that then
  * ends early: "ab\u0000cd" would be read as "ab"), is LAB_EINPUT with
  * "PATH: line L column C: ...". Every JSON input of the harness goes through
- * this (lab_read_json does both). */
+ * this (lab_read_json does both). One UTF-8 byte-order mark at the start is
+ * skipped, here and by lab_json_parse (docs/reliability.md, "Byte-order
+ * mark"): positions count from the character after it, and the parsed value
+ * is the same with and without it; a second one is a syntax error. */
 int lab_json_check_text(const char *path, const char *text, size_t len, char *err, size_t errlen);
 
 /* lab_read_text (limit LAB_MAX_JSON_BYTES) + lab_json_check_text. */
@@ -113,6 +116,13 @@ int lab_json_parse(const char *path, const char *text, size_t len, void **out, c
  * uses a character other than [A-Za-z0-9._-]; what says which name ("arm
  * name"). Empty is an error too. */
 int lab_check_name(const char *path, const char *field, const char *what, const char *name,
+                   char *err, size_t errlen);
+
+/* LAB_EINPUT naming path and field when text (recorded provenance that no
+ * parser reads: a code version, a compiler, a host, a probe site) is longer
+ * than max bytes, holds a control character (a newline, ESC, DEL) or is not
+ * valid UTF-8; what says which text ("a code version"). NULL is "". */
+int lab_check_line(const char *path, const char *field, const char *what, const char *text, size_t max,
                    char *err, size_t errlen);
 
 /* Current UTC time as "YYYY-MM-DDTHH:MM:SSZ" into out[32]. */

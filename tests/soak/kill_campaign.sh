@@ -17,6 +17,9 @@
 #     transactions), while the K-th gnuplot child runs (report writes), the
 #     instant reopen's new claim is visible in the ledger (between its two
 #     claim writes, if it makes two), or at the K-th change in the ledger dirs.
+#     A report or nightly is sometimes sent SIGTERM instead, while the K-th
+#     gnuplot child runs (point "SIGTERM, gnuplot #K running"): an
+#     interruption the command sees, which must leave nothing behind at once.
 #     After each kill it checks:
 #       integrity  PRAGMA integrity_check = ok and no foreign-key violation;
 #       complete   every FINISHED run has all its rows (docs/schema.md): knobs,
@@ -39,7 +42,14 @@
 #       ledger     `vtlab specs check` passes on the ledger in use;
 #       orphans    nothing of the killed process's session outlives it (alive
 #                  50 ms after it with no fatal signal pending, as
-#                  PR_SET_PDEATHSIG would send, or alive at 2 s);
+#                  PR_SET_PDEATHSIG would send, or alive at 2 s); after a
+#                  SIGTERM, nothing of its session alive when it has exited
+#                  (it reaps its gnuplot before it dies);
+#       term-tmp   after a SIGTERM, none of its chart images (*.png.PID.tmp,
+#                  *.svg.PID.tmp) is left, without waiting for a rerun;
+#       stale-tmp  a report or nightly that ran to its end left no *.PID.tmp
+#                  of a dead process in its plots/ and plots/src/ (it removes
+#                  what killed ones left there);
 #     and for two concurrent sweeps, that the surviving one exits 0. A problem
 #     that persists (an incomplete run, a bad file) fails the kill that exposed
 #     it and is noted ("still there") after later kills, not failed again.
@@ -126,9 +136,10 @@ def plan(n, seed):
             if op in ("sweep", "sweep2"):
                 mode, param = "write", r.randint(1, 80)
             elif op == "report":
-                mode, param = "gnuplot", r.randint(1, 6)
+                mode, param = r.choice(["gnuplot", "term"]), r.randint(1, 6)
             elif op == "nightly":
-                mode, param = r.choice([("write", r.randint(1, 80)), ("gnuplot", r.randint(1, 6))])
+                mode, param = r.choice([("write", r.randint(1, 80)), ("gnuplot", r.randint(1, 6)),
+                                        ("term", r.randint(1, 6))])
             elif op == "reopen":
                 mode, param = "claim", r.choice([0, 0, 1, 2, 3, 4])
         print(op, mode, param, "%.4f" % frac)
@@ -307,7 +318,7 @@ def launch_(argv, procs):
                         kill, point = True, "new claim %s visible" % new[0]; break
                 elif seen >= param:
                     kill, point = True, "ledger change #%d" % seen; break
-        elif mode == "gnuplot":
+        elif mode in ("gnuplot", "term"):
             for c in children(p.pid):
                 st = stat_fields(c)
                 if st and st["comm"] == "gnuplot" and c not in gp:
@@ -316,23 +327,36 @@ def launch_(argv, procs):
                 kill, point = True, "gnuplot #%d running" % len(gp); break
             time.sleep(0.0005)
     ms = int((time.monotonic() - t0) * 1000)
+    sig = signal.SIGTERM if mode == "term" else signal.SIGKILL
     if kill:
         try:
-            os.kill(p.pid, signal.SIGKILL)
+            os.kill(p.pid, sig)
         except ProcessLookupError:
             pass
     rc = p.wait()
-    was_killed = kill and rc == -signal.SIGKILL
-    # survivors of the killed process: its session, 3 s grace (a child may be told
-    # of its parent's death and exit on its own)
-    orphans = survivors(p.pid) if was_killed else []
+    leftover = []
+    if mode == "term":
+        # an interruption it sees: it dies of it (report) or ends (nightly), and
+        # by then it has reaped its gnuplot and removed the chart's images
+        was_killed = kill and (rc == -signal.SIGTERM or rc >= 0)
+        alive = session_members(p.pid) if was_killed else []
+        orphans = ["%s[%d] alive when it had exited" % (comm, pid) for pid, comm in alive]
+        survivors(p.pid)   # (kill and reap them, so that the next kill starts clean)
+        leftover = [os.path.relpath(f) for f in glob.glob(os.path.join(watch, "*.%d.tmp" % p.pid))
+                    if f.endswith((".png.%d.tmp" % p.pid, ".svg.%d.tmp" % p.pid))]
+    else:
+        was_killed = kill and rc == -signal.SIGKILL
+        # survivors of the killed process: its session, 3 s grace (a child may be told
+        # of its parent's death and exit on its own)
+        orphans = survivors(p.pid) if was_killed else []
     prc = []
     for q in procs[1:]:
         try:
             prc.append(q.wait(timeout=hang))
         except subprocess.TimeoutExpired:
             q.kill(); prc.append("hung")
-    out(killed=int(was_killed), ms=ms, rc=rc, point=point, orphans=", ".join(orphans), partner_rc=" ".join(map(str, prc)))
+    out(killed=int(was_killed), ms=ms, rc=rc, point=point, orphans=", ".join(orphans), partner_rc=" ".join(map(str, prc)),
+        termed=int(mode == "term" and was_killed), leftover=" ".join(leftover))
 
 # ---------------------------------------------------------------- checks
 TABLES = ["run_knobs", "probes", "expectations", "metrics", "logits_topk", "comparisons", "layer_divergence", "verdicts"]
@@ -538,6 +562,24 @@ def check_outputs(dirs):
                     bad.append((rel + ": " + why, "%s: %s" % (rel, why)))
     check_new("outputs", bad, "%d leftover .tmp" % len(tmps) if tmps else "no .tmp")
 
+def check_stale(dirs):
+    """*.PID.tmp of a process that no longer exists, in each of dirs (not
+    recursive): what a report or nightly that ran to its end must have removed."""
+    stale = []
+    for d in dirs:
+        for f in (os.listdir(d) if os.path.isdir(d) else []):
+            parts = f.split(".")
+            if len(parts) < 3 or parts[-1] != "tmp" or not parts[-2].isdigit():
+                continue
+            try:
+                os.kill(int(parts[-2]), 0)
+            except ProcessLookupError:
+                stale.append(os.path.relpath(os.path.join(d, f)))
+            except PermissionError:
+                pass
+    check("stale-tmp", not stale, "no temporary file of a dead process in %s" % " ".join(dirs) if not stale else
+          "left behind: %s" % " ".join(stale[:6]))
+
 def identities(c):
     m = {}
     for row in c.execute("SELECT r.id, r.experiment, r.arm, r.repeat_idx, r.knob_hash, r.model_sha256,"
@@ -604,6 +646,7 @@ if __name__ == "__main__":
     elif cmd == "launch": launch(a)
     elif cmd == "check-db": check_db(a[0], a[1], a[2:], nout)
     elif cmd == "check-outputs": check_outputs(a)
+    elif cmd == "check-stale": check_stale(a)
     elif cmd == "compare": compare(a[0], a[1])
     elif cmd == "nightlies": check_nightlies(a[0])
     elif cmd == "pending": pending(a[0], a[1], a[2:])
@@ -717,7 +760,7 @@ n_killed=0; n_done=0; declare -A BY_OP=()
 i=0
 while read -r op mode param frac; do
     i=$((i + 1))
-    ledger_dir=ledger; copies=1; watch="$W"; flag=""
+    ledger_dir=ledger; copies=1; watch="$W"; flag=""; out_dir=""
     case $op in
         sweep|sweep2)
             read -r pend total <<< "$("$PY" "$H" pending $DB base.db exp)"
@@ -726,20 +769,21 @@ while read -r op mode param frac; do
             else flag="--force"; T=$T_SWEEP; fi
             [ $op = sweep2 ] && copies=2
             cmd=("$VTLAB" sweep exp --db $DB $flag) ;;
-        report)  T=$T_REPORT; cmd=("$VTLAB" report --db $DB --out report-out) ;;
-        nightly) T=$T_NIGHTLY; cmd=("$VTLAB" nightly exp --db $DB --out nightly-out --specs ledger) ;;
+        report)  T=$T_REPORT; out_dir=report-out; cmd=("$VTLAB" report --db $DB --out report-out) ;;
+        nightly) T=$T_NIGHTLY; out_dir=nightly-out; cmd=("$VTLAB" nightly exp --db $DB --out nightly-out --specs ledger) ;;
         reopen)
             ledger_dir=ledgers/k$i; rm -rf "$ledger_dir"; cp -r ledger-pristine "$ledger_dir"
             [ $mode = claim ] && watch="$W/$ledger_dir/claims"
             T=$T_REOPEN; cmd=("$VTLAB" reopen $CLAIM --db $DB --specs "$ledger_dir") ;;
     esac
+    [ "$mode" = term ] && watch="$W/$out_dir/plots"
     delay=$("$PY" -c "print(int($frac * $T))")
     eval "$(SOAK_HANG=$HANG "$PY" "$H" launch "$delay" "$mode" "$param" "$copies" "logs/k$i-$op" "$watch" -- "${cmd[@]}")"
     what="$op${flag:+ $flag}"
     [ $op = sweep2 ] && what="sweep${flag:+ $flag} (1 of 2 concurrent)"
     if [ "$killed" = 1 ]; then
         n_killed=$((n_killed + 1)); BY_OP[$op]=$(( ${BY_OP[$op]:-0} + 1 ))
-        head="kill $i/$KILLS $what: SIGKILL at $ms ms ($point)"
+        head="kill $i/$KILLS $what: $([ "$termed" = 1 ] && echo SIGTERM || echo SIGKILL) at $ms ms ($point)"
     else
         n_done=$((n_done + 1))
         head="kill $i/$KILLS $what: finished before the kill (exit $rc at $ms ms; planned: $([ $mode = time ] && echo "$delay ms" || echo "$mode $param"))"
@@ -749,6 +793,13 @@ while read -r op mode param frac; do
     sc=$("$VTLAB" specs check --specs "$ledger_dir" 2>&1); src=$?
     tally ledger "$([ $src = 0 ] && echo 1 || echo 0)" "vtlab specs check --specs $ledger_dir: exit $src: $(echo "$sc" | tail -2 | tr '\n' ' ')"
     tally orphans "$([ -z "$orphans" ] && echo 1 || echo 0)" "survived the killed vtlab $op: $orphans"
+    if [ "$termed" = 1 ]; then
+        tally term-tmp "$([ -z "$leftover" ] && echo 1 || echo 0)" "left by the vtlab $op sent SIGTERM: $leftover"
+        BY_OP[term]=$(( ${BY_OP[term]:-0} + 1 ))
+    fi
+    if [ -n "$out_dir" ] && [ "$killed" != 1 ] && [ "$rc" -ge 0 ] && [ "$rc" -le 1 ]; then
+        tally_py "$("$PY" "$H" check-stale "$out_dir/plots" "$out_dir/plots/src")"
+    fi
     if [ $copies = 2 ]; then
         tally survivor "$([ "$partner_rc" = 0 ] && echo 1 || echo 0)" "the other sweep exited $partner_rc: $(tail -3 logs/k$i-$op.1.log | tr '\n' ' ')"
     fi
@@ -756,6 +807,7 @@ while read -r op mode param frac; do
     [ $src = 0 ] && [ $op = reopen ] && rm -rf "$ledger_dir"   # keep a broken one to look at
 done < <("$PY" "$H" plan "$KILLS" "$SEED")
 ops=""; for o in sweep sweep2 report nightly reopen; do ops="$ops ${o}=${BY_OP[$o]:-0}"; done
+ops="$ops; ${BY_OP[term]:-0} of them by SIGTERM"
 echo "# campaign: $n_killed killed ($ops ), $n_done finished before their kill"
 
 # ----------------------------------------------------------------- resume
@@ -773,8 +825,11 @@ done <<< "$CHK"
 run_guarded "$VTLAB" nightly exp --db $DB --out nightly-out --specs ledger >logs/resume-nightly.log 2>&1; rc=$?
 single "resume: an uninterrupted nightly completes (exit 0, or 1 for a finding)" "$([ $rc -le 1 ] && echo 1 || echo 0)" \
     "exit $rc$([ $rc -le 1 ] || echo ": $(tail -3 logs/resume-nightly.log | tr '\n' ' ')")"
+run_guarded "$VTLAB" report --db $DB --out report-out >logs/resume-report.log 2>&1; rc=$?
+single "resume: a report completes (exit 0)" "$([ $rc = 0 ] && echo 1 || echo 0)" "exit $rc$([ $rc = 0 ] || echo ": $(tail -3 logs/resume-report.log | tr '\n' ' ')")"
 CHK=$("$PY" "$H" nightlies $DB; "$PY" "$H" check-db --nightly-out nightly-out $DB base.db exp build/reopen | grep nightly-outputs
-     "$PY" "$H" check-outputs nightly-out report-out)
+     "$PY" "$H" check-outputs nightly-out report-out
+     "$PY" "$H" check-stale nightly-out/plots nightly-out/plots/src report-out/plots report-out/plots/src)
 while read -r tag name res detail; do
     [ "$tag" = CHECK ] && single "resume: $name" "$([ "$res" = PASS ] && echo 1 || echo 0)" "$detail"
 done <<< "$CHK"
