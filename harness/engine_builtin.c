@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "provenance.h"
+#include "run_forward.h"
 #include "util.h"
 
 /* The model library's statuses are the harness's (one set, vt_status): they
@@ -93,6 +94,24 @@ static int builtin_forward(void *inst, const int32_t *tokens, int64_t T, int cap
 static const float *builtin_residual(void *inst, int64_t layer, int site, int64_t *T) {
     return vt_session_residual(inst, layer, site, T);
 }
+
+/* The batched forward (run_forward.h): the library packs the sequences into
+ * passes of up to VTLAB_BATCH_ROWS rows with the bits of one forward each. */
+static int64_t builtin_batch_rows(void *inst) { return vt_session_batch_rows(inst); }
+
+static int builtin_batch_forward(void *inst, int64_t n, const int32_t *tokens, const int64_t *off, int capture,
+                                 float *logits, char *err, size_t errlen) {
+    char verr[1024] = "";
+    vt_session_capture(inst, capture);
+    int rc = vt_session_prefill_batch(inst, n, tokens, off, logits, verr, sizeof verr);
+    return rc ? lab_errf(err, errlen, rc, "%s", verr) : LAB_OK;
+}
+
+static const float *builtin_batch_residual(void *inst, int64_t i, int64_t layer, int site, int64_t *T) {
+    return vt_session_residual_seq(inst, i, layer, site, T);
+}
+
+const lab_engine_batch lab_engine_builtin_batch = {builtin_batch_rows, builtin_batch_forward, builtin_batch_residual};
 
 static int builtin_probes(void *inst, vt_probe **recs, int64_t *n, int64_t *lost, char *err, size_t errlen) {
     const vt_session *s = inst;

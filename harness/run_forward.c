@@ -94,7 +94,12 @@ typedef struct pass {
     lab_ref_cache        *ref;
     lab_pass_acc         *acc;
     int64_t               V, H, L, n_tok, n_sc, n_div;
-    float                *logits;    /* f32 [max_len, V] */
+    float                *logits;    /* f32 [rows, V]: a sequence's, or a group's (batch) */
+    const float          *cur;       /* the logits of the sequence being scored: rows of logits */
+    const lab_engine_batch *batch;   /* the engine's batched forward, or NULL (one sequence per call) */
+    int64_t               batch_rows;/* the most tokens of a group (batch); 0: no groups */
+    int64_t              *goff;      /* int64 [n_seq + 1]: a group's sequence offsets, from 0 */
+    int64_t               g0;        /* the group's first sequence */
     double               *scratch;   /* f64 [threads, 4, V]: log-probs, reference log-probs, KL scratch */
     pos_stat             *ps;        /* [max_len] */
     void                 *inst;      /* the engine instance */
@@ -220,7 +225,7 @@ static void compare_position(const pass *p, int64_t si, const float *row, const 
 /* Every statistic of position t of sequence q (thread-local scratch sc). */
 static void score_position(const pass *p, int64_t q, int64_t T, int64_t t, int64_t sc0, double *sc) {
     const lab_experiment *e = p->e;
-    const float *row = p->logits + t * p->V;
+    const float *row = p->cur + t * p->V;
     pos_stat *s = &p->ps[t];
     double *lp = sc, *lq = sc + p->V, *kls = lq + p->V;
     int scored = !e->score_last || t == T - 1;
@@ -299,7 +304,7 @@ static void score_sequence(const pass *p, int64_t q, int64_t T, int64_t sc0) {
         #pragma omp single nowait
         {
             #pragma omp task shared(h)
-            vt_sha256_update(&h, p->logits, (size_t)(T * p->V) * sizeof *p->logits);
+            vt_sha256_update(&h, p->cur, (size_t)(T * p->V) * sizeof *p->cur);
         }
         double *sc = p->scratch + (size_t)omp_get_thread_num() * 4 * (size_t)p->V;
         #pragma omp for schedule(dynamic, 4)
@@ -320,7 +325,8 @@ static int capture_residuals(pass *p, int64_t q, int64_t T, char *err, size_t er
     for (int64_t l = 0; l < p->L; l++)
         for (int site = 0; site < 2; site++) {
             int64_t Tr = 0;
-            const float *h = p->eng->ops->residual(p->inst, l, site, &Tr);
+            const float *h = p->batch ? p->batch->residual(p->inst, q - p->g0, l, site, &Tr)
+                                      : p->eng->ops->residual(p->inst, l, site, &Tr);
             if (!h || Tr != T)
                 return lab_errf(err, errlen, LAB_EINTERNAL, "sequence %lld: no residual capture at layer %lld site %d",
                                 (long long)q, (long long)l, site);
@@ -366,32 +372,95 @@ static int next_logits(pass *p, int64_t q, int *ahead, char *verr, size_t vlen) 
     return rc ? rc : ops->collect(p->inst, p->logits, verr, vlen);
 }
 
-/* Every sequence of the dataset through the open instance. */
+/* Batched engines (run_forward.h) get the dataset's sequences in groups of
+ * consecutive ones, up to the engine's row budget and this many bytes of
+ * logits ([rows, vocab] f32, scored after the call): at 256 rows the 288M
+ * model's 32000-word vocabulary takes 33 MB. A sequence longer than either
+ * is a group of its own. */
+#define LAB_GROUP_LOGITS_MAX ((int64_t)256 << 20)
+
+/* The rows of the logits buffer: the longest sequence, or a whole group. */
+static int64_t logits_rows(const pass *p) {
+    const int64_t max_len = p->e->ds.max_len > 0 ? p->e->ds.max_len : 1;
+    const int64_t fit = LAB_GROUP_LOGITS_MAX / ((int64_t)sizeof(float) * p->V);
+    int64_t rows = p->batch_rows < p->n_tok ? p->batch_rows : p->n_tok;
+    if (rows > fit) rows = fit;
+    return rows > max_len ? rows : max_len;
+}
+
+/* The sequences [q, end) of the group starting at q (at least q itself),
+ * their offsets from 0 in p->goff. */
+static int64_t group_end(pass *p, int64_t q) {
+    const int64_t *o = p->e->ds.offsets, n = p->e->ds.n_seq, rows = logits_rows(p);
+    int64_t r = q + 1;
+    while (r < n && o[r + 1] - o[q] <= p->batch_rows && o[r + 1] - o[q] <= rows) r++;
+    for (int64_t i = q; i <= r; i++) p->goff[i - q] = o[i] - o[q];
+    return r;
+}
+
+/* Scores sequence q of the group at p->g0 (its logits in p->logits), keeps
+ * or compares its residual captures, and shows the progress. */
+static int take_sequence(pass *p, int64_t q, int64_t *sc, lab_progress *pg, char *err, size_t errlen) {
+    const lab_dataset *ds = &p->e->ds;
+    const int64_t T = ds->offsets[q + 1] - ds->offsets[q];
+    p->cur = p->logits + (ds->offsets[q] - ds->offsets[p->g0]) * p->V;
+    score_sequence(p, q, T, *sc);
+    *sc += p->e->score_last ? 1 : T;
+    int rc = q < p->n_div ? capture_residuals(p, q, T, err, errlen) : LAB_OK;
+    if (rc) return rc;
+    if (q < p->n_div && p->acc->seq_div) p->acc->seq[q].div = p->acc->seq_div + (size_t)(q * p->L * 4);
+    if (pg) {
+        pg->tokens_done += T;
+        progress_show(pg, q + 1, ds->n_seq);
+    }
+    return LAB_OK;
+}
+
+/* Every sequence of the dataset through the open instance: one per call, or,
+ * through a batched engine, in groups (group_end) with the same logits. */
 static int run_sequences(pass *p, lab_progress *pg, int *killed, char *err, size_t errlen) {
     const lab_dataset *ds = &p->e->ds;
     int64_t sc = 0;
     int ahead = 0;
-    for (int64_t q = 0; q < ds->n_seq; q++) {
+    for (int64_t q = 0, end; q < ds->n_seq; q = end) {
         if (lab_interrupted) {
             *killed = 1;
             return lab_errf(err, errlen, LAB_EINTERNAL, "interrupted by a signal");
         }
-        int64_t T = ds->offsets[q + 1] - ds->offsets[q];
         char verr[1024] = "";
-        if (next_logits(p, q, &ahead, verr, sizeof verr))
-            return lab_errf(err, errlen, LAB_EINTERNAL, "sequence %lld: %s", (long long)q, verr);
-        score_sequence(p, q, T, sc);
-        sc += p->e->score_last ? 1 : T;
-        int rc = q < p->n_div ? capture_residuals(p, q, T, err, errlen) : LAB_OK;
-        if (rc) return rc;
-        if (q < p->n_div && p->acc->seq_div) p->acc->seq[q].div = p->acc->seq_div + (size_t)(q * p->L * 4);
-        if (pg) {
-            pg->tokens_done += T;
-            progress_show(pg, q + 1, ds->n_seq);
+        int rc;
+        p->g0 = q;
+        if (p->batch_rows > 0) {
+            end = group_end(p, q);
+            rc = p->batch->forward(p->inst, end - q, ds->tokens + ds->offsets[q], p->goff, q < p->n_div, p->logits,
+                                   verr, sizeof verr);
+        } else {
+            end = q + 1;
+            rc = next_logits(p, q, &ahead, verr, sizeof verr);
         }
+        if (rc && end > q + 1)
+            return lab_errf(err, errlen, LAB_EINTERNAL, "sequences %lld-%lld: %s", (long long)q, (long long)end - 1,
+                            verr);
+        if (rc) return lab_errf(err, errlen, LAB_EINTERNAL, "sequence %lld: %s", (long long)q, verr);
+        for (int64_t r = q; r < end; r++)
+            if ((rc = take_sequence(p, r, &sc, pg, err, errlen))) return rc;
     }
     p->acc->n_scored = sc;
     return LAB_OK;
+}
+
+/* After the instance is open: a batched engine with a row budget gets groups
+ * (and the logits buffer a group's rows). 0 or -1 (out of memory). */
+static int batch_setup(pass *p) {
+    p->batch = p->eng->ops == &lab_engine_builtin ? &lab_engine_builtin_batch : NULL;
+    p->batch_rows = p->batch ? p->batch->rows(p->inst) : 0;
+    if (p->batch_rows <= 0) return 0;
+    const int64_t rows = logits_rows(p);
+    float *l = realloc(p->logits, (size_t)(rows * p->V) * sizeof *l);
+    if (!l) return -1;
+    p->logits = l;
+    p->goff = malloc((size_t)(p->e->ds.n_seq + 1) * sizeof *p->goff);
+    return p->goff ? 0 : -1;
 }
 
 /* Sets up p for a pass of e through eng. */
@@ -441,6 +510,11 @@ int lab_forward_pass(const lab_experiment *e, lab_engine *eng, const lab_engine_
     } else {
         lab_engine_hello_free(&hello);
     }
+    if (batch_setup(&p)) {
+        rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory (a group of %lld tokens x vocab %lld)",
+                      (long long)logits_rows(&p), (long long)p.V);
+        goto done;
+    }
     if ((rc = run_sequences(&p, pg, killed, err, errlen))) goto done;
     vt_sha256_final_hex(&acc->hash, acc->hash_hex);
     if (flags & LAB_PASS_FILL_REF) {
@@ -458,6 +532,7 @@ done:
         }
     }
     free(p.logits);
+    free(p.goff);
     free(p.scratch);
     free(p.ps);
     if (rc && (flags & LAB_PASS_FILL_REF)) lab_ref_cache_free(ref);

@@ -5,6 +5,9 @@
  * A call processes T new tokens starting from the layer's cached state: the
  * last K-1 pre-conv inputs of q, k and v, and the f32 delta-rule state of each
  * head. Prefill starts from a zeroed cache; decode is the same call with T=1.
+ * A pack of whole sequences (forward.c, vt_segs) is one call too: the
+ * projections, gates and norms run over all its rows, the short convs and
+ * the delta rule per sequence, each from a zeroed cache.
  * The delta rule itself (kda_chunk.c) runs in chunks built on matrix products
  * when T covers a chunk, token by token otherwise: the same function to
  * rounding, not to the bit.
@@ -127,6 +130,69 @@ static void gated_norm(float *o, const float *gg, const float *onw, int64_t T, i
         }
 }
 
+/* The short convs (+ SiLU) of q, k and v, each sequence of the pass from its
+ * own conv cache: a lone pass continues the layer's cache, a pack's sequence
+ * starts from zeros (an empty state) and leaves its last inputs there for
+ * nothing to read. Per sequence as short_conv decides it alone (T = 1: the
+ * direct sums), so the same bits. buf: K*P floats of scratch. */
+static void kda_convs(vt_session *s, const vt_kda_w *w, float *conv, int64_t T, int64_t P, int64_t K, const float *q0,
+                      const float *k0, const float *v0, float *q, float *k, float *v, float *buf) {
+    for (int64_t i = 0; i < vt_seg_count(s); i++) {
+        int64_t r0, r1;
+        vt_seg_rows(s, T, i, &r0, &r1);
+        if (s->seg.n > 0) memset(conv, 0, vt_row_size(VT_F32, 3 * (K - 1) * P));
+        const int64_t n = r1 - r0, at = r0 * P;
+        short_conv(q0 + at, n, P, K, w->qc.data, conv + 0 * (K - 1) * P, q + at, buf);
+        short_conv(k0 + at, n, P, K, w->kc.data, conv + 1 * (K - 1) * P, k + at, buf);
+        short_conv(v0 + at, n, P, K, w->vc.data, conv + 2 * (K - 1) * P, v + at, buf);
+    }
+}
+
+/* The delta rule (kda_chunk.c) of each sequence of the pass from its own
+ * state: a sequence of at least one chunk in the chunked (WY) form built on
+ * products, a shorter one (and a decode) token by token; the two agree to
+ * rounding (tests/unit/test_kda_chunk.c), so the form is chosen per sequence,
+ * as a forward of that sequence alone chooses it. A pack's sequence starts
+ * from a zero state; one sequence's state must never reach the next
+ * (tests/unit/test_batch.c; VT_MUTATE_BATCH_STATE_LEAK). */
+static int kda_delta(vt_session *s, int layer, float *state, int64_t T, int64_t H, int64_t d, const float *q,
+                     const float *k, const float *v, const float *f, const float *beta, float *o, vt_err *err) {
+    const int64_t P = H * d, nseg = vt_seg_count(s);
+    size_t wb = 0;
+    int64_t dec = 0;   /* floats of exp(g) for the longest token-loop sequence */
+    for (int64_t i = 0; i < nseg; i++) {
+        int64_t r0, r1;
+        vt_seg_rows(s, T, i, &r0, &r1);
+        const int64_t n = r1 - r0;
+        const size_t b = n >= VT_KDA_CHUNK ? vt_kda_chunked_work_bytes(n, H, d, omp_get_max_threads()) : 0;
+        if (n >= VT_KDA_CHUNK && b == 0) return vt_errf(err, VT_EINTERNAL, "kda layer %d: workspace size", layer);
+        if (b > wb) wb = b;
+        if (n < VT_KDA_CHUNK && n > 1 && n * P > dec) dec = n * P;
+    }
+    float *work = wb ? vt_ws_alloc(s, VT_U8, (int64_t)wb, err) : NULL;
+    float *decay = dec ? vt_ws_alloc(s, VT_F32, dec, err) : NULL;   /* exp(g), once per element */
+    if ((wb && !work) || (dec && !decay)) return err->code;
+    for (int64_t i = 0; i < nseg; i++) {
+        int64_t r0, r1;
+        vt_seg_rows(s, T, i, &r0, &r1);
+#ifndef VT_MUTATE_BATCH_STATE_LEAK   /* make mutation: a pack's sequence starts from the last one's state */
+        if (s->seg.n > 0) memset(state, 0, vt_row_size(VT_F32, H * d * d));
+#else
+        if (s->seg.n > 0 && i == 0) memset(state, 0, vt_row_size(VT_F32, H * d * d));
+#endif
+        const int64_t n = r1 - r0, at = r0 * P;
+        if (n >= VT_KDA_CHUNK) {
+            if (vt_kda_chunked(n, H, d, q + at, k + at, v + at, f + at, beta + r0 * H, state, o + at, work, wb) != 0)
+                return vt_errf(err, VT_EINTERNAL, "kda layer %d: the chunked delta rule refused its arguments", layer);
+        } else {
+            vt_kda_recurrent(n, H, d, q + at, k + at, v + at, f + at, beta + r0 * H, state, o + at,
+                             n > 1 ? decay : NULL);
+        }
+        vt_probe_buffer(s, "kda.state", layer, VT_F32, H * d, d);
+    }
+    return VT_OK;
+}
+
 int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err) {
     const vt_config *cfg = &s->m->cfg;
     const vt_kda_w *w = &s->m->layers[layer].kda;
@@ -160,31 +226,12 @@ int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
     vt_gemm_jobs(s, up, 2);
     vt_act_round(s, f, T * P); vt_act_round(s, gg, T * P);
 
-    /* conv + SiLU */
-    short_conv(q0, T, P, K, w->qc.data, c->conv + 0 * (K - 1) * P, q, buf);
-    short_conv(k0, T, P, K, w->kc.data, c->conv + 1 * (K - 1) * P, k, buf);
-    short_conv(v0, T, P, K, w->vc.data, c->conv + 2 * (K - 1) * P, v, buf);
+    kda_convs(s, w, c->conv, T, P, K, q0, k0, v0, q, k, v, buf);
     vt_act_round(s, q, T * P); vt_act_round(s, k, T * P); vt_act_round(s, v, T * P);
 
     gates_and_norms(w, T, H, d, f, beta, q, k);
 
-    /* the delta rule (kda_chunk.c): a prefill of at least one chunk in the
-     * chunked (WY) form built on products, a decode token by token; the two
-     * agree to rounding (tests/unit/test_kda_chunk.c) */
-    if (T >= VT_KDA_CHUNK) {
-        const size_t wb = vt_kda_chunked_work_bytes(T, H, d, omp_get_max_threads());
-        float *work = wb ? vt_ws_alloc(s, VT_U8, (int64_t)wb, err) : NULL;
-        if (!work) { rc = wb ? err->code : vt_errf(err, VT_EINTERNAL, "kda layer %d: workspace size", layer); goto done; }
-        if (vt_kda_chunked(T, H, d, q, k, v, f, beta, c->state, o, work, wb) != 0) {
-            rc = vt_errf(err, VT_EINTERNAL, "kda layer %d: the chunked delta rule refused its arguments", layer);
-            goto done;
-        }
-    } else {
-        float *decay = T > 1 ? vt_ws_alloc(s, VT_F32, T * P, err) : NULL;   /* exp(g), once per element */
-        if (T > 1 && !decay) { rc = err->code; goto done; }
-        vt_kda_recurrent(T, H, d, q, k, v, f, beta, c->state, o, decay);
-    }
-    vt_probe_buffer(s, "kda.state", layer, VT_F32, H * d, d);
+    if ((rc = kda_delta(s, layer, c->state, T, H, d, q, k, v, f, beta, o, err))) goto done;
     vt_act_round(s, o, T * P);
 
     gated_norm(o, gg, w->onorm.data, T, H, d, cfg->rms_norm_eps);

@@ -7,7 +7,9 @@
  * by all heads. No rotation is applied anywhere. The cache keeps the expanded
  * keys [Nh, nope+rope] and values [Nh, dv] of every position, so a call with
  * T new tokens attends over the cached positions plus its own, causally
- * (attn.c: blocked products, the same code for prefill and decode).
+ * (attn.c: blocked products, the same code for prefill and decode). In a
+ * pack of whole sequences (forward.c, vt_segs) each attends over its own
+ * keys only, from position 0.
  */
 #include <math.h>
 #include <omp.h>
@@ -29,6 +31,41 @@ static int grow(vt_layer_cache *c, int64_t need, int64_t kw, int64_t vw, vt_err 
     c->vc = vc;
     c->cap = cap;
     return VT_OK;
+}
+
+/* Causal softmax attention as blocked products (attn.c: f32 scores, an
+ * online softmax with an f64 running sum) of each sequence of the pass over
+ * its own keys. The pass's keys are in the cache at rows p0 + t; a lone pass
+ * attends over positions 0 .. p0 + t, a pack's sequence starting at row r0
+ * over its rows r0 .. r0 + t as positions 0 .. t (the call a forward of that
+ * sequence alone makes, with the same shapes, hence the same split and bits). */
+static int attend(vt_session *s, int layer, int64_t T, int64_t p0, const float *q, const vt_layer_cache *c, float *o,
+                  vt_err *err) {
+    const vt_config *cfg = &s->m->cfg;
+    const int64_t Nh = cfg->num_attention_heads, qk = cfg->qk_nope_head_dim + cfg->qk_rope_head_dim;
+    const int64_t dv = cfg->v_head_dim, kw = Nh * qk, vw = Nh * dv, pack = s->seg.n > 0;
+    const float scale = 1.0f / sqrtf((float)qk);
+    size_t wb = 0;
+    for (int64_t i = 0; i < vt_seg_count(s); i++) {
+        int64_t r0, r1;
+        vt_seg_rows(s, T, i, &r0, &r1);
+        const size_t b = vt_attn_causal_work_bytes(r1 - r0, pack ? 0 : p0, Nh, qk, dv);
+        if (b > wb) wb = b;
+    }
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    float *work = vt_ws_alloc(s, VT_U8, (int64_t)wb, err);
+    int rc = work ? VT_OK : err->code;
+    for (int64_t i = 0; !rc && i < vt_seg_count(s); i++) {
+        int64_t r0, r1;
+        vt_seg_rows(s, T, i, &r0, &r1);
+        /* the sequence's first key row in the cache, and its first query's position */
+        const int64_t key0 = pack ? p0 + r0 : 0, pos0 = pack ? 0 : p0;
+        if (vt_attn_causal(r1 - r0, pos0, Nh, qk, dv, scale, q + r0 * kw, kw, c->kc + key0 * kw, kw, c->vc + key0 * vw,
+                           vw, o + r0 * vw, vw, work, wb) != 0)
+            rc = vt_errf(err, VT_EINTERNAL, "mla layer %d: attention refused its arguments", layer);
+    }
+    vt_ws_release(s, mk);
+    return rc;
 }
 
 int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err) {
@@ -70,16 +107,7 @@ int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *o
         }
     }
 
-    /* causal softmax attention as blocked products (attn.c): f32 scores, an
-     * online softmax with an f64 running sum */
-    const float scale = 1.0f / sqrtf((float)qk);
-    const size_t wb = vt_attn_causal_work_bytes(T, p0, Nh, qk, dv);
-    float *work = vt_ws_alloc(s, VT_U8, (int64_t)wb, err);
-    if (!work) { rc = err->code; goto done; }
-    if (vt_attn_causal(T, p0, Nh, qk, dv, scale, q, kw, c->kc, kw, c->vc, vw, o, vw, work, wb) != 0) {
-        rc = vt_errf(err, VT_EINTERNAL, "mla layer %d: attention refused its arguments", layer);
-        goto done;
-    }
+    if ((rc = attend(s, layer, T, p0, q, c, o, err))) goto done;
     vt_act_round(s, o, T * vw);
     vt_gemm_xwT(s, o, T, vw, &w->o, out);
     vt_act_round(s, out, T * D);

@@ -101,6 +101,21 @@ typedef struct vt_ws {
 } vt_ws;
 typedef struct vt_ws_mark { size_t used; int64_t nextra; } vt_ws_mark;
 
+/* The sequences of one pass through the stack (forward.c). A pass of one
+ * sequence (a prefill, a piece of one, a decode step) has n = 0: one segment
+ * of all T rows, continuing from the caches at s->pos. A pack
+ * (vt_session_prefill_batch) has n >= 1 segments: segment i is the pass's
+ * rows [off[i] - base, off[i + 1] - base), a whole sequence from an empty
+ * state: its short convs and delta-rule state start at zero and its attention
+ * sees its own keys only, at positions 0.. . Row-wise work (norms, products,
+ * gates, routing, experts) runs over all the pass's rows at once: no row
+ * changes another's bits (gemm.h's chains are per output element). */
+typedef struct vt_segs {
+    int64_t        n;
+    const int64_t *off;         /* [n + 1], increasing */
+    int64_t        base;        /* off[0]: row 0 of the pass */
+} vt_segs;
+
 struct vt_session {
     vt_model   *m;
     vt_knobset *ks;
@@ -116,11 +131,29 @@ struct vt_session {
     float      *captured;       /* [n_layers][2][T][D] when capture is on */
     int64_t     captured_T;
     int64_t     piece;          /* tokens per piece of a long prefill; 0: one pass (forward.c) */
+    int64_t     batch_rows;     /* VTLAB_BATCH_ROWS: the most rows of a pack; 0: one sequence per pass */
+    vt_segs     seg;            /* the pass in flight (n = 0: one sequence) */
+    int         packed;         /* the last forward was a batch: the caches hold no one sequence */
+    int64_t    *batch_off;      /* [batch_n + 1] the captured rows of each sequence of the last batch */
+    int64_t     batch_n, batch_cap;
     double      fwd_sec, gemm_sec;
     vt_team     team;           /* the thread count of each decode step (team.h) */
     vt_ws       ws;
     void       *cuda;           /* CUDA backend (issue 7): device state when VT_BACKEND=cuda, else NULL */
 };
+
+/* The segments of the pass in flight (s->seg): their count, and the rows
+ * [*r0, *r1) of segment i in a pass of T rows (no pack: one of all T). */
+static inline int64_t vt_seg_count(const vt_session *s) { return s->seg.n > 0 ? s->seg.n : 1; }
+static inline void vt_seg_rows(const vt_session *s, int64_t T, int64_t i, int64_t *r0, int64_t *r1) {
+    if (s->seg.n > 0) {
+        *r0 = s->seg.off[i] - s->seg.base;
+        *r1 = s->seg.off[i + 1] - s->seg.base;
+    } else {
+        *r0 = 0;
+        *r1 = T;
+    }
+}
 
 /* ------------------------------------------------------------ ops.c */
 
@@ -171,11 +204,20 @@ void  vt_softplus_array(const float *x, float *y, int64_t n);
 void vt_probe_copy(vt_session *s, const char *site, int layer, const vt_copy_stats *st,
                    int converting, int64_t rows_unwritten);
 void vt_probe_buffer(vt_session *s, const char *site, int layer, vt_dtype dtype, int64_t rows, int64_t ncols);
+/* The same once per sequence of a pass of T tokens (s->seg), each call with
+ * its tokens x rows_per_token rows (K at the MoE sites): a pack records what
+ * one forward per sequence records (calls, rows), so a run's records do not
+ * depend on the packing. unwritten: per sequence (NULL: not audited). */
+void vt_probe_buffer_seqs(vt_session *s, const char *site, int layer, vt_dtype dtype, int64_t T,
+                          int64_t rows_per_token, int64_t ncols);
+void vt_probe_copy_seqs(vt_session *s, const char *site, int layer, vt_copy_stats st, int converting, int64_t T,
+                        int64_t rows_per_token, const int64_t *unwritten);
 
 /* ------------------------------------------------------------ layers */
 
 /* Each takes the normed input x[T, D] and writes out[T, D] (f32), using and
- * advancing the layer's cache for positions s->pos .. s->pos+T-1. */
+ * advancing the layer's cache for positions s->pos .. s->pos+T-1, or, in a
+ * pack (s->seg), each sequence from an empty state. */
 int vt_kda_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err);
 int vt_mla_forward(vt_session *s, int layer, const float *x, int64_t T, float *out, vt_err *err);
 int vt_mlp_forward(vt_session *s, int layer, const vt_swiglu_w *w, const float *x, int64_t T, float *out, vt_err *err);

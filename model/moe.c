@@ -19,6 +19,12 @@
  *
  * Audit mode fills xg and expert_out with a sentinel first and counts the rows
  * a copy failed to write.
+ *
+ * Every step is per token or per (token, expert) pair, so a pack of whole
+ * sequences (forward.c, vt_segs) runs as one block: each expert gets the rows
+ * of all of them. Its probes are recorded per sequence (one call each, as one
+ * forward per sequence records them), and the replayed defect's scatter runs
+ * per sequence on buffers of one forward's extent (fault_scatter).
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -131,6 +137,72 @@ static int experts_forward(vt_session *s, const vt_ffn_w *w, const vt_tensor *xg
     return VT_OK;
 }
 
+/* Audit mode: the rows of t (NK pairs, pair p = token p / K) left with the
+ * sentinel, per sequence of the pass (s->seg): row r's pair is pair[r] (NULL:
+ * r itself), its sequence the one holding token pair[r] / K. into[nseq]. */
+static void unwritten_per_seq(const vt_session *s, const vt_tensor *t, const int64_t *pair, int64_t N, int64_t K,
+                              int64_t *into) {
+    const int64_t nseq = vt_seg_count(s), NK = N * K;
+    for (int64_t i = 0; i < nseq; i++) into[i] = 0;
+    if (nseq == 1) {   /* a lone pass: the whole buffer at once, as before packs */
+        into[0] = vt_tensor_rows_unwritten(t, NULL);
+        return;
+    }
+    for (int64_t r = 0; r < NK; r++) {
+        vt_tensor row = {0};
+        const int64_t shp[2] = {1, vt_tensor_ncols(t)};
+        if (vt_tensor_view(&row, t->dtype, 2, shp, vt_tensor_row(t, r), vt_tensor_row_bytes(t), NULL) ||
+            !vt_tensor_rows_unwritten(&row, NULL))
+            continue;
+        const int64_t tok = (pair ? pair[r] : r) / K;
+        int64_t i = 0, r0, r1;
+        for (;; i++) {   /* a pack holds a few sequences: a scan is enough */
+            vt_seg_rows(s, N, i, &r0, &r1);
+            if (tok < r1 || i == nseq - 1) break;
+        }
+        into[i]++;
+    }
+}
+
+/* The replayed defect's scatter (faults.c) of y into eo, once per sequence of
+ * the pass, as a forward of that sequence alone runs it: the defect's
+ * scrambled copy depends on the extent of its buffers and on where each row
+ * sits in them, so each sequence gets buffers of its own extent: its rows of
+ * eo (contiguous: pair p = t*K + k) and its rows of y in the order the
+ * expert sort gives them alone (the pack's sort is stable in the pair index,
+ * so a sequence's pairs keep their own order in it). A lone pass: the
+ * defect's call as it always was. */
+static int fault_scatter(vt_session *s, vt_tensor *eo, const int64_t *order, const vt_tensor *y, int64_t N,
+                         int64_t K, vt_copy_stats *st, vt_err *err) {
+    const int64_t NK = N * K, D = vt_tensor_ncols(y);
+    if (s->seg.n == 0) {
+        vt_fault_scatter_rows(eo, order, y, NK, s->stream_dtype, st);
+        return VT_OK;
+    }
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    void *yb = vt_ws_alloc(s, y->dtype, NK * D, err);
+    int64_t *lord = vt_ws_alloc(s, VT_I64, NK, err);
+    int rc = yb && lord ? VT_OK : err->code;
+    for (int64_t i = 0; !rc && i < s->seg.n; i++) {
+        int64_t r0, r1, n = 0;
+        vt_seg_rows(s, N, i, &r0, &r1);
+        const int64_t p0 = r0 * K, p1 = r1 * K, shp[2] = {p1 - p0, D};
+        vt_tensor ys = {0}, es = {0};
+        if ((rc = vt_tensor_view(&ys, y->dtype, 2, shp, yb, vt_row_size(y->dtype, shp[0] * D), err)) ||
+            (rc = vt_tensor_view(&es, eo->dtype, 2, shp, vt_tensor_row(eo, p0), vt_row_size(eo->dtype, shp[0] * D),
+                                 err)))
+            break;
+        for (int64_t r = 0; !rc && r < NK; r++)
+            if (order[r] >= p0 && order[r] < p1) {
+                lord[n] = order[r] - p0;
+                rc = vt_rows_copy(&ys, n++, y, r, 1, NULL, err);
+            }
+        if (!rc) vt_fault_scatter_rows(&es, lord, &ys, n, s->stream_dtype, st);
+    }
+    vt_ws_release(s, mk);
+    return rc;
+}
+
 int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, int64_t N, float *out,
                    vt_moe_trace *trace, vt_err *err) {
     const vt_config *cfg = &s->m->cfg;
@@ -150,12 +222,13 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     int64_t *src_tok = vt_ws_alloc(s, VT_I64, NK, err);
     float *row = vt_ws_alloc(s, VT_F32, (int64_t)omp_get_max_threads() * D, err);   /* one per thread */
     float *sh = w->has_shared ? vt_ws_alloc(s, VT_F32, N * D, err) : NULL;
+    int64_t *unw = vt_ws_alloc(s, VT_I64, vt_seg_count(s), err);   /* audit: rows unwritten per sequence */
     int64_t shp_x[2] = {N, D}, shp_nk[2] = {NK, D};
     void *xgb = vt_ws_alloc(s, VT_F32, NK * D, err), *yfb = vt_ws_alloc(s, VT_F32, NK * D, err);
     void *eob = vt_ws_alloc(s, s->expert_dtype, NK * D, err);
     void *ybb = s->expert_dtype != VT_F32 ? vt_ws_alloc(s, s->expert_dtype, NK * D, err) : yfb;
     if (!logits || !wts || !sel || !count || !fill || !order || !src_tok || !row || (w->has_shared && !sh) || !xgb ||
-        !yfb || !eob || !ybb) {
+        !yfb || !eob || !ybb || !unw) {
         rc = err->code;
         goto done;
     }
@@ -216,7 +289,8 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     if ((rc = vt_tensor_view(&xt, VT_F32, 2, shp_x, (void *)x, vt_row_size(VT_F32, N * D), err))) goto done;
     if (audit) vt_tensor_fill_sentinel(&xg);
     if ((rc = vt_rows_gather(&xg, &xt, src_tok, NK, &st, err))) goto done;
-    vt_probe_copy(s, "moe.gather", layer, &st, 0, audit ? vt_tensor_rows_unwritten(&xg, NULL) : -1);
+    if (audit) unwritten_per_seq(s, &xg, order, N, K, unw);
+    vt_probe_copy_seqs(s, "moe.gather", layer, st, 0, N, K, audit ? unw : NULL);
 
     /* experts (and the shared expert) */
     if ((rc = experts_forward(s, w, &xg, count, x, N, &yf, sh, err))) goto done;
@@ -228,19 +302,21 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
         if ((rc = vt_rows_convert(&ybuf, &yf, &st, err))) goto done;
         y = &ybuf;
     }
-    vt_probe_buffer(s, "moe.expert.y", layer, y->dtype, NK, D);
+    vt_probe_buffer_seqs(s, "moe.expert.y", layer, y->dtype, N, K, D);
 
     /* scatter */
     if (audit) vt_tensor_fill_sentinel(&eo);
-    if (defective) vt_fault_scatter_rows(&eo, order, y, NK, s->stream_dtype, &st);   /* sizes rows from the stream dtype */
-    else if ((rc = vt_rows_scatter(&eo, order, y, NK, &st, err)))
+    if (defective) {   /* sizes rows from the stream dtype */
+        if ((rc = fault_scatter(s, &eo, order, y, N, K, &st, err))) goto done;
+    } else if ((rc = vt_rows_scatter(&eo, order, y, NK, &st, err)))
         goto done;
     int64_t unwritten = -1;
     if (audit) {
-        unwritten = vt_tensor_rows_unwritten(&eo, NULL);
+        unwritten_per_seq(s, &eo, NULL, N, K, unw);
+        for (int64_t i = unwritten = 0; i < vt_seg_count(s); i++) unwritten += unw[i];
         vt_tensor_clear_sentinel(&eo);
     }
-    vt_probe_copy(s, "moe.scatter", layer, &st, 0, unwritten);
+    vt_probe_copy_seqs(s, "moe.scatter", layer, st, 0, N, K, audit ? unw : NULL);
 
     /* combine: expert_out is read through an explicit conversion to f32 */
     #pragma omp parallel for schedule(static) if (N * K * D >= VT_PAR_MIN_ELEMS)
@@ -258,7 +334,7 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     }
     st = (vt_copy_stats){.rows = NK, .bytes_per_row = vt_row_size(VT_F32, D), .src_row_bytes = vt_tensor_row_bytes(&eo),
                          .dst_row_bytes = vt_row_size(VT_F32, D), .src_dtype = eo.dtype, .dst_dtype = VT_F32};
-    vt_probe_copy(s, "moe.combine", layer, &st, 1, -1);
+    vt_probe_copy_seqs(s, "moe.combine", layer, st, 1, N, K, NULL);
 
 
     vt_act_round(s, out, N * D);

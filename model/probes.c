@@ -39,6 +39,31 @@ void vt_probe_buffer(vt_session *s, const char *site, int layer, vt_dtype dtype,
     vtp_probe_buffer(&s->probes, site, layer, vt_dtype_name(dtype), rows, (int64_t)vt_row_size(dtype, ncols));
 }
 
+/* One call per sequence of the pass: a pack of n sequences is n calls with
+ * each one's rows, exactly the records of n forwards (the harness compares
+ * runs' records, and an engine serving one sequence per request must give
+ * the same). */
+void vt_probe_buffer_seqs(vt_session *s, const char *site, int layer, vt_dtype dtype, int64_t T,
+                          int64_t rows_per_token, int64_t ncols) {
+    if (s->k.probe == VT_PROBE_OFF) return;
+    for (int64_t i = 0; i < vt_seg_count(s); i++) {
+        int64_t r0, r1;
+        vt_seg_rows(s, T, i, &r0, &r1);
+        vt_probe_buffer(s, site, layer, dtype, (r1 - r0) * rows_per_token, ncols);
+    }
+}
+
+void vt_probe_copy_seqs(vt_session *s, const char *site, int layer, vt_copy_stats st, int converting, int64_t T,
+                        int64_t rows_per_token, const int64_t *unwritten) {
+    if (s->k.probe == VT_PROBE_OFF) return;
+    for (int64_t i = 0; i < vt_seg_count(s); i++) {
+        int64_t r0, r1;
+        vt_seg_rows(s, T, i, &r0, &r1);
+        st.rows = (r1 - r0) * rows_per_token;
+        vt_probe_copy(s, site, layer, &st, converting, unwritten ? unwritten[i] : -1);
+    }
+}
+
 /* Every site the model records; the ledger's defect records and the
  * experiments' `expect` entries are checked against this list. */
 static const char *const SITES[] = {"residual.stream", "kda.state", "moe.gather", "moe.expert.y",

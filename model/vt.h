@@ -182,6 +182,20 @@ void vt_session_free(vt_session *s);
  * ready for decode. logits: [T, vocab] f32 row-major, or NULL. */
 int  vt_session_prefill(vt_session *s, const int32_t *tokens, int64_t T, float *logits,
                         char *err, size_t errlen);
+/* Runs n sequences, each as vt_session_prefill would run it alone (from an
+ * empty state) and with the same bits: sequence i is tokens[off[i] ..
+ * off[i+1]) (off[0] = 0, each at least one token) and its logits go to
+ * logits + off[i] * vocab ([off[n], vocab] f32, or NULL). Consecutive
+ * sequences are packed into one pass of up to vt_session_batch_rows rows
+ * (VTLAB_BATCH_ROWS; 0: one pass each), each with its own KDA and attention
+ * state and positions; probe records are those of n prefills. With capture
+ * on, vt_session_residual_seq gives each sequence's residuals. A decode after
+ * a batch of n > 1 is refused until the next prefill. The CUDA backend runs
+ * the sequences one by one (n > 1 with capture on: VT_STATUS_UNSUPPORTED). */
+int  vt_session_prefill_batch(vt_session *s, int64_t n, const int32_t *tokens, const int64_t *off, float *logits,
+                              char *err, size_t errlen);
+/* The most rows the session packs into one pass (0: none packed; a CUDA session). */
+int64_t vt_session_batch_rows(const vt_session *s);
 /* Appends one token to the cached state. logits: [vocab] f32, or NULL. */
 int  vt_session_decode(vt_session *s, int32_t token, float *logits, char *err, size_t errlen);
 
@@ -203,6 +217,10 @@ int64_t         vt_session_probes_lost(const vt_session *s);
  * pointer to [T, hidden] f32 valid until the next prefill, or NULL. */
 void         vt_session_capture(vt_session *s, int on);
 const float *vt_session_residual(const vt_session *s, int64_t layer, int site, int64_t *T);
+/* Sequence i's rows of the capture of the last vt_session_prefill_batch
+ * ([T, hidden] f32, *T its tokens); after a vt_session_prefill, i = 0 is
+ * vt_session_residual. NULL when not captured or i is out of range. */
+const float *vt_session_residual_seq(const vt_session *s, int64_t i, int64_t layer, int site, int64_t *T);
 
 /* Seconds spent inside the forward pass since creation (for overhead
  * accounting) and the share of that spent in GEMM calls. */
