@@ -285,13 +285,62 @@ static void sentinel_of(vt_dtype t, unsigned char out[8]) {
     }
 }
 
+/* The audit's passes over a buffer, one form per element size: with the size
+ * a constant, each element's memcpy is a plain load or store and the loops
+ * vectorise. A memcmp call per element (the generic form, for other sizes)
+ * was ~5% of an audited 288M-model run (perf: 0.66 s of 12.6). Each gives
+ * what the generic form gives: fill writes the pattern into every element,
+ * has reports whether any of n elements holds it, clear zeroes those that do. */
+#define SENTINEL_FORMS(W, TYPE)                                                          \
+    static void fill_##W(unsigned char *p, size_t n, TYPE pat) {                        \
+        for (size_t i = 0; i < n; i++) memcpy(p + i * sizeof(TYPE), &pat, sizeof(TYPE)); \
+    }                                                                                    \
+    static int has_##W(const unsigned char *p, size_t n, TYPE pat) {                    \
+        int hit = 0;                                                                     \
+        for (size_t i = 0; i < n; i++) {                                                 \
+            TYPE v;                                                                      \
+            memcpy(&v, p + i * sizeof(TYPE), sizeof(TYPE));                             \
+            hit |= v == pat;                                                             \
+        }                                                                                \
+        return hit;                                                                      \
+    }                                                                                    \
+    static void clear_##W(unsigned char *p, size_t n, TYPE pat) {                       \
+        for (size_t i = 0; i < n; i++) {                                                 \
+            TYPE v;                                                                      \
+            memcpy(&v, p + i * sizeof(TYPE), sizeof(TYPE));                             \
+            v = v == pat ? 0 : v;                                                        \
+            memcpy(p + i * sizeof(TYPE), &v, sizeof(TYPE));                              \
+        }                                                                                \
+    }
+SENTINEL_FORMS(16, uint16_t)
+SENTINEL_FORMS(32, uint32_t)
+
+/* op 0 fill, 1 has, 2 clear, over n elements of size es at p. */
+static int sentinel_pass(int op, unsigned char *p, size_t n, size_t es, const unsigned char *pat) {
+    uint16_t p16;
+    uint32_t p32;
+    memcpy(&p16, pat, sizeof p16);
+    memcpy(&p32, pat, sizeof p32);
+    if (es == 2) return op == 0 ? (fill_16(p, n, p16), 0) : op == 1 ? has_16(p, n, p16) : (clear_16(p, n, p16), 0);
+    if (es == 4) return op == 0 ? (fill_32(p, n, p32), 0) : op == 1 ? has_32(p, n, p32) : (clear_32(p, n, p32), 0);
+    int hit = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *e = p + i * es;
+        if (op == 0) memcpy(e, pat, es);
+        else if (memcmp(e, pat, es) == 0) {
+            if (op == 2) memset(e, 0, es);
+            hit = 1;
+        }
+    }
+    return hit;
+}
+
 void vt_tensor_fill_sentinel(vt_tensor *t) {
     if (!t->data) return;
     unsigned char pat[8];
     sentinel_of(t->dtype, pat);
     size_t es = vt_dtype_size(t->dtype);
-    unsigned char *p = t->data;
-    for (size_t off = 0; off + es <= t->nbytes; off += es) memcpy(p + off, pat, es);
+    sentinel_pass(0, t->data, t->nbytes / es, es, pat);
 }
 
 int64_t vt_tensor_rows_unwritten(const vt_tensor *t, int64_t *first_row) {
@@ -301,10 +350,7 @@ int64_t vt_tensor_rows_unwritten(const vt_tensor *t, int64_t *first_row) {
     sentinel_of(t->dtype, pat);
     if (first_row) *first_row = -1;
     for (int64_t r = 0; r < nrows; r++) {
-        const unsigned char *p = vt_tensor_row(t, r);
-        int64_t c = 0;
-        while (c < ncols && memcmp(p + (size_t)c * es, pat, es) != 0) c++;
-        if (c < ncols) {
+        if (sentinel_pass(1, vt_tensor_row(t, r), (size_t)ncols, es, pat)) {
             if (bad == 0 && first_row) *first_row = r;
             bad++;
         }
@@ -317,7 +363,5 @@ void vt_tensor_clear_sentinel(vt_tensor *t) {
     unsigned char pat[8];
     sentinel_of(t->dtype, pat);
     size_t es = vt_dtype_size(t->dtype);
-    unsigned char *p = t->data;
-    for (size_t off = 0; off + es <= t->nbytes; off += es)
-        if (memcmp(p + off, pat, es) == 0) memset(p + off, 0, es);
+    sentinel_pass(2, t->data, t->nbytes / es, es, pat);
 }
