@@ -26,6 +26,7 @@
 #include "reopen.h"
 #include "store.h"
 #include "store_claim.h"
+#include "paths.h"
 #include "util.h"
 
 void lab_claim_code_of_run(const char *engine, const char *engine_commit, const char *engine_codebase,
@@ -120,17 +121,24 @@ static int arm_knobs(const cJSON *spec, const char *file, const char *arm, lab_k
     return rc;
 }
 
-/* Where the ledger finds a claim's experiment (ledger.c find_experiment): as
- * written from the directory vtlab runs in, else relative to the ledger
- * directory's parent. 1 with the file's real path in real, 0 when neither. */
+/* Where the ledger finds a claim's experiment (ledger.c find_experiment):
+ * relative to the ledger directory's parent, or absolute. 1 with the file's
+ * real path in real, 0 when it is not there. */
 static int ledger_finds(const char *specs, const char *exp, char real[PATH_MAX]) {
     struct stat sb;
-    if (stat(exp, &sb) == 0 && S_ISREG(sb.st_mode)) return realpath(exp, real) != NULL;
-    const char *slash = strrchr(specs, '/');
-    if (exp[0] == '/' || !slash) return 0;
-    char alt[PATH_MAX + 256];
-    snprintf(alt, sizeof alt, "%.*s/%s", (int)(slash - specs), specs, exp);
-    return stat(alt, &sb) == 0 && S_ISREG(sb.st_mode) && realpath(alt, real) != NULL;
+    char *p = lab_path_in_ledger(specs, exp);
+    int ok = p && stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && realpath(p, real) != NULL;
+    free(p);
+    return ok;
+}
+
+/* The run's experiment file as results.db records it (the path the run was
+ * given, from the directory it ran in): from here, else as the ledger would
+ * read it. 1 with its real path in real. */
+static int run_file(const char *specs, const char *recorded, char real[PATH_MAX]) {
+    struct stat sb;
+    if (stat(recorded, &sb) == 0 && S_ISREG(sb.st_mode)) return realpath(recorded, real) != NULL;
+    return ledger_finds(specs, recorded, real);
 }
 
 /* real's path below the directory dir (made real first), or NULL. */
@@ -142,23 +150,22 @@ static const char *below(const char *real, const char *dir, char buf[PATH_MAX]) 
 }
 
 /* claim.experiment: the run's experiment file written so that the ledger at
- * specs finds that same file — as recorded when it does (a path relative to
- * where the run was made, the usual "experiments/x.json"), else relative to
- * the ledger's parent (what a ledger moved with its repository keeps
- * finding), else to the current directory, else absolute. */
+ * specs finds that same file — relative to the ledger's parent when it lies
+ * below it (what a ledger moved with its repository keeps finding), else
+ * absolute. */
 static int experiment_path(const char *specs, const char *recorded, int64_t run, char **out, char *err,
                            size_t errlen) {
-    char want[PATH_MAX], got[PATH_MAX], b1[PATH_MAX], b2[PATH_MAX], parent[PATH_MAX + 2];
-    if (!ledger_finds(specs, recorded, want))
+    char want[PATH_MAX], got[PATH_MAX], b1[PATH_MAX], parent[PATH_MAX + 8];
+    if (!run_file(specs, recorded, want))
         return lab_errf(err, errlen, LAB_EINPUT, "claim: run %lld: its experiment file %s (as results.db records it) "
                         "is not found from here nor next to the ledger %s; run `vtlab claim` where the run was made, "
                         "or restore the file", (long long)run, recorded, specs);
-    const char *slash = strrchr(specs, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else if (slash == specs) snprintf(parent, sizeof parent, "/");
-    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - specs), specs);
-    const char *cand[4] = {recorded[0] != '/' ? recorded : NULL, below(want, parent, b1), below(want, ".", b2), want};
-    for (int i = 0; i < 4; i++)
+    char *dot = lab_path_in_ledger(specs, ".");   /* the ledger's parent, as the ledger names it */
+    if (!dot) return lab_oom(err, errlen);
+    snprintf(parent, sizeof parent, "%s", dot);
+    free(dot);
+    const char *cand[2] = {below(want, parent, b1), want};
+    for (int i = 0; i < 2; i++)
         if (cand[i] && cand[i][0] && ledger_finds(specs, cand[i], got) && !strcmp(got, want))
             return (*out = lab_strdup(cand[i])) ? LAB_OK : lab_oom(err, errlen);
     return lab_errf(err, errlen, LAB_EINTERNAL, "claim: %s: the ledger %s would not find it", want, specs);

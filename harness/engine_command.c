@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "runner.h"
+#include "paths.h"
 #include "util.h"
 
 #define TAIL_BYTES 4096
@@ -276,10 +277,15 @@ static int set_env(const lab_engine_spec *sp, const lab_engine_req *req) {
     return 0;
 }
 
-/* Forks and execs the engine; its stdin/stdout/stderr are pipes to c. */
+/* Forks and execs the engine; its stdin/stdout/stderr are pipes to c. The
+ * program "vtlab" is this vtlab (/proc/self/exe), not one looked up on PATH:
+ * an experiment naming `vtlab engine` (vtlab init's example) then runs with
+ * whichever vtlab runs it, installed or not. */
 static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errlen) {
     const lab_engine_spec *sp = c->spec;
     int in[2], out[2], er[2], st[2];
+    char self[PATH_MAX];
+    int is_self = !strcmp(sp->argv[0], "vtlab") && !lab_self_exe(self, sizeof self, NULL, 0);
     if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(er, O_CLOEXEC) || pipe2(st, O_CLOEXEC))
         return lab_errf(err, errlen, LAB_EIO, "%s: pipe: %s", c->label, strerror(errno));
     fflush(NULL);
@@ -297,7 +303,8 @@ static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errle
         else if (sp->cwd && chdir(sp->cwd)) e = errno;
         else if (set_env(sp, req)) e = ENOMEM;
         else {
-            execvp(sp->argv[0], sp->argv);
+            if (is_self) execv(self, sp->argv);
+            else execvp(sp->argv[0], sp->argv);
             e = errno;
         }
         if (write(st[1], &e, sizeof e) < 0) _exit(126);

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "paths.h"
 #include "util.h"
 
 /* Dataset limits, the same for every source (generate, inline, file) and
@@ -319,20 +320,6 @@ int lab_ds_parse_text(lab_dataset *ds, char *text, size_t len, const char *exp_p
     return LAB_OK;
 }
 
-/* Relative dataset paths: first as given (relative to the current directory,
- * normally the repository root), then relative to the experiment file's dir. */
-static char *resolve_relative(const char *exp_path, const char *p) {
-    if (p[0] == '/' || lab_path_exists(p)) return lab_strdup(p);
-    const char *slash = strrchr(exp_path, '/');
-    if (!slash) return lab_strdup(p);
-    size_t n = (size_t)(slash - exp_path) + 1 + strlen(p) + 1;
-    char *r = malloc(n);
-    if (!r) return NULL;
-    snprintf(r, n, "%.*s/%s", (int)(slash - exp_path), exp_path, p);
-    if (!lab_path_exists(r)) { free(r); return lab_strdup(p); }
-    return r;
-}
-
 static int parse_dataset(pctx *c, lab_experiment *e, const cJSON *j) {
     static const char *const keys[] = {"generate", "inline", "file", NULL};
     if (!cJSON_IsObject(j))
@@ -369,7 +356,7 @@ static int parse_dataset(pctx *c, lab_experiment *e, const cJSON *j) {
     if (!cJSON_IsString(f) || !*f->valuestring)
         return BAD(c, "dataset.file", "expected a path string, got %s", json_type(f));
     ds->kind = LAB_DS_FILE;
-    ds->file = resolve_relative(e->path, f->valuestring);
+    ds->file = lab_path_beside(e->path, f->valuestring);   /* relative to the experiment file (paths.h) */
     if (!ds->file) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "%s: out of memory", c->path);
     return ds_file(c, ds, ds->file);
 }
@@ -471,6 +458,11 @@ static int parse_engine(pctx *c, lab_engine_spec *sp, const cJSON *j, const char
     if ((rc = engine_argv(c, sp, argv, f))) return rc;
     snprintf(f, sizeof f, "%s.cwd", field);
     if ((rc = get_string(c, j, "cwd", f, 0, &sp->cwd))) return rc;
+    if (sp->cwd) {   /* a path: relative to the experiment file, like every path in it */
+        char *r = lab_path_beside(c->path, sp->cwd);
+        free(sp->cwd);
+        if (!(sp->cwd = r)) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    }
     const cJSON *env = cJSON_GetObjectItemCaseSensitive(j, "env");
     snprintf(f, sizeof f, "%s.env", field);
     if (env && (rc = engine_env(c, sp, env, f))) return rc;
@@ -597,12 +589,30 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx, const lab
 
 /* ------------------------------------------------------------ top level */
 
+/* model.synth: next to the experiment file; else, when the name is one vtlab
+ * ships a config under ("model/configs/NAME.json", "NAME.json"), that shipped
+ * config, so that the shipped experiments and `vtlab init`'s run wherever
+ * they are copied. Neither: the path next to the experiment, which
+ * lab_model_dir reports as missing. Which file it is does not enter a run's
+ * identity; its bytes do (the synthetic model's hash). */
+static int resolve_synth(pctx *c, lab_experiment *e) {
+    char shipped[4400];
+    e->synth_config = lab_path_beside(c->path, e->synth_name);
+    if (!e->synth_config) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    if (e->synth_name[0] == '/' || lab_path_exists(e->synth_config)) return LAB_OK;
+    if (lab_shipped_config(e->synth_name, shipped, sizeof shipped)) {
+        free(e->synth_config);
+        if (!(e->synth_config = lab_strdup(shipped))) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    }
+    return LAB_OK;
+}
+
 static int parse_model(pctx *c, lab_experiment *e, const cJSON *m) {
     int rc;
     if (!m) return BAD(c, "model", "missing (expected a checkpoint dir or {\"synth\": CONFIG, \"seed\": N})");
     if (cJSON_IsString(m)) {
         if (!*m->valuestring) return BAD(c, "model", "expected a non-empty checkpoint path");
-        e->model_dir = lab_strdup(m->valuestring);
+        e->model_dir = lab_path_beside(c->path, m->valuestring);
         return e->model_dir ? LAB_OK : LAB_ENOMEM;
     }
     if (!cJSON_IsObject(m))
@@ -610,7 +620,8 @@ static int parse_model(pctx *c, lab_experiment *e, const cJSON *m) {
     static const char *const keys[] = {"synth", "seed", "dtype", NULL};
     if ((rc = check_keys(c, m, "model", keys)) || (rc = check_dupes(c, m, "model"))) return rc;
     e->model_synth = 1;
-    if ((rc = get_string(c, m, "synth", "model.synth", 1, &e->synth_config))) return rc;
+    if ((rc = get_string(c, m, "synth", "model.synth", 1, &e->synth_name))) return rc;
+    if ((rc = resolve_synth(c, e))) return rc;
     int64_t seed;
     if ((rc = get_int(c, m, "seed", "model.seed", 1, 0, INT64_MAX / 2, 0, &seed))) return rc;
     e->synth_seed = (uint64_t)seed;
@@ -874,6 +885,7 @@ void lab_experiment_free(lab_experiment *e) {
     free(e->slurm_account);
     free(e->model_dir);
     free(e->synth_config);
+    free(e->synth_name);
     free(e->ds.file);
     free(e->ds.offsets);
     free(e->ds.tokens);
@@ -945,4 +957,32 @@ int64_t lab_experiment_arm(const lab_experiment *e, const char *name) {
     for (int64_t i = 0; i < e->n_arms; i++)
         if (e->arms[i].name && !strcmp(e->arms[i].name, name)) return i;
     return -1;
+}
+
+/* One path field of obj, rebased (see lab_experiment_rebase): a relative
+ * path that names an existing file or directory next to from_file becomes
+ * that file's absolute path; anything else is left as written. */
+static int rebase_field(cJSON *obj, const char *key, const char *from_file) {
+    cJSON *j = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    if (!cJSON_IsString(j) || !j->valuestring[0] || j->valuestring[0] == '/') return LAB_OK;
+    char *beside = lab_path_beside(from_file, j->valuestring), real[PATH_MAX];
+    if (!beside) return LAB_ENOMEM;
+    int found = lab_path_exists(beside) && realpath(beside, real);
+    free(beside);
+    if (found && !cJSON_ReplaceItemInObjectCaseSensitive(obj, key, cJSON_CreateString(real))) return LAB_ENOMEM;
+    return LAB_OK;
+}
+
+int lab_experiment_rebase(void *root, const char *from_file, char *err, size_t errlen) {
+    cJSON *j = root, *m = cJSON_GetObjectItemCaseSensitive(j, "model");
+    int rc = cJSON_IsString(m) ? rebase_field(j, "model", from_file) : rebase_field(m, "synth", from_file);
+    if (!rc) rc = rebase_field(cJSON_GetObjectItemCaseSensitive(j, "dataset"), "file", from_file);
+    cJSON *eng = cJSON_GetObjectItemCaseSensitive(j, "engine");
+    if (!rc && cJSON_IsObject(eng)) rc = rebase_field(eng, "cwd", from_file);
+    cJSON *arms = cJSON_GetObjectItemCaseSensitive(j, "arms"), *a;
+    cJSON_ArrayForEach(a, arms) {
+        cJSON *ae = cJSON_GetObjectItemCaseSensitive(a, "engine");
+        if (!rc && cJSON_IsObject(ae)) rc = rebase_field(ae, "cwd", from_file);
+    }
+    return rc ? lab_errf(err, errlen, rc, "%s: out of memory", from_file) : LAB_OK;
 }

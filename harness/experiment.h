@@ -26,7 +26,8 @@ typedef struct lab_engine_spec {
     int      command;          /* 0: builtin; 1: argv below */
     int64_t  argc;
     char   **argv;             /* [argc + 1], NULL-terminated */
-    char    *cwd;              /* NULL: vtlab's working directory */
+    char    *cwd;              /* NULL: vtlab's working directory; else resolved next to the
+                                  experiment file */
     int64_t  n_env;
     char   **env;              /* [n_env] "NAME=VALUE" */
     double   timeout_s;        /* per response, hello included */
@@ -57,7 +58,7 @@ enum { LAB_DS_INLINE = 1, LAB_DS_FILE, LAB_DS_GENERATE };
 /* A token dataset, flattened: sequence s is tokens[offsets[s] .. offsets[s+1]). */
 typedef struct lab_dataset {
     int       kind;            /* LAB_DS_* */
-    char     *file;            /* LAB_DS_FILE: the path as resolved */
+    char     *file;            /* LAB_DS_FILE: the path as resolved (next to the experiment) */
     int64_t   gen_n, gen_len;  /* LAB_DS_GENERATE */
     uint64_t  gen_seed;
     int64_t   n_seq;
@@ -75,13 +76,16 @@ enum {
 };
 
 typedef struct lab_experiment {
-    char       *path;          /* the file as given on the command line */
+    char       *path;          /* the file as given on the command line; the paths in it are
+                                  relative to its directory (paths.h) */
     char       *id;            /* [A-Za-z0-9._-]+ */
     char       *description, *hypothesis;   /* may be NULL */
     /* model: a checkpoint dir, or a synthetic one built on demand */
     int         model_synth;
-    char       *model_dir;     /* !model_synth */
-    char       *synth_config;  /* model_synth: config path */
+    char       *model_dir;     /* !model_synth: the checkpoint dir, resolved */
+    char       *synth_name;    /* model_synth: the config as written */
+    char       *synth_config;  /* model_synth: the config's path, resolved (next to the
+                                  experiment, else the shipped config of that name) */
     uint64_t    synth_seed;
     char        synth_dtype[8];
     lab_dataset ds;
@@ -156,6 +160,15 @@ char *lab_dataset_canonical(const lab_dataset *ds, size_t *len);
 
 /* The engine arm i runs through. */
 const lab_engine_spec *lab_arm_engine(const lab_experiment *e, int64_t i);
+
+/* Rewrites, in the parsed JSON root (a cJSON *) of an experiment file read
+ * from from_file, every relative path that exists next to from_file (model,
+ * model.synth, dataset.file, engine.cwd, arms[].engine.cwd) as its absolute
+ * path, so that a copy written elsewhere (reopen's derived experiment) names
+ * the same files. A model.synth that is a shipped config's name, and not a
+ * file next to from_file, is left as written (it resolves the same anywhere).
+ * LAB_ENOMEM only. */
+int  lab_experiment_rebase(void *root, const char *from_file, char *err, size_t errlen);
 
 /* Index of the arm named name, or -1. */
 int64_t lab_experiment_arm(const lab_experiment *e, const char *name);

@@ -14,6 +14,7 @@
 
 #include "model/vt.h"
 #include "harness/cli.h"
+#include "paths.h"
 #include "util.h"
 
 typedef struct pctx { const char *file; char *err; size_t errlen; } pctx;
@@ -383,27 +384,24 @@ int lab_defect_parse(const char *file, const char *text, size_t len, lab_defect 
 void lab_claim_clear(lab_claim *c) { claim_free(c); memset(c, 0, sizeof *c); }
 void lab_defect_clear(lab_defect *d) { defect_free(d); memset(d, 0, sizeof *d); }
 
-/* The recipe reopen runs must exist: as written from the directory vtlab
- * runs in, or else relative to the ledger directory's parent (a ledger at
- * /x/specs naming experiments/a.json finds /x/experiments/a.json). */
+/* The recipe reopen runs must exist, where the ledger names it: relative to
+ * the ledger directory's parent (a ledger at /x/specs naming
+ * experiments/a.json finds /x/experiments/a.json), or absolute. Never from
+ * the directory vtlab runs in: a ledger means the same wherever it is read
+ * from (paths.h). */
 static int find_experiment(pctx *c, const char *dir, lab_claim *x) {
     struct stat sb;
-    char alt[8192] = "";
-    if (x->experiment[0] != '/') {
-        const char *slash = strrchr(dir, '/');
-        if (!slash) snprintf(alt, sizeof alt, "%s", x->experiment);   /* specs -> ./ : same as written */
-        else snprintf(alt, sizeof alt, "%.*s/%s", (int)(slash - dir), dir, x->experiment);
+    char *found = lab_path_in_ledger(dir, x->experiment);
+    if (!found) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    if (stat(found, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        int rc = lab_errf(c->err, c->errlen, LAB_EINPUT,
+                          "%s: experiment: %s: no such experiment file (looked at %s: a relative path is relative to "
+                          "the ledger directory's parent)", c->file, x->experiment, found);
+        free(found);
+        return rc;
     }
-    const char *found = NULL;
-    if (stat(x->experiment, &sb) == 0 && S_ISREG(sb.st_mode)) found = x->experiment;
-    else if (alt[0] && stat(alt, &sb) == 0 && S_ISREG(sb.st_mode)) found = alt;
-    if (!found) {
-        int two = alt[0] && strcmp(alt, x->experiment);
-        return lab_errf(c->err, c->errlen, LAB_EINPUT,
-                        "%s: experiment: %s: no such experiment file (looked from the directory vtlab runs in%s%s)",
-                        c->file, x->experiment, two ? " and at " : "", two ? alt : "");
-    }
-    return (x->experiment_path = lab_strdup(found)) ? 0 : lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    x->experiment_path = found;
+    return 0;
 }
 
 int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {

@@ -46,9 +46,9 @@ typedef struct lab_claim {
     lab_code_point code;                 /* the code version it was measured on */
     char         *measured_at;           /* date */
     char         *experiment;            /* the experiment file that reproduces it, as written */
-    char         *experiment_path;       /* where it was found (lab_ledger_load): as written when that
-                                          * exists from the directory vtlab runs in, else relative to
-                                          * the ledger directory's parent (specs/../experiments/...) */
+    char         *experiment_path;       /* where it was found (lab_ledger_load): relative to the
+                                          * ledger directory's parent (specs/../experiments/...), or
+                                          * absolute as written (paths.h) */
     char         *supersedes, *superseded_by;   /* claim ids or NULL */
     int64_t       run_arm, run_ref;      /* results.db run ids, 0 when not recorded there */
     char         *notes;                 /* may be NULL */

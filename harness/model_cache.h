@@ -1,7 +1,11 @@
 /*
  * model_cache.h — the directory holding an experiment's model: a user's
  * checkpoint dir as it is, or a synthetic model built once into the cache
- * build/models/<key>/ and reused by every later experiment with the same key.
+ * CACHE/models/<key>/ and reused by every later experiment with the same key.
+ * CACHE is lab_cache_dir (paths.h): VTLAB_CACHE, else $XDG_CACHE_HOME/vtlab,
+ * else ~/.cache/vtlab — never the current directory, so running vtlab in a
+ * repository writes nothing there but what it was asked to (results.db, a
+ * report).
  */
 #ifndef LAB_MODEL_CACHE_H
 #define LAB_MODEL_CACHE_H
@@ -12,10 +16,19 @@
 
 /* Sets *dir (caller frees) to the model directory of e: the checkpoint dir
  * (LAB_EINPUT naming e->path when it does not exist), or the synth cache
- * build/models/<16 hex>/ keyed by the sha256 of the synth config's bytes,
+ * CACHE/models/<16 hex>/ keyed by the sha256 of the synth config's bytes,
  * the seed, the dtype and vt_synth_version(), built by vt_synth on first
  * use (files appear whole or not at all). An unreadable or invalid synth
  * config is LAB_EINPUT naming "<e->path>: model.synth". */
 int lab_model_dir(const lab_experiment *e, char **dir, char *err, size_t errlen);
+
+/* CACHE/models into out (not created); LAB_EINPUT when no cache can be named. */
+int lab_model_cache_root(char *out, size_t outlen, char *err, size_t errlen);
+/* 1 when dir (as vtlab names its entries) lies in CACHE/models/: a directory
+ * vtlab owns, where a model's hash may be kept beside it. */
+int lab_model_cache_owns(const char *dir);
+/* The cache entry whose model hash is sha256 (`vtlab rerun` finds a run's
+ * model by its hash): *dir (caller frees), or NULL when none is cached. */
+int lab_model_cache_find(const char *sha256, char **dir, char *err, size_t errlen);
 
 #endif

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "model_cache.h"
 #include "util.h"
 
 /* ------------------------------------------------------------ model hash */
@@ -60,7 +61,7 @@ static int model_sha256_uncached(const char *dir, char out[65], char *err, size_
 }
 
 /* The model hash is ~0.2 s per 32 MB, paid by every experiment of a sweep.
- * It is cached next to synthetic models only (build/models/, which vtlab
+ * It is cached next to synthetic models only (CACHE/models/, which vtlab
  * owns; a user's checkpoint dir is never written): the sidecar
  * model.sha256 holds the size and mtime of every hashed file and is
  * trusted only while they are unchanged. */
@@ -89,7 +90,7 @@ static void stamp_files(const char *dir, lab_buf *b) {
 }
 
 int lab_model_sha256(const char *dir, char out[65], char *err, size_t errlen) {
-    int cacheable = !strncmp(dir, "build/models/", 13);
+    int cacheable = lab_model_cache_owns(dir);
     lab_buf stamp = {0};
     char side[4096];
     snprintf(side, sizeof side, "%s/model.sha256", dir);

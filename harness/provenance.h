@@ -15,8 +15,8 @@
 #include "store.h"
 
 /* sha256 (64 hex + NUL into out) of config.json then every *.safetensors
- * file of dir, sorted by name. For a dir under build/models/ (vtlab's own
- * synth cache) the hash is cached in the sidecar dir/model.sha256 and
+ * file of dir, sorted by name. For a dir under CACHE/models/ (vtlab's own
+ * synth cache, model_cache.h) the hash is cached in the sidecar dir/model.sha256 and
  * trusted only while every hashed file's size and mtime are unchanged; a
  * user's checkpoint dir is never written. No *.safetensors is LAB_EINPUT;
  * an unreadable file LAB_EIO. */

@@ -3,6 +3,8 @@
 # "N passed, M failed" lines. Exit 1 if any script failed or did not report.
 set -u
 VTLAB=${1:-./vtlab}
+# synthetic models in build/models/, as `make cli-test` keeps them (not ~/.cache/vtlab)
+export VTLAB_CACHE=${VTLAB_CACHE:-$PWD/build}
 total_pass=0; total_fail=0; bad=0
 for t in tests/cli/test_*.sh; do
   echo "== $t"

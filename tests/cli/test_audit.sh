@@ -6,6 +6,9 @@ set -u
 VTLAB=${1:-./vtlab}
 . tests/cli/lib.sh
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+# the ledgers made here name experiments/ as the shipped claim does: relative to
+# the ledger directory's parent, which is this directory (docs/specs.md)
+ln -s "$PWD/experiments" "$W/experiments"
 OUT_FILE=$W/out; ERR=$W/err
 PY=/usr/bin/python3
 q() { $PY -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); r=list(c.execute(sys.argv[2])); c.commit(); print('\n'.join('|'.join(str(x) for x in t) for t in r))" "$@"; }

@@ -13,6 +13,9 @@ set -u
 VTLAB=$(readlink -f "${1:-./vtlab}")
 . tests/cli/lib.sh
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+# the ledgers made here name experiments/ as the shipped claim does: relative to
+# the ledger directory's parent, which is this directory (docs/specs.md)
+ln -s "$PWD/experiments" "$W/experiments"
 OUT_FILE=$W/out; ERR=$W/err
 PY=/usr/bin/python3
 REPO=$(pwd)

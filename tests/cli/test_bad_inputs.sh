@@ -23,6 +23,9 @@ PY=/usr/bin/python3
 TINY=model/configs/kimi-linear-tiny.json
 W=$(mktemp -d /tmp/vtlab-bad-inputs.XXXXXX)
 trap 'rm -rf "$W"' EXIT
+# the ledgers made here name experiments/ as the shipped claim does: relative to
+# the ledger directory's parent, which is this directory (docs/specs.md)
+ln -s "$PWD/experiments" "$W/experiments"
 OUT_FILE=$W/out; ERR=$W/err
 
 # exp FILE ID DATASET_JSON [ARM] : a one-arm experiment on the tiny synthetic model

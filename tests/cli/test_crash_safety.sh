@@ -27,6 +27,9 @@ HELD=""   # pids of held gnuplots this script caused, ended on exit if still the
 cleanup() { for p in $HELD; do kill -KILL "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 OUT_FILE="$T/stdout"; ERR="$T/stderr"
+# the ledgers made here name experiments/ as the shipped claim does: relative to
+# the ledger directory's parent, which is $T (docs/specs.md)
+ln -s "$PWD/experiments" "$T/experiments"
 . tests/cli/lib.sh
 check() { if eval "$2"; then ok "$1"; else not_ok "$1" "${3:-}"; fi; }
 q() { "$PY" - "$1" "$2" <<'PYEOF'

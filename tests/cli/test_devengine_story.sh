@@ -19,6 +19,8 @@ OUT_FILE=$W/out; ERR=$W/err
 for v in $(env | sed -n 's/^\(VT_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 S=examples/engines/devengine/story
 cp -r $S/specs "$W/specs"
+# the claim names its experiment beside the ledger (relative to its parent)
+ln -s "$PWD/$S/dev-bf16-stream.json" "$W/dev-bf16-stream.json"
 DB=$W/results.db
 
 expect_exit "devengine builds" 0 make -C examples/engines/devengine

@@ -10,6 +10,8 @@ set -u
 VTLAB=${1:-./vtlab}
 case "$VTLAB" in /*) ;; *) VTLAB="$PWD/$VTLAB" ;; esac
 PY=/usr/bin/python3
+# the synthetic-model cache this test looks into (below): build/models/ unless set
+export VTLAB_CACHE=${VTLAB_CACHE:-$PWD/build}
 T=$(mktemp -d /tmp/vtlab-harness-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 PASS=0
@@ -138,7 +140,7 @@ JSON
 # The synthesized model this run used: the cache directory whose recorded
 # hash is the run's model_sha256 (other tests may have cached other models).
 msha=$(q $T/one.db 'select model_sha256 from runs')
-mdir=$(for d in build/models/*/; do [ -f "$d/model.sha256" ] && [ "$(tail -n 1 "$d/model.sha256")" = "$msha" ] && echo "$d"; done | head -1)
+mdir=$(for d in "$VTLAB_CACHE"/models/*/; do [ -f "$d/model.sha256" ] && [ "$(tail -n 1 "$d/model.sha256")" = "$msha" ] && echo "$d"; done | head -1)
 "$VTLAB" logits --model "$mdir" --tokens 5,17,3,99 --out "$T/one.bin" >/dev/null 2>&1
 check "sequence logits hash = sha256 of the raw logits vtlab logits writes" \
     "[ \"$(q $T/one.db 'select logits_sha256 from run_sequences')\" = \"$(sha256sum $T/one.bin | cut -c1-64)\" ]"
