@@ -14,6 +14,9 @@
  *     its ratio to the sgemm peak, and the share of forward time inside GEMMs;
  *   - prefill ms/token at T = 256, 1024, 4096 (2 threads; BENCH_TMAX caps T),
  *     so a cost that grows faster than linearly in T shows as a rising column;
+ *   - the batched sweep: 8 sequences of 32 tokens one per forward and packed
+ *     into one (vt_session_prefill_batch), against a prefill of T = 256, at 1
+ *     and 2 threads (skipped with BENCH_TMAX < 256 or BENCH_BATCH=0);
  *   - with --busy: prefill and decode at the default thread count (all cores)
  *     against 1 thread while a child process spins on one core;
  *   - prefill time with VT_PROBE=on and =audit relative to off;
@@ -507,6 +510,79 @@ static int weights_phase(vt_model *m, const char *dir, const int32_t *tok, int T
     return 0;
 }
 
+/* The batched sweep (issue 32): NSEQ sequences of SEQ tokens (the shipped
+ * experiments' length) one per forward (vt_session_prefill each) and packed
+ * (vt_session_prefill_batch: passes of up to VTLAB_BATCH_ROWS rows, one pass
+ * at the default 256), against one prefill of the same NSEQ x SEQ tokens; 1
+ * and 2 threads, NR interleaved rounds. sec[threads][k]: the median seconds of
+ * k = 0 one per forward, 1 packed, 2 the long prefill. The logits of the
+ * packed pass must be those of one per forward (checked here too). */
+enum { BATCH_NSEQ = 8, BATCH_SEQ = 32, BATCH_NR = 5 };
+
+static double batch_sweep_round(vt_session *s, int k, const int32_t *tok, float *logits) {
+    char err[1024];
+    int64_t off[BATCH_NSEQ + 1];
+    for (int i = 0; i <= BATCH_NSEQ; i++) off[i] = (int64_t)i * BATCH_SEQ;
+    double f0 = vt_session_forward_seconds(s);
+    if (k == 0)
+        for (int i = 0; i < BATCH_NSEQ; i++)
+            must(vt_session_prefill(s, tok + off[i], BATCH_SEQ, logits + off[i] * s->m->cfg.vocab_size, err,
+                                    sizeof err), err);
+    else if (k == 1) must(vt_session_prefill_batch(s, BATCH_NSEQ, tok, off, logits, err, sizeof err), err);
+    else must(vt_session_prefill(s, tok, BATCH_NSEQ * BATCH_SEQ, logits, err, sizeof err), err);
+    return vt_session_forward_seconds(s) - f0;
+}
+
+static int batch_sweep(vt_model *m, const int32_t *tok, float *logits, double sec[3][3], int64_t *rows) {
+    const int64_t n = (int64_t)BATCH_NSEQ * BATCH_SEQ * m->cfg.vocab_size;
+    float *ref = malloc(sizeof(float) * (size_t)n);
+    if (!ref) return -1;
+    int same = 1;
+    for (int th = 1; th <= 2; th++) {
+        vt_session *s = session(m, th, "off");
+        double t[3][BATCH_NR];
+        *rows = vt_session_batch_rows(s);
+        batch_sweep_round(s, 0, tok, ref);   /* warm-up, and the packed logits checked */
+        batch_sweep_round(s, 1, tok, logits);
+        same &= memcmp(ref, logits, sizeof(float) * (size_t)n) == 0;
+        batch_sweep_round(s, 2, tok, logits);
+        for (int r = 0; r < BATCH_NR; r++)
+            for (int k = 0; k < 3; k++) t[k][r] = batch_sweep_round(s, k, tok, logits);
+        for (int k = 0; k < 3; k++) sec[th][k] = median(t[k], BATCH_NR);
+        vt_session_free(s);
+    }
+    free(ref);
+    return same ? 0 : 1;
+}
+
+/* Prints the sweep and adds its phases: batch-one-tN, batch-packed-tN, batch-long-tN. */
+static void batch_report(vt_model *m, const vt_config *cfg, const int32_t *tok, float *logits, const double *peak,
+                         phases *P) {
+    double sec[3][3];
+    int64_t rows = 0;
+    const int ntok = BATCH_NSEQ * BATCH_SEQ;
+    int rc = batch_sweep(m, tok, logits, sec, &rows);
+    if (rc < 0) { printf("batched sweep: skipped (out of memory)\n"); return; }
+    printf("batched sweep (%d sequences of %d tokens: one per forward, and packed into passes of up to %lld rows "
+           "(VTLAB_BATCH_ROWS); against one prefill of T=%d; median of %d interleaved rounds)%s:\n",
+           BATCH_NSEQ, BATCH_SEQ, (long long)rows, ntok, BATCH_NR,
+           rc ? " LOGITS DIFFER: packed != one per forward" : "; packed logits == one per forward");
+    const char *nm[3] = {"one", "packed", "long"};
+    for (int th = 1; th <= 2; th++) {
+        printf("  t%d: one per forward %7.1f tok/s, packed %7.1f tok/s, T=%d %7.1f tok/s: packed/one = %.2fx, "
+               "packed/T%d = %.2f\n", th, ntok / sec[th][0], ntok / sec[th][1], ntok, ntok / sec[th][2],
+               sec[th][0] / sec[th][1], ntok, sec[th][2] / sec[th][1]);
+        for (int k = 0; k < 3; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "batch-%s-t%d", nm[k], th);
+            vt_bench_phase *p = add_phase(P, name);
+            const double ctx = (k == 2 ? ntok : BATCH_SEQ) / 2.0;
+            p->batch = k == 1 ? BATCH_NSEQ : 1, p->threads = th, p->tokens = ntok, p->seconds = sec[th][k];
+            p->flops = ntok * flops_per_token(cfg, ctx), p->peak_flops = peak[th] * 1e9;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     vt_openmp_wait_passively(argv);   /* as vtlab does: idle threads sleep */
     bench_blas_best_core(argv);       /* the sgemm peak with OpenBLAS's AVX-512 kernels where the CPU has them */
@@ -650,6 +726,13 @@ int main(int argc, char **argv) {
             }
         }
     }
+
+    /* against T = 256, as the T-scaling table: skipped with it (BENCH_TMAX < 256, the quick phases of
+     * tests/cli/test_bench_record.sh), or alone with BENCH_BATCH=0 */
+    if (tmax < BATCH_NSEQ * BATCH_SEQ)
+        printf("batched sweep: skipped (BENCH_TMAX=%d < %d)\n", tmax, BATCH_NSEQ * BATCH_SEQ);
+    else if (!env_int("BENCH_BATCH", 1)) printf("batched sweep: skipped (BENCH_BATCH=0)\n");
+    else batch_report(m, &cfg, tok, logits, peak, &P);
 
     /* Contention: a child process spins on one core while prefill and decode
      * run at the default thread count (all cores) and at 1 thread, in
