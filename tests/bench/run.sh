@@ -6,7 +6,9 @@
 # modeling file, else vtlab's figures alone with "peer: not run - <why>".
 # Each benchmark's phases are recorded as runs in $BENCH_DB (default
 # results.db) through `vtlab record-bench`; BENCH_DB= (empty) skips that.
-# docs/bench.md lists every variable and every printed figure.
+# docs/bench.md lists every variable and every printed figure; among them the
+# batched sweep (8 x 32-token sequences one per forward vs packed into one,
+# against T = 256; phases batch-*-tN), which BENCH_BATCH=0 skips.
 set -eu
 VTLAB=${1:-./vtlab}
 BUILD=${BUILD:-build}
