@@ -196,8 +196,10 @@ check "migration: a v1 database opens, is migrated to the current version (that 
 
 # ------------------------------------------------------------ kill -9 and resume
 mkdir -p "$T/sweep"
-mk_exp "$T/sweep/a.json" killa 16 24
-mk_exp "$T/sweep/b.json" killb 16 24
+# runs long enough (64 x 64 tokens) that the poll below sees one FINISHED and one
+# RUNNING before the sweep ends: packed forwards made 16 x 24 finish between polls
+mk_exp "$T/sweep/a.json" killa 64 64
+mk_exp "$T/sweep/b.json" killb 64 64
 KDB="$T/k.db"
 "$VTLAB" sweep "$T/sweep" --db "$KDB" >"$T/kout" 2>&1 &
 pid=$!
