@@ -27,6 +27,7 @@
 
 #include "metrics.h"
 #include "store.h"
+#include "store_annot.h"
 #include "store_query.h"
 #include "store_report.h"
 #include "util.h"
@@ -54,9 +55,9 @@ static int print_json(cJSON *json, FILE *out, const char *what, char *err, size_
 
 /* `vtlab runs --json`: the listing's rows as a JSON array of objects (the
  * columns by name, NULL as null), for scripts. */
-static int runs_json(lab_store *st, const char *experiment, char *err, size_t errlen) {
+static int runs_json(lab_store *st, const lab_query_filter *f, char *err, size_t errlen) {
     cJSON *arr = NULL;
-    int rc = lab_query_runs_json(st, experiment, &arr, err, errlen);
+    int rc = lab_query_runs_json(st, f, &arr, err, errlen);
     if (rc) return rc;
     rc = print_json(arr, stdout, "runs", err, errlen);
     cJSON_Delete(arr);
@@ -88,9 +89,15 @@ static void run_line(const lab_query_run_row *r, int we, int wa) {
 }
 
 int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen) {
-    if (json) return runs_json(st, experiment, err, errlen);
+    lab_query_filter f = {0};
+    f.experiment = experiment;
+    return lab_cmd_runs_filtered(st, &f, json, err, errlen);
+}
+
+int lab_cmd_runs_filtered(lab_store *st, const lab_query_filter *f, int json, char *err, size_t errlen) {
+    if (json) return runs_json(st, f, err, errlen);
     lab_query_runs runs;
-    int rc = lab_query_runs_read(st, experiment, &runs, err, errlen);
+    int rc = lab_query_runs_read(st, f, &runs, err, errlen);
     if (rc) return rc;
     int we = 18, wa = 28;
     for (int64_t i = 0; i < runs.n; i++) {
@@ -182,12 +189,26 @@ static void show_probes(const lab_query_run_detail *d) {
     }
 }
 
+/* The run's tags and notes (`vtlab tag`, `vtlab note`), when it has any. */
+static int show_annot(lab_store *st, int64_t id, char *err, size_t errlen) {
+    lab_run_annot a;
+    int rc = lab_store_run_annot(st, id, &a, err, errlen);
+    if (rc) return rc;
+    if (a.n_tags) printf("tags\n");
+    for (int64_t i = 0; i < a.n_tags; i++) printf("  %-28s %s\n", a.keys[i], a.values[i]);
+    if (a.n_notes) printf("notes\n");
+    for (int64_t i = 0; i < a.n_notes; i++) printf("  %s  %s\n", a.note_at[i], a.notes[i]);
+    lab_run_annot_free(&a);
+    return LAB_OK;
+}
+
 int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
     int rc = need_run(st, id, err, errlen);
     if (rc) return rc;
     lab_query_run_detail d;
     if ((rc = lab_query_run_detail_read(st, id, &d, err, errlen))) return rc;
     show_head(id, &d);
+    if ((rc = show_annot(st, id, err, errlen))) { lab_query_run_detail_free(&d); return rc; }
     for (int64_t i = 0; i < d.n_comparisons; i++) show_comparison(&d.comparisons[i]);
     show_divergence(&d);
     show_verdicts(&d);
@@ -218,6 +239,13 @@ static void brief_row(const char *name, const char *fa, const char *fb) {
     printf("%-16s %-40.40s %-40.40s%s\n", name, fa, fb, strcmp(fa, fb) ? "  (differs)" : "");
 }
 
+/* A hash of both runs, whole (a hash cut to a column could hide where two
+ * differ): one line when they are the same, A's and B's when not. */
+static void hash_row(const char *name, const char *fa, const char *fb) {
+    if (!strcmp(fa, fb)) printf("%-16s %s  (both)\n", name, fa[0] ? fa : "-");
+    else printf("%-16s A %s\n%-16s B %s  (differs)\n", name, fa[0] ? fa : "-", "", fb[0] ? fb : "-");
+}
+
 /* "*" p < 0.05, "**" p < 0.01, "***" p < 0.001, else "(not significant)". */
 static const char *signif(double p) {
     return p < 0.001 ? "***" : p < 0.01 ? "**" : p < 0.05 ? "*" : "(not significant at 0.05)";
@@ -231,14 +259,14 @@ static void compare_table(int64_t a, int64_t b, const lab_query_brief *A, const 
     brief_row("experiment", A->experiment, B->experiment);
     brief_row("arm", A->arm, B->arm);
     brief_row("status", A->status, B->status);
-    brief_row("knob hash", A->knob_hash, B->knob_hash);
-    brief_row("model sha256", A->model, B->model);
-    brief_row("dataset sha256", A->dataset, B->dataset);
+    hash_row("knob hash", A->knob_hash, B->knob_hash);
+    hash_row("model sha256", A->model, B->model);
+    hash_row("dataset sha256", A->dataset, B->dataset);
     brief_row("code version", A->code, B->code);
     char ea[160], eb[160];
     brief_row("engine", lab_engine_label(&A->engine, ea, sizeof ea), lab_engine_label(&B->engine, eb, sizeof eb));
     brief_row("engine commit", A->engine.commit, B->engine.commit);
-    brief_row("logits sha256", A->logits, B->logits);
+    hash_row("logits sha256", A->logits, B->logits);
     for (int64_t i = 0; i < c->n_knobs; i++)
         printf("knob %-11s %-40s %-40s\n", c->knobs[i].name, c->knobs[i].a, c->knobs[i].b);
     for (int64_t i = 0; i < c->n_metrics; i++) metric_row(c->metrics[i].name, c->metrics[i].a, c->metrics[i].b);
@@ -374,6 +402,9 @@ int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, int json, char *err, si
     else {
         compare_table(a, b, &A, &B, &c);
         top1_print(&t);
+        /* the answer to "did it come out the same": the logits, bit for bit */
+        if (A.logits[0] && !strcmp(A.logits, B.logits)) printf("identical (logits sha256 %s)\n", A.logits);
+        else if (A.logits[0] && B.logits[0]) printf("not identical: the logits differ (sha256 above)\n");
     }
     lab_query_compare_free(&c);
     return rc;

@@ -13,10 +13,16 @@
 
 #include "store.h"
 
+struct lab_query_filter;   /* store_query.h */
+
 /* One line per run (optionally of one experiment; json: a JSON array of
  * objects instead): status, assertions,
  * top-1 agreement with its interval, KL, verdict, first divergent layer. */
 int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen);
+/* The same for the runs the filter f lets through (`vtlab runs --arm
+ * --status --engine --knob --tag --since`; f NULL: every run); --json rows
+ * carry each run's tags. */
+int lab_cmd_runs_filtered(lab_store *st, const struct lab_query_filter *f, int json, char *err, size_t errlen);
 /* Everything recorded about one run, for a person. */
 int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen);
 /* Two runs side by side: identity, differing knobs, metrics, top-1

@@ -130,21 +130,42 @@ int lab_query_run_exists(lab_store *st, int64_t id, int *found, char *err, size_
 
 /* ------------------------------------------------------------ runs */
 
-#define RUNS_SQL(ENGINE)                                                                                 \
+/* The filters of `vtlab runs` (lab_query_filter): each parameter NULL is no
+ * filter. --engine NAME is the hello's engine.name, or "builtin" for vtlab's
+ * own model; --knob and --tag need the run to have that name with that value;
+ * --since compares with started_at (ISO 8601 UTC, so a date is a prefix). */
+#define RUNS_SQL(ENGINE, TAGS, ENGINE_WHERE, TAG_WHERE)                                                  \
     "SELECT r.id, r.experiment, r.arm, r.repeat_idx, r.status, r.assertions_ok, r.expected_assertions,"   \
     " c.top1_k, c.top1_n, c.top1_lo, c.top1_hi, c.kl_mean, v.verdict, r.started_at, r.wall_s,"            \
-    " c.first_div_layer, c.first_div_site, r.backend, r.code_version, r.error," ENGINE                    \
+    " c.first_div_layer, c.first_div_site, r.backend, r.code_version, r.error, " TAGS " AS tags," ENGINE   \
     " FROM runs r LEFT JOIN comparisons c ON c.run_id = r.id"                                             \
     " LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id"                \
-    " WHERE (?1 IS NULL OR r.experiment = ?1) ORDER BY r.id"
+    " WHERE (?1 IS NULL OR r.experiment = ?1) AND (?2 IS NULL OR r.arm = ?2) AND (?3 IS NULL OR r.status = ?3)" \
+    " AND " ENGINE_WHERE " AND (?5 IS NULL OR EXISTS (SELECT 1 FROM run_knobs k WHERE k.run_id = r.id"   \
+    " AND k.name = ?5 AND k.value = ?6)) AND " TAG_WHERE " AND (?9 IS NULL OR r.started_at >= ?9)"        \
+    " ORDER BY r.id"
+#define RUNS_ENGINE_WHERE                                                                                 \
+    "(?4 IS NULL OR (?4 = 'builtin' AND r.engine_hello IS NULL) OR (json_valid(r.engine_hello)"           \
+    " AND json_extract(r.engine_hello, '$.engine.name') = ?4))"
+#define RUNS_TAGS "(SELECT json_group_object(t.key, t.value) FROM run_tags t WHERE t.run_id = r.id)"
+#define RUNS_TAG_WHERE                                                                                    \
+    "(?7 IS NULL OR EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = r.id AND t.key = ?7 AND t.value = ?8))"
 
-/* [has_hello(st)]: runs_sql[0] for a file older than v7, read as it is. */
-static const char *const runs_sql[2] = {RUNS_SQL(LAB_ENGINE_SQL_V6("r")), RUNS_SQL(LAB_ENGINE_SQL("r"))};
+/* By the file's schema, read as it is: [0] older than v7 (no engine_hello:
+ * every run builtin), [1] v7-v8 (no tags), [2] v9 on. */
+static const char *const runs_sql[3] = {
+    RUNS_SQL(LAB_ENGINE_SQL_V6("r"), "NULL", "(?4 IS NULL OR ?4 = 'builtin')", "(?7 IS NULL)"),
+    RUNS_SQL(LAB_ENGINE_SQL("r"), "NULL", RUNS_ENGINE_WHERE, "(?7 IS NULL)"),
+    RUNS_SQL(LAB_ENGINE_SQL("r"), RUNS_TAGS, RUNS_ENGINE_WHERE, RUNS_TAG_WHERE)};
 
-static int prep_runs(lab_store *st, const char *experiment, sqlite3_stmt **s, char *err, size_t errlen) {
-    int rc = prep(st, runs_sql[has_hello(st)], s, err, errlen);
-    if (!rc && experiment) lab_sq_bind_text(*s, 1, experiment);
-    return rc;
+static int prep_runs(lab_store *st, const lab_query_filter *f, sqlite3_stmt **s, char *err, size_t errlen) {
+    int v = lab_store_version(st);
+    int rc = prep(st, runs_sql[v >= 9 ? 2 : has_hello(st)], s, err, errlen);
+    if (rc || !f) return rc;
+    const char *p[9] = {f->experiment, f->arm, f->status, f->engine, f->knob_name, f->knob_value, f->tag_key,
+                        f->tag_value, f->since};
+    for (int i = 0; i < 9; i++) lab_sq_bind_text(*s, i + 1, p[i]);
+    return LAB_OK;
 }
 
 static void run_row(sqlite3_stmt *s, void *row, reading *r) {
@@ -169,13 +190,14 @@ static void run_row(sqlite3_stmt *s, void *row, reading *r) {
     x->has_div = !is_null(s, 15);
     x->div_layer = sqlite3_column_int64(s, 15);
     x->div_ffn = sqlite3_column_int(s, 16);
-    lab_engine_name_read(s, 20, &x->engine);
+    x->tags = is_null(s, 20) ? NULL : keep_col(r, s, 20);
+    lab_engine_name_read(s, 21, &x->engine);
 }
 
-int lab_query_runs_read(lab_store *st, const char *experiment, lab_query_runs *out, char *err, size_t errlen) {
+int lab_query_runs_read(lab_store *st, const lab_query_filter *f, lab_query_runs *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *s = NULL;
-    int rc = prep_runs(st, experiment, &s, err, errlen);
+    int rc = prep_runs(st, f, &s, err, errlen);
     if (!rc) rc = collect(st, s, "runs", run_row, sizeof *out->rows, (void **)&out->rows, &out->n, &out->text,
                           err, errlen);
     if (rc) lab_query_runs_free(out);
@@ -235,14 +257,25 @@ static int json_rows(lab_store *st, sqlite3_stmt *s, cJSON *arr, const char *key
     return lab_sq_done(st, s, last, key, err, errlen);
 }
 
-int lab_query_runs_json(lab_store *st, const char *experiment, cJSON **out, char *err, size_t errlen) {
+int lab_query_runs_json(lab_store *st, const lab_query_filter *f, cJSON **out, char *err, size_t errlen) {
     *out = NULL;
     sqlite3_stmt *s = NULL;
-    int rc = prep_runs(st, experiment, &s, err, errlen);
+    int rc = prep_runs(st, f, &s, err, errlen);
     if (rc) return rc;
     cJSON *arr = cJSON_CreateArray();
     if (!arr) { sqlite3_finalize(s); return lab_oom(err, errlen); }
     if ((rc = json_rows(st, s, arr, "runs", 0, 1, err, errlen))) { cJSON_Delete(arr); return rc; }
+    /* tags as an object ({} when none), not the JSON text SQLite made */
+    cJSON *o;
+    cJSON_ArrayForEach(o, arr) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tags");
+        cJSON *v = cJSON_IsString(t) ? cJSON_Parse(t->valuestring) : cJSON_CreateObject();
+        if (!v || !cJSON_ReplaceItemInObjectCaseSensitive(o, "tags", v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(arr);
+            return lab_oom(err, errlen);
+        }
+    }
     *out = arr;
     return LAB_OK;
 }
@@ -266,14 +299,21 @@ static int read_fields(lab_store *st, sqlite3_stmt *s, lab_query_run_detail *d, 
     return lab_sq_done(st, s, last, "show run", err, errlen);
 }
 
+/* The fields `show` prints: the run's row, the experiment file the spec was
+ * first stored from (the spec itself is in `show --json` and `export`), and,
+ * from v9 on, the run it reruns. */
+#define SHOW_FIELDS_SQL(RERUN)                                                                                \
+    "SELECT experiment, arm, repeat_idx, status, error, is_reference, started_at, finished_at,"             \
+    " knob_hash, model_sha256, dataset_sha256, code_version, git_commit, git_dirty, build_flags,"           \
+    " compiler, backend, device, host, pid, score, top_k, n_sequences, n_tokens, n_scored,"                 \
+    " wall_s, forward_s, logits_sha256, assertions_ok, expected_assertions, assertion_reason,"              \
+    " experiment_sha256, (SELECT e.file FROM experiment_specs e WHERE e.sha256 = runs.experiment_sha256)"    \
+    " AS experiment_file" RERUN " FROM runs WHERE id = ?1"
+
 static int show_fields(lab_store *st, int64_t id, lab_query_run_detail *d, char *err, size_t errlen) {
     sqlite3_stmt *s = NULL;
-    int rc = prep_ids(st,
-                      "SELECT experiment, arm, repeat_idx, status, error, is_reference, started_at, finished_at,"
-                      " knob_hash, model_sha256, dataset_sha256, code_version, git_commit, git_dirty, build_flags,"
-                      " compiler, backend, device, host, pid, score, top_k, n_sequences, n_tokens, n_scored,"
-                      " wall_s, forward_s, logits_sha256, assertions_ok, expected_assertions, assertion_reason,"
-                      " experiment_sha256 FROM runs WHERE id = ?1", id, 0, &s, err, errlen);
+    static const char *const sql[2] = {SHOW_FIELDS_SQL(""), SHOW_FIELDS_SQL(", rerun_of")};
+    int rc = prep_ids(st, sql[lab_store_version(st) >= 9], id, 0, &s, err, errlen);
     return rc ? rc : read_fields(st, s, d, err, errlen);
 }
 
@@ -607,16 +647,19 @@ static const struct json_section {
     const char *key, *sql;
     int         single;       /* the first row as an object, not an array */
     int         engine;       /* the row ends with LAB_ENGINE_SQL's columns: shown as "engine" */
+    int         since;        /* the schema version that has the table (an older file, read as it is, lacks it) */
 } json_sections[] = {
-    {"run", "SELECT *," LAB_ENGINE_SQL("runs") " FROM runs WHERE id = ?1", 1, 1},
-    {"knobs", "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY name", 0, 0},
-    {"metrics", "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", 0, 0},
-    {"probes", "SELECT * FROM probes WHERE run_id = ?1 ORDER BY idx", 0, 0},
-    {"expectations", "SELECT * FROM expectations WHERE run_id = ?1", 0, 0},
-    {"comparisons", "SELECT * FROM comparisons WHERE run_id = ?1", 0, 0},
-    {"layer_divergence", "SELECT * FROM layer_divergence WHERE run_id = ?1 ORDER BY layer, site", 0, 0},
-    {"verdicts", "SELECT * FROM verdicts WHERE run_id = ?1", 0, 0},
-    {"pair_tests", "SELECT * FROM pair_tests WHERE run_a = ?1 OR run_b = ?1", 0, 0},
+    {"run", "SELECT *," LAB_ENGINE_SQL("runs") " FROM runs WHERE id = ?1", 1, 1, 0},
+    {"knobs", "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY name", 0, 0, 0},
+    {"metrics", "SELECT name, value FROM metrics WHERE run_id = ?1 ORDER BY name", 0, 0, 0},
+    {"probes", "SELECT * FROM probes WHERE run_id = ?1 ORDER BY idx", 0, 0, 0},
+    {"expectations", "SELECT * FROM expectations WHERE run_id = ?1", 0, 0, 0},
+    {"comparisons", "SELECT * FROM comparisons WHERE run_id = ?1", 0, 0, 0},
+    {"layer_divergence", "SELECT * FROM layer_divergence WHERE run_id = ?1 ORDER BY layer, site", 0, 0, 0},
+    {"verdicts", "SELECT * FROM verdicts WHERE run_id = ?1", 0, 0, 0},
+    {"pair_tests", "SELECT * FROM pair_tests WHERE run_a = ?1 OR run_b = ?1", 0, 0, 0},
+    {"tags", "SELECT key, value, set_at FROM run_tags WHERE run_id = ?1 ORDER BY key", 0, 0, 9},
+    {"notes", "SELECT text, at FROM run_notes WHERE run_id = ?1 ORDER BY id", 0, 0, 9},
 };
 
 /* The "run" section of a file older than v7 (has_hello). */
@@ -627,6 +670,7 @@ int lab_query_run_json(lab_store *st, int64_t id, cJSON *root, char *err, size_t
     for (size_t i = 0; !rc && i < sizeof json_sections / sizeof json_sections[0]; i++) {
         const struct json_section *j = &json_sections[i];
         sqlite3_stmt *s = NULL;
+        if (lab_store_version(st) < j->since) continue;
         const char *sql = j->engine && !has_hello(st) ? json_run_v6 : j->sql;
         if ((rc = prep_ids(st, sql, id, 0, &s, err, errlen))) break;
         cJSON *arr = j->single ? root : cJSON_AddArrayToObject(root, j->key);

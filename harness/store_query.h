@@ -51,7 +51,17 @@ typedef struct lab_query_run_row {
     int64_t     div_layer;
     int         div_ffn;          /* 1: after the FFN, 0: after attention */
     lab_engine_name engine;       /* the engine the run went through */
+    const char *tags;             /* its tags as a JSON object's text; NULL: none (or a file older than v9) */
 } lab_query_run_row;
+
+/* Which runs `vtlab runs` lists: every field NULL is no filter. */
+typedef struct lab_query_filter {
+    const char *experiment, *arm, *status;
+    const char *engine;                  /* the hello's engine.name, or "builtin" */
+    const char *knob_name, *knob_value;  /* a resolved knob with that value (run_knobs) */
+    const char *tag_key, *tag_value;     /* a tag with that value (run_tags) */
+    const char *since;                   /* started_at >= since (ISO 8601 UTC; a date is its prefix) */
+} lab_query_filter;
 
 typedef struct lab_query_runs {
     lab_query_run_row *rows;
@@ -59,15 +69,15 @@ typedef struct lab_query_runs {
     lab_query_text    *text;
 } lab_query_runs;
 
-/* The lines of `vtlab runs`, ascending run id; experiment NULL: every run.
- * lab_query_runs_free. */
-int  lab_query_runs_read(lab_store *st, const char *experiment, lab_query_runs *out, char *err, size_t errlen);
+/* The lines of `vtlab runs`, ascending run id, of the runs f lets through (f
+ * NULL: every run). lab_query_runs_free. */
+int  lab_query_runs_read(lab_store *st, const lab_query_filter *f, lab_query_runs *out, char *err, size_t errlen);
 void lab_query_runs_free(lab_query_runs *r);
 
 /* The same rows as a JSON array of objects (`vtlab runs --json`): the
  * columns by name, NULL as null, and "engine" (lab_engine_json; the hello
  * itself is left to `show --json`). *out is the caller's (cJSON_Delete). */
-int lab_query_runs_json(lab_store *st, const char *experiment, cJSON **out, char *err, size_t errlen);
+int lab_query_runs_json(lab_store *st, const lab_query_filter *f, cJSON **out, char *err, size_t errlen);
 
 /* ------------------------------------------------------------ show */
 
