@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define FAULT_NONE_NAME "none"
 
@@ -135,6 +136,21 @@ static int in_list(const char *value, const char *list) {
     return 0;
 }
 
+/* A bool knob is 0 or 1, as documented (docs/knobs.md, `vtlab knobs`), and
+ * nothing else: "yes", "true", "on" ran as 1 and "no", "false", "off" (and
+ * "") as 0 while "Yes" was refused, which no reference said. A spelling
+ * that means one of them is named in the error. */
+static int bool_error(const char *name, const char *value, char *err, size_t errlen) {
+    static const char *const yes[] = {"yes", "true", "on", NULL}, *const no[] = {"no", "false", "off", NULL};
+    const char *meant = NULL;
+    for (int i = 0; !meant && yes[i]; i++) if (!strcasecmp(value, yes[i])) meant = "1";
+    for (int i = 0; !meant && no[i]; i++) if (!strcasecmp(value, no[i])) meant = "0";
+    if (meant)
+        snprintf(err, errlen, "knob %s: value \"%s\", expected 0 or 1 (did you mean %s?)", name, value, meant);
+    else snprintf(err, errlen, "knob %s: value \"%s\", expected 0 or 1", name, value);
+    return VT_STATUS_INPUT;
+}
+
 int vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *err, size_t errlen) {
     int i = knob_index(name);
     if (i < 0) return unknown_knob(name, err, errlen);
@@ -142,15 +158,11 @@ int vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *er
     char canon[64];
     switch (k->type) {
     case VT_KNOB_BOOL:
-        if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "on") || !strcmp(value, "yes"))
-            strcpy(canon, "1");
-        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "off") || !strcmp(value, "no") || !*value)
-            strcpy(canon, "0");
-        else {
-            snprintf(err, errlen, "knob %s: value \"%s\", expected 0 or 1", name, value);
-            return VT_STATUS_INPUT;
+        if (!strcmp(value, "0") || !strcmp(value, "1")) {
+            snprintf(canon, sizeof canon, "%s", value);
+            break;
         }
-        break;
+        return bool_error(name, value, err, errlen);
     case VT_KNOB_ENUM:
         if (!in_list(value, k->allowed)) {
             snprintf(err, errlen, "knob %s: value \"%s\", expected one of %s", name, value, k->allowed);

@@ -96,7 +96,7 @@ typedef struct vt_knobset vt_knobset;
 int  vt_knobset_new(vt_knobset **out);
 void vt_knobset_free(vt_knobset *ks);
 int  vt_knobset_copy(vt_knobset **out, const vt_knobset *src);
-/* Sets one knob; the value is validated and canonicalised ("true" -> "1").
+/* Sets one knob; the value is validated (a bool is 0 or 1) and canonicalised ("08" -> "8").
  * An unknown name is VT_STATUS_INPUT with a did-you-mean. */
 int  vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *err, size_t errlen);
 /* Applies every VT_* variable of envp (NULL-terminated "NAME=VALUE" strings,

@@ -10,10 +10,24 @@ static void test_defaults_and_set(void **state) {
     assert_int_equal(vt_knobset_new(&ks), 0);
     assert_string_equal(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "0");
     assert_string_equal(vt_knobset_get(ks, "VT_KIMI_ROUTER_WEIGHTS"), "unbiased");
-    assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", "true", err, sizeof err), 0);
-    assert_string_equal(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "1");         /* canonicalised */
+    assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", "1", err, sizeof err), 0);
+    assert_string_equal(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "1");
     assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", "2", err, sizeof err), VT_STATUS_INPUT);
     VT_ASSERT_CONTAINS(err, "expected 0 or 1");
+    /* a bool is 0 or 1, as documented (issue 33): other spellings are
+     * refused, the value they mean named; the knob keeps its value */
+    const char *const yes[] = {"true", "yes", "on", "Yes", "TRUE"}, *const no[] = {"false", "no", "off", "Off"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", yes[i], err, sizeof err), VT_STATUS_INPUT);
+        VT_ASSERT_CONTAINS(err, "expected 0 or 1 (did you mean 1?)");
+    }
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", no[i], err, sizeof err), VT_STATUS_INPUT);
+        VT_ASSERT_CONTAINS(err, "expected 0 or 1 (did you mean 0?)");
+    }
+    assert_int_equal(vt_knobset_set(ks, "VT_KIMI_BF16_STREAM", "", err, sizeof err), VT_STATUS_INPUT);
+    assert_null(strstr(err, "did you mean"));
+    assert_string_equal(vt_knobset_get(ks, "VT_KIMI_BF16_STREAM"), "1");
     assert_int_equal(vt_knobset_set(ks, "VT_KIMI_ROUTER_WEIGHTS", "bias", err, sizeof err), VT_STATUS_INPUT);
     VT_ASSERT_CONTAINS(err, "unbiased|biased");
     assert_int_equal(vt_knobset_set(ks, "VT_THREADS", "-1", err, sizeof err), VT_STATUS_INPUT);
