@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "confound_key.h"
 #include "model/vt.h"
 #include "plot.h"
 
@@ -193,16 +194,33 @@ static void h_cells(page *pg, const char *const *cells, int n) {
     }
 }
 
-/* A cell's text, cut at max characters (UTF-8 safe) with an ellipsis. */
-static void h_cut(page *pg, const char *s, size_t max) {
-    size_t n = strlen(s);
-    if (n <= max) { h(pg, s); return; }
-    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80) max--;   /* not inside a character */
-    char *c = strndup(s, max);
-    h(pg, c ? c : "");
-    free(c);
-    lab_buf_printf(&pg->html, "&hellip;");
+/* s with line breaks allowed only after the characters of `after` (and at
+ * spaces): each piece is kept whole (class nb: nowrap) with a <wbr> after
+ * it. A browser otherwise breaks where it likes ("VT_KIMI_BF / 16_ACT=1"
+ * with overflow-wrap:anywhere, or at every '-' of a defect id). */
+static void h_breaks(page *pg, const char *s, const char *after) {
+    lab_buf *o = &pg->html;
+    char stop[16];
+    snprintf(stop, sizeof stop, "%s ", after);
+    while (*s) {
+        size_t n = strcspn(s, stop);
+        if (s[n] && s[n] != ' ') n++;   /* the break character ends its piece */
+        if (n) {
+            char *piece = strndup(s, n);
+            lab_buf_printf(o, "<span class=\"nb\">");
+            h(pg, piece ? piece : "");
+            lab_buf_printf(o, "</span>");
+            free(piece);
+        }
+        s += n;
+        if (*s == ' ') { lab_buf_printf(o, " "); s++; }
+        else if (*s) lab_buf_printf(o, "<wbr>");
+    }
 }
+
+/* A code cell's text (knobs, confound keys, paths): breaks only after '_',
+ * '=', ',' and '/'. */
+static void h_code(page *pg, const char *s) { h_breaks(pg, s, "_=,/"); }
 
 static const char *verdict_class(const char *v) {
     if (!strcmp(v, "SUPPORTED")) return "good";
@@ -218,11 +236,11 @@ static void arm_head_html(page *pg, const arm_view *a) {
     lab_buf_printf(o, "</b>%s", a->is_reference ? " <span class=\"tag\">reference</span>" : "");
     if (a->description) { lab_buf_printf(o, "<br><small>"); h(pg, a->description); lab_buf_printf(o, "</small>"); }
     lab_buf_printf(o, "</td><td><code>");
-    h(pg, a->spec_knobs ? a->spec_knobs : "");
+    h_code(pg, a->spec_knobs ? a->spec_knobs : "");
     lab_buf_printf(o, "</code></td><td><code>");
-    h(pg, a->resolved_knobs ? a->resolved_knobs : "");
+    h_code(pg, a->resolved_knobs ? a->resolved_knobs : "");
     lab_buf_printf(o, "</code></td><td><code>");
-    h(pg, a->spec_expect ? a->spec_expect : "");
+    h_code(pg, a->spec_expect ? a->spec_expect : "");
     lab_buf_printf(o, "</code>%s</td>", a->expect_fail ? "<br><span class=\"tag\">assertions expected to FAIL (replay)</span>" : "");
 }
 
@@ -325,7 +343,9 @@ static void arm_md(page *pg, const arm_view *a, const char *tps) {
 
 static void section_arms(page *pg, const exp_view *e) {
     lab_buf *o = &pg->html;
-    lab_buf_printf(o, "<table><tr><th>arm</th><th>knobs (spec)</th><th>knobs (resolved, non-default)</th>"
+    /* 13 columns: on a narrow screen the table scrolls in its own box rather
+     * than running past the page's edge */
+    lab_buf_printf(o, "<div class=\"wide\"><table class=\"arms\"><tr><th>arm</th><th>knobs (spec)</th><th>knobs (resolved, non-default)</th>"
                       "<th>expects</th><th>run</th><th>engine</th><th>assertions</th><th>top-1 k/n [Wilson 95%%]</th>"
                       "<th>verdict</th><th>KL mean / p99 / max</th><th>max |&Delta;logit|</th><th>first divergence</th>"
                       "<th>tokens/s</th></tr>\n");
@@ -352,7 +372,7 @@ static void section_arms(page *pg, const exp_view *e) {
         lab_buf_printf(o, "<td>%s</td></tr>\n", tps);
         arm_md(pg, a, tps);
     }
-    lab_buf_printf(o, "</table>\n");
+    lab_buf_printf(o, "</table></div>\n");
     lab_buf_printf(&pg->md, "\n");
 }
 
@@ -428,7 +448,7 @@ static void expectation_html(page *pg, const lab_rp_expectation *x) {
  * as checked). */
 static void section_probes_table(page *pg, const exp_view *e, int64_t *n_rows, int64_t *n_bad) {
     lab_buf *o = &pg->html;
-    lab_buf_printf(o, "<table><tr><th>arm</th><th>site</th><th>dtypes seen (src&rarr;dst)</th>"
+    lab_buf_printf(o, "<div class=\"wide\"><table><tr><th>arm</th><th>site</th><th>dtypes seen (src&rarr;dst)</th>"
                       "<th>layers</th><th>bytes/row copied (src/dst row)</th><th>violations</th><th>rows unwritten</th>"
                       "<th>first violation</th></tr>\n");
     for (int i = 0; i < e->n_arms; i++) {
@@ -454,7 +474,7 @@ static void section_probes_table(page *pg, const exp_view *e, int64_t *n_rows, i
             expectation_html(pg, x);
         }
     }
-    lab_buf_printf(o, "</table>\n");
+    lab_buf_printf(o, "</table></div>\n");
     if (!*n_rows) lab_buf_printf(o, "<p>No probe records (the runs had <code>VT_PROBE=off</code>).</p>\n");
 }
 
@@ -512,7 +532,7 @@ static void nightly_row(page *pg, const lab_rp_nightly *n) {
     lab_buf_printf(o, "<tr><td>%lld</td><td>", (long long)n->id);
     h(pg, n->started);
     lab_buf_printf(o, "</td><td><code>");
-    h(pg, n->commit);
+    h_code(pg, n->commit);
     lab_buf_printf(o, "</code></td><td>");
     h(pg, n->host);
     lab_buf_printf(o, "</td><td class=\"%s\">", !strcmp(n->status, "PASSED") ? "good" : "bad");
@@ -555,23 +575,83 @@ static void section_nightlies(page *pg, const lab_rp_page_view *v) {
     else lab_buf_printf(o, "<p>Nightly %lld found nothing to note against the previous nightly.</p>\n", latest);
 }
 
+/* The runs (ids) of the open flags whose cause is keys[i]'s, from i on,
+ * ", "-joined into b; 0 when the cause is on a claim. */
+static int cause_runs(const lab_rp_page_view *v, char (*keys)[400], int64_t i, lab_buf *b) {
+    int n = 0;
+    for (int64_t j = i; j < v->n_confounds; j++)
+        if (!strcmp(keys[j], keys[i]) && !strcmp(v->confounds[j].kind, "run"))
+            lab_buf_printf(b, "%s%s", n++ ? ", " : "", v->confounds[j].subject);
+    return n;
+}
+
+/* One open confound (a cause: confound_key.h) and the runs it is on. */
+static void summary_confound(page *pg, const lab_rp_page_view *v, char (*keys)[400], int64_t i) {
+    const lab_rp_confound *c = &v->confounds[i];
+    lab_buf *o = &pg->html, runs = {0};
+    int nr = cause_runs(v, keys, i, &runs);
+    lab_buf_printf(o, "<tr><td><code>");
+    h_code(pg, keys[i]);
+    lab_buf_printf(o, "</code></td><td>");
+    if (!nr) { lab_buf_printf(o, "claim "); h(pg, c->subject); }
+    else {
+        lab_buf_printf(o, "run%s ", nr > 1 ? "s" : "");
+        h(pg, runs.data);
+    }
+    lab_buf_printf(o, "</td><td>%s</td><td>", c->rule);
+    h(pg, c->reason);   /* whole: it says what to replay */
+    lab_buf_printf(o, "</td></tr>\n");
+    lab_buf_printf(&pg->md, "- **confound** `");
+    lab_esc_md_code(&pg->md, keys[i]);
+    lab_buf_printf(&pg->md, "` (%s%s", c->rule, nr ? "; runs " : "");
+    lab_esc_md(&pg->md, nr ? runs.data : "");
+    lab_buf_printf(&pg->md, "): ");
+    lab_esc_md(&pg->md, c->reason);
+    lab_buf_printf(&pg->md, "\n");
+    lab_buf_free(&runs);
+}
+
+/* The open confounds, one row per cause however many runs it is on, with
+ * the full reason (wrapped, never cut), and the ledger the audit read: the
+ * same database audited against another ledger shows other confounds. */
 static void summary_confounds(page *pg, const lab_rp_page_view *v) {
     lab_buf *o = &pg->html;
-    int n = (int)v->n_confounds;
-    if (n) lab_buf_printf(o, "<table class=\"bad\"><tr><th>open confound</th><th>rule</th><th>reason</th></tr>\n");
-    for (int i = 0; i < n; i++) {
+    int64_t n = v->n_confounds, causes = 0;
+    char (*keys)[400] = n ? calloc((size_t)n, sizeof *keys) : NULL;
+    if (n && !keys) { pg->html.oom = 1; return; }
+    for (int64_t i = 0; i < n; i++) {
         const lab_rp_confound *c = &v->confounds[i];
-        lab_buf_printf(o, "<tr><td>%s ", c->kind);
-        h(pg, c->subject);
-        if (*c->experiment) { lab_buf_printf(o, " ("); h(pg, c->experiment); lab_buf_printf(o, "/"); h(pg, c->arm); lab_buf_printf(o, ")"); }
-        lab_buf_printf(o, "</td><td>%s</td><td>", c->rule);
-        h_cut(pg, c->reason, 240);
-        lab_buf_printf(o, "</td></tr>\n");
+        lab_confound_key(!strcmp(c->kind, "claim"), c->subject, c->experiment, c->arm, c->rule, c->key, keys[i],
+                         sizeof keys[i]);
     }
-    if (n) lab_buf_printf(o, "</table>\n");
-    lab_buf_printf(o, "<p><b>%d open confound(s)</b>%s (rules R1&ndash;R6: docs/specs.md; details under each "
-                      "experiment and in <a href=\"#ledger\">the ledger</a>).</p>\n", n, n ? "" : ": none");
-    lab_buf_printf(&pg->md, "**%d open confound(s)**\n\n", n);
+    for (int64_t i = 0; i < n; i++) {
+        int seen = 0;
+        for (int64_t j = 0; j < i && !seen; j++) seen = !strcmp(keys[j], keys[i]);
+        if (seen) continue;
+        if (!causes++)
+            lab_buf_printf(o, "<table class=\"bad\"><tr><th>open confound</th><th>on</th><th>rule</th><th>reason</th></tr>\n");
+        summary_confound(pg, v, keys, i);
+    }
+    if (causes) lab_buf_printf(o, "</table>\n");
+    free(keys);
+    lab_buf_printf(o, "<p><b>%lld open confound(s)</b>%s (one per cause; rules R1&ndash;R6: docs/specs.md; details under "
+                      "each experiment%s).", (long long)causes, causes ? "" : ": none",
+                   v->n_claims ? " and in <a href=\"#ledger\">the ledger</a>" : "");
+    if (v->audit_at[0]) {
+        lab_buf_printf(o, " As of the audit of ");
+        h(pg, v->audit_at);
+        lab_buf_printf(o, " against the ledger <code>");
+        h_code(pg, v->audit_specs);
+        lab_buf_printf(o, "</code>.");
+    }
+    lab_buf_printf(o, "</p>\n");
+    lab_buf_printf(&pg->md, "**%lld open confound(s)**", (long long)causes);
+    if (v->audit_at[0]) {
+        lab_buf_printf(&pg->md, " (as of the audit of %s against the ledger `", v->audit_at);
+        lab_esc_md_code(&pg->md, v->audit_specs);
+        lab_buf_printf(&pg->md, "`)");
+    }
+    lab_buf_printf(&pg->md, "\n\n");
 }
 
 /* Each arm's latest verdict, with the engine of the run it is about. */
@@ -623,7 +703,7 @@ static const char *const CSS =
     "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;"
     "padding:0 1em}h1{margin-bottom:0}h2{border-bottom:2px solid #ddd;margin-top:2em}table{border-collapse:collapse;"
     "margin:0.6em 0;font-size:0.9em;max-width:100%}td,th{border:1px solid #ccc;padding:4px 7px;vertical-align:top;"
-    "text-align:left}td code{overflow-wrap:anywhere}"
+    "text-align:left}.nb{white-space:nowrap}.wide{overflow-x:auto;max-width:100%}table.arms{font-size:0.8em}"
     "th{background:#f3f3f3}.good{background:#e6f4ea}.bad{background:#fdecea}.warn{background:#fff6db}"
     ".muted{color:#777}.tag{font-size:0.8em;background:#eef;border-radius:3px;padding:0 4px}code{font-size:0.9em}"
     "figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}figcaption{font-size:0.85em;"
@@ -651,7 +731,10 @@ static void page_head(page *pg, const lab_rp_page_view *v) {
         h(pg, v->experiments[i]);
         lab_buf_printf(ht, "</a>");
     }
-    lab_buf_printf(ht, "<a href=\"#summary\">summary</a><a href=\"#ledger\">ledger</a><a href=\"#nightly\">nightly</a></nav>\n");
+    /* links only to the sections this page has */
+    lab_buf_printf(ht, "<a href=\"#summary\">summary</a>%s%s%s</nav>\n",
+                   v->n_claims ? "<a href=\"#ledger\">ledger</a>" : "", v->n_nightlies ? "<a href=\"#nightly\">nightly</a>" : "",
+                   pg->has_bisect ? "<a href=\"#bisect\">bisections</a>" : "");
 }
 
 /* The experiment's heading: its spec, reference, decision rule, description
@@ -712,6 +795,8 @@ static void section_experiment(page *pg, const exp_view *e, int i) {
  * in turn. */
 static int build_page(lab_store *st, page *pg, const lab_rp_page_view *v, char *err, size_t errlen) {
     lab_buf *ht = &pg->html;
+    int rc0 = lab_rp_has_bisections(st, &pg->has_bisect, err, errlen);
+    if (rc0) return rc0;
     page_head(pg, v);
     section_summary(pg, v);
     if (!pg->plots_on) {

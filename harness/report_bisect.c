@@ -55,6 +55,16 @@ static void chart_bisection(page *pg, const lab_bisection *b, const lab_bisect_s
     lab_buf_free(&g);
 }
 
+int lab_rp_has_bisections(lab_store *st, int *has, char *err, size_t errlen) {
+    lab_bisection *v = NULL;
+    int64_t nb = 0;
+    int have = 0, rc = lab_store_has_table(st, "bisections", &have, err, errlen);
+    if (!rc && have) rc = lab_store_bisect_list(st, 0, &v, &nb, err, errlen);
+    free(v);
+    *has = !rc && nb > 0;
+    return rc;
+}
+
 int lab_rp_section_bisections(lab_store *st, page *pg, char *err, size_t errlen) {
     int have = 0;
     int rc = lab_store_has_table(st, "bisections", &have, err, errlen);

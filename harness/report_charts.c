@@ -21,6 +21,48 @@
 #include "plot.h"
 #include "report_page.h"
 
+/* ------------------------------------------------------------ layout */
+
+/* The right margin, in characters, of a chart whose key sits outside on the
+ * right and whose longest key title is maxlen characters: the title, its
+ * sample and the gaps. gnuplot sizes the margin from its own estimate of a
+ * character's width, which the PNG terminal's font exceeds: left to itself
+ * it drew a long arm name over the plot frame. */
+static int key_rmargin(int maxlen) { return maxlen + 8; }
+
+/* The longest of a chart's own key titles (a NULL-terminated list). */
+static int longest_own(const char *const *own) {
+    int n = 0;
+    for (; own && *own; own++)
+        if ((int)strlen(*own) > n) n = (int)strlen(*own);
+    return n;
+}
+
+/* The longest of the arms' key titles (name, and " (replay)" for a replay)
+ * and of the chart's own. */
+static int longest_title(const exp_view *e, const char *const *own) {
+    int n = longest_own(own);
+    for (int i = 0; i < e->n_arms; i++) {
+        int l = (int)strlen(e->arms[i].name) + (e->arms[i].expect_fail ? 9 : 0);
+        if (l > n) n = l;
+    }
+    return n;
+}
+
+/* A y (or x) range for values in [lo, hi] that gnuplot cannot autoscale:
+ * one value (a single nightly, arms that all agree) is an "empty range",
+ * which gnuplot widens with a warning. The range is set around it instead
+ * (log: a factor 2 either side). Nothing when the values vary or there are
+ * none. axis: 'x' or 'y'. */
+static void flat_range(lab_buf *b, char axis, double lo, double hi, int logscale) {
+    if (!isfinite(lo) || !isfinite(hi) || hi > lo * (1 + 1e-9) + 1e-300) return;
+    if (logscale && lo > 0) lab_buf_printf(b, "set %crange [%.6g:%.6g]\n", axis, lo / 2, hi * 2);
+    else {
+        double pad = fabs(lo) > 1e-12 ? fabs(lo) * 0.05 : 0.05;
+        lab_buf_printf(b, "set %crange [%.6g:%.6g]\n", axis, lo - pad, hi + pad);
+    }
+}
+
 /* ------------------------------------------------------------ charts */
 
 
@@ -93,10 +135,12 @@ void lab_rp_chart_top1(page *pg, const exp_view *e, const char *stem) {
     lab_buf_printf(&b, "set title \"%s: top-1 agreement with reference %s (Wilson 95%% interval)\"\n",
                    lab_gp_label(e->id, title, sizeof title), lab_gp_label(e->reference, lab, sizeof lab));
     /* the key sits below the plot, never on the data (it once hid a replay's interval) */
+    static const char *const own[] = {"threshold 0.999 (lo >= it: SUPPORTED)", "replay of a defect (hollow)", NULL};
     lab_buf_printf(&b, "set ylabel 'top-1 agreement k/n (fraction of scored positions)'\nset xlabel 'arm'\n"
                        "set xrange [-0.5:%d.5]\nset yrange [%.2f:1.02]\nset grid ytics\n"
-                       "set key outside right top vertical box opaque\n"
-                       "set offsets 0,0,0,0\nset xtics noenhanced rotate by -15\nset bmargin 8\n", n - 1, ymin);
+                       "set key outside right top vertical\nset rmargin %d\n"
+                       "set offsets 0,0,0,0\nset xtics noenhanced rotate by -15\nset bmargin 8\n", n - 1, ymin,
+                   key_rmargin(longest_own(own)));
     lab_buf_printf(&b, "plot 'src/%s.dat' using 0:2:3:4:8:7:xticlabels(1) with yerrorbars pt variable ps 1.5 lw 2"
                        " lc rgb variable notitle,"
                        " '' using 0:2:(sprintf('%%d/%%d', $5, $6)) with labels offset 4,0 notitle,"
@@ -119,7 +163,7 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
     lab_buf d = {0}, b = {0};
     char lab[160], title[300];
     int blocks = 0;
-    double tol = NAN;
+    double tol = NAN, ylo = INFINITY, yhi = -INFINITY;
     const lab_rp_layer_kinds *lk = NULL;   /* of the reference of the last arm drawn */
     lab_buf plots = {0};
     for (int i = 0; i < e->n_arms; i++) {
@@ -130,6 +174,8 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
             double v = a->div[j].rel_l2;
             if (!(v > 1e-10)) v = 1e-10;       /* log scale: exact zero is drawn at the floor */
             if (v > 1e3) v = 1e3;              /* 1e308 stands for +inf */
+            if (v < ylo) ylo = v;
+            if (v > yhi) yhi = v;
             lab_buf_printf(&d, "%.3f %.6g\n", (double)a->div[j].layer + (a->div[j].site ? 0.75 : 0.25), v);
         }
         lab_buf_printf(&d, "\n\n");
@@ -144,13 +190,17 @@ void lab_rp_chart_divergence(page *pg, const exp_view *e, const char *stem) {
         blocks++;
     }
     if (!blocks) { lab_buf_free(&d); lab_buf_free(&plots); return; }
+    if (!isnan(tol) && tol > 0) { if (tol < ylo) ylo = tol; if (tol > yhi) yhi = tol; }
     int nl = lk->n;
     lab_buf_printf(&b, "set title \"%s: relative L2 distance of the residual stream from reference %s, per layer\"\n",
                    lab_gp_label(e->id, title, sizeof title), lab_gp_label(e->reference, lab, sizeof lab));
+    static const char *const own[] = {"MLA attention (shaded)", "tolerance 0.0001", NULL};
     lab_buf_printf(&b, "set logscale y\nset format y '%%.0e'\n"
                        "set ylabel 'rel. L2 ||h_arm - h_ref|| / ||h_ref|| (log)'\n"
                        "set xlabel 'layer (left half: after attention, right half: after FFN)'\n"
-                       "set grid ytics\nset key outside right top\n");
+                       "set grid ytics\nset key outside right top\nset rmargin %d\n",
+                   key_rmargin(longest_title(e, own)));
+    flat_range(&b, 'y', ylo, yhi, 1);
     if (nl > 0) {
         lab_buf_printf(&b, "set xrange [0:%d]\nset xtics (", nl);
         for (int l = 0; l < nl; l++)
@@ -193,6 +243,7 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
     lab_buf d = {0}, b = {0}, plots = {0};
     char lab[160], title[300];
     int blocks = 0, all_exact = 1;
+    double xlo = INFINITY, xhi = -INFINITY;
     lab_buf notes = {0};
     for (int i = 0; i < e->n_arms; i++) {
         const arm_view *a = &e->arms[i];
@@ -207,6 +258,8 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
         qsort(kl, (size_t)n, sizeof *kl, cmp_double);
         for (int64_t j = 0; j < n; j++)
             lab_buf_printf(&d, "%.6g %.6f\n", kl[j] > 1e-9 ? kl[j] : 1e-9, (double)(j + 1) / (double)n);
+        if ((kl[0] > 1e-9 ? kl[0] : 1e-9) < xlo) xlo = kl[0] > 1e-9 ? kl[0] : 1e-9;
+        if ((kl[n - 1] > 1e-9 ? kl[n - 1] : 1e-9) > xhi) xhi = kl[n - 1] > 1e-9 ? kl[n - 1] : 1e-9;
         lab_buf_printf(&d, "\n\n");
         free(kl);
         if (!a->kl_exact) all_exact = 0;
@@ -222,7 +275,9 @@ void lab_rp_chart_kl_cdf(page *pg, const exp_view *e, const char *stem) {
                    lab_gp_label(e->id, title, sizeof title));
     lab_buf_printf(&b, "set logscale x\nset format x '%%.0e'\nset xlabel 'KL(P_ref || P_arm) per position, nats (log; "
                        "zeros drawn at 1e-9)'\nset ylabel 'fraction of positions <= x (CDF)'\nset yrange [0:1.02]\n"
-                       "set grid\nset key top left box opaque\nplot %s\n", plots.data);
+                       "set grid\nset key top left box opaque\n");
+    flat_range(&b, 'x', xlo, xhi, 1);
+    lab_buf_printf(&b, "plot %s\n", plots.data);
     char cap[1024];
     snprintf(cap, sizeof cap, "Cumulative distribution of the per-position KL divergence of each arm from the reference%s. %s.",
              all_exact ? " (exact, from the stored f16 full logits)"
@@ -304,6 +359,22 @@ static int history_data(const exp_view *e, const int *xs, const char *stem, lab_
     return blk;
 }
 
+/* The range of one history panel's values over repeat 0: which 0 the
+ * top-1 intervals, 1 the mean KL (floored as drawn), of the arms other than
+ * the reference; 2 the perplexity of every arm. */
+static void hist_range(const exp_view *e, int which, double *lo, double *hi) {
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (int64_t j = 0; j < e->n_hist; j++) {
+        const lab_rp_hist_point *p = &e->hist[j];
+        if (p->rep != 0 || (which < 2 && p->is_ref)) continue;
+        double a = which == 0 ? p->lo : which == 1 ? (p->kl > 1e-12 ? p->kl : 1e-12) : p->ppl;
+        double b = which == 0 ? p->hi : a;
+        if (isfinite(a) && a < *lo) *lo = a;
+        if (isfinite(b) && b > *hi) *hi = b;
+    }
+}
+
 /* History of the accuracy and numerics metrics: repeat 0 of each arm. */
 static void chart_metrics_history(page *pg, const exp_view *e, const int *xs, int nx, const char *xt, const char *stem) {
     lab_buf d = {0}, b = {0}, p1 = {0}, p2 = {0}, p3 = {0}, mk = {0};
@@ -314,22 +385,35 @@ static void chart_metrics_history(page *pg, const exp_view *e, const int *xs, in
         int mblk = blk;
         lab_buf_printf(&d, "%s\n\n", mk.len ? mk.data : "-1 NaN none");
         const char *mark = "with points pt 6 ps 3 lw 3 lc rgb '#d62728' title 'regression flagged'";
+        static const char *const own[] = {"regression flagged", NULL};
+        double lo, hi;
+        /* the x labels are two lines (nightly and date, commit): gnuplot's
+         * own bottom margin has room for one, and cut the commit off */
         lab_buf_printf(&b, "set multiplot layout %d,1 title \"%s: nightly history (repeat 0 of each arm)\"\n"
                            "set xrange [0.5:%d.5]\nset xtics (%s)\nset grid\nset key outside right top\n"
-                           "set lmargin 12\nset rmargin 28\n",
-                       e->synthetic ? 2 : 3, lab_gp_label(e->id, title, sizeof title), nx, xt);
+                           "set lmargin 12\nset rmargin %d\nset bmargin 3.5\n",
+                       e->synthetic ? 2 : 3, lab_gp_label(e->id, title, sizeof title), nx, xt,
+                       key_rmargin(longest_title(e, own)));
+        hist_range(e, 0, &lo, &hi);
+        flat_range(&b, 'y', lo, hi, 0);
         if (p1.len)
             lab_buf_printf(&b, "set ylabel 'top-1 agreement k/n'\nplot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'top1' ? $2 : NaN) %s\n",
                            p1.data, stem, mblk, mark);
-        else lab_buf_printf(&b, "set ylabel 'top-1 agreement'\nplot NaN notitle\n");
+        else lab_buf_printf(&b, "set ylabel 'top-1 agreement'\nset yrange [0:1]\nplot NaN notitle\n");
+        lab_buf_printf(&b, "set autoscale y\n");
+        hist_range(e, 1, &lo, &hi);
+        flat_range(&b, 'y', lo, hi, 1);
         if (p2.len)
             lab_buf_printf(&b, "set logscale y\nset format y '%%.0e'\nset ylabel 'KL mean vs ref, nats (log)'\n"
                                "plot %s, 'src/%s.dat' index %d using 1:(stringcolumn(3) eq 'kl' ? $2 : NaN) %s\n"
                                "unset logscale y\nset format y '%%g'\n", p2.data, stem, mblk, mark);
-        else lab_buf_printf(&b, "set ylabel 'KL mean'\nplot NaN notitle\n");
+        else lab_buf_printf(&b, "set ylabel 'KL mean'\nset yrange [0:1]\nplot NaN notitle\n");
+        lab_buf_printf(&b, "set autoscale y\n");
         /* A synthetic model's weights are random: its perplexity is about the
          * vocabulary size whatever the arm, so it is not drawn (the caption
          * says so) rather than drawn as if it meant something. */
+        hist_range(e, 2, &lo, &hi);
+        if (!e->synthetic) flat_range(&b, 'y', lo, hi, 0);
         if (!e->synthetic) lab_buf_printf(&b, "set ylabel 'perplexity'\nplot %s\n", p3.data);
         lab_buf_printf(&b, "unset multiplot\n");
         chart(pg, stem, d.data, b.data, 1000, e->synthetic ? 600 : 820,
@@ -390,13 +474,16 @@ static void chart_throughput(page *pg, const exp_view *e, const int *xs, int nx,
     int blk = throughput_data(e, xs, nx, stem, &td, &tm, &tp);
     if (blk) {
         lab_buf_printf(&td, "%s\n\n", tm.len ? tm.data : "-1 NaN");
+        static const char *const own[] = {"performance regression flagged", NULL};
+        /* two-line x labels: the bottom margin is set (history chart) */
         lab_buf_printf(&tb, "set title \"%s: throughput per nightly (median of repeats, bars: min..max)\"\n"
                             "set xrange [0.5:%d.5]\nset xtics (%s)\nset grid\nset key outside right top\n"
-                            "set ylabel 'tokens per second (forward pass)'\n"
+                            "set rmargin %d\nset bmargin 3.5\nset ylabel 'tokens per second (forward pass)'\n"
                             "set yrange [0:*]\n"
                             "plot %s, 'src/%s.dat' index %d using 1:2 with points pt 6 ps 3 lw 3 lc rgb '#d62728'"
                             " title 'performance regression flagged'\n",
-                       lab_gp_label(e->id, title, sizeof title), nx, xt, tp.data, stem, blk);
+                       lab_gp_label(e->id, title, sizeof title), nx, xt, key_rmargin(longest_title(e, own)), tp.data,
+                       stem, blk);
         chart(pg, stem, td.data, tb.data, 1000, 460,
               "Throughput history (x: nightly id, UTC date, commit): dataset tokens per second of forward pass, median over the repeats of each nightly "
               "with their range; red rings mark a flagged performance regression.");

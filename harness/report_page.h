@@ -21,6 +21,7 @@ typedef struct page {
     lab_report_result *res;
     char plot_dir[4096];
     int  plots_on;
+    int  has_bisect;        /* the page has a bisections section (the navigation links only what exists) */
     lab_buf html, md;
 } page;
 
@@ -35,6 +36,9 @@ void lab_rp_chart_history(page *pg, const exp_view *e, const char *stem_hist, co
 
 /* One chart on the page (report_charts.c), for the sections outside it. */
 void lab_rp_chart(page *pg, const char *name, const char *data, const char *body, int w, int h, const char *caption);
+
+/* report_bisect.c: *has = 1 when the database has a bisection to show. */
+int lab_rp_has_bisections(lab_store *st, int *has, char *err, size_t errlen);
 
 /* report_bisect.c: the bisections of `vtlab bisect`, each as a table of its
  * steps and a chart of top-1 agreement over the commit range. Nothing when

@@ -626,7 +626,7 @@ static int experiments(lab_store *st, lab_rp_page_view *v, char *err, size_t err
 static int confound_row(sqlite3_stmt *s, void *row) {
     lab_rp_confound *c = row;
     return dup(s, 0, &c->kind) | dup(s, 1, &c->subject) | dup(s, 2, &c->rule) | dup(s, 3, &c->reason) |
-           dup(s, 4, &c->experiment) | dup(s, 5, &c->arm);
+           dup(s, 4, &c->experiment) | dup(s, 5, &c->arm) | dup(s, 6, &c->key);
 }
 
 static int claim_row(sqlite3_stmt *s, void *row) {
@@ -641,7 +641,7 @@ static int audit_flags(lab_store *st, lab_rp_page_view *v, char *err, size_t err
     sqlite3_stmt *s;
     const char *what = "report: open confounds";
     int rc = lab_sq_prep_as(st, "SELECT f.subject_kind, f.subject, f.rule, f.reason, coalesce(r.experiment, ''),"
-                      " coalesce(r.arm, '') FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run'"
+                      " coalesce(r.arm, ''), f.key FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run'"
                       " AND r.id = CAST(f.subject AS INTEGER) WHERE f.resolved_at IS NULL AND f.expected = 0"
                       " ORDER BY f.id", &s, what, err, errlen);
     if (rc) return rc;
@@ -711,11 +711,31 @@ static int nightlies(lab_store *st, lab_rp_page_view *v, char *err, size_t errle
     return collect(st, s, what, finding_row, sizeof *v->findings, (void **)&v->findings, &v->n_findings, err, errlen);
 }
 
+/* When the flags were last stored and from which ledger: the page names it,
+ * since the same database audited against another ledger (a copy, after a
+ * reopen) shows other confounds. */
+static int latest_audit(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen) {
+    int have = 0, rc = lab_store_has_table(st, "audits", &have, err, errlen);
+    if (rc || !have) return rc;
+    sqlite3_stmt *s;
+    const char *what = "report: the latest audit";
+    if ((rc = lab_sq_prep_as(st, "SELECT at, specs_dir FROM audits ORDER BY id DESC LIMIT 1", &s, what, err, errlen)))
+        return rc;
+    int last = sqlite3_step(s);
+    if (last == SQLITE_ROW) {
+        lab_sq_col_copy(s, 0, v->audit_at, sizeof v->audit_at);
+        lab_sq_col_copy(s, 1, v->audit_specs, sizeof v->audit_specs);
+        last = SQLITE_DONE;
+    }
+    return lab_sq_done(st, s, last, what, err, errlen);
+}
+
 int lab_rp_read_page(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen) {
     memset(v, 0, sizeof *v);
     int rc = experiments(st, v, err, errlen);
     if (!rc) rc = lab_store_has_table(st, "audit_flags", &v->has_audit, err, errlen);
     if (!rc && v->has_audit) rc = audit_flags(st, v, err, errlen);
+    if (!rc && v->has_audit) rc = latest_audit(st, v, err, errlen);
     if (!rc) rc = verdicts(st, v, err, errlen);
     if (!rc) rc = lab_store_has_table(st, "nightlies", &v->has_nightlies, err, errlen);
     if (!rc && v->has_nightlies) rc = nightlies(st, v, err, errlen);
@@ -732,7 +752,7 @@ static void free_rows(void *v, int64_t n, size_t size, void (*free_row)(void *))
 
 static void free_confound(void *row) {
     lab_rp_confound *c = row;
-    free(c->kind); free(c->subject); free(c->rule); free(c->reason); free(c->experiment); free(c->arm);
+    free(c->kind); free(c->subject); free(c->rule); free(c->reason); free(c->experiment); free(c->arm); free(c->key);
 }
 
 static void free_claim(void *row) {

@@ -195,6 +195,7 @@ int lab_rp_read_layer_kinds(lab_store *st, int64_t run, lab_rp_layer_kinds *lk, 
 
 typedef struct lab_rp_confound {      /* an open, unexpected flag */
     char *kind, *subject, *rule, *reason, *experiment, *arm;   /* experiment, arm: "" unless on a run */
+    char *key;                         /* the flag's own key (confound_key.h makes the cause's) */
 } lab_rp_confound;
 
 typedef struct lab_rp_verdict {       /* an arm's latest verdict */
@@ -224,6 +225,8 @@ typedef struct lab_rp_page_view {
     char          **experiments;       /* every experiment with a run, by name */
     int             n_experiments;
     int             has_audit;         /* the audit_flags table exists */
+    char            audit_at[32];      /* the latest audit: when, and the ledger it read ("" when none) */
+    char            audit_specs[512];
     lab_rp_confound *confounds;
     int64_t          n_confounds;
     lab_rp_claim    *claims;           /* open first */
