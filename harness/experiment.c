@@ -960,29 +960,32 @@ int64_t lab_experiment_arm(const lab_experiment *e, const char *name) {
 }
 
 /* One path field of obj, rebased (see lab_experiment_rebase): a relative
- * path that names an existing file or directory next to from_file becomes
- * that file's absolute path; anything else is left as written. */
-static int rebase_field(cJSON *obj, const char *key, const char *from_file) {
+ * path that names an existing file or directory next to from_file (or, with
+ * from_cwd, from the current directory) becomes that file's absolute path;
+ * anything else is left as written. */
+static int rebase_field(cJSON *obj, const char *key, const char *from_file, int from_cwd) {
     cJSON *j = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
     if (!cJSON_IsString(j) || !j->valuestring[0] || j->valuestring[0] == '/') return LAB_OK;
     char *beside = lab_path_beside(from_file, j->valuestring), real[PATH_MAX];
     if (!beside) return LAB_ENOMEM;
     int found = lab_path_exists(beside) && realpath(beside, real);
+    if (!found && from_cwd) found = lab_path_exists(j->valuestring) && realpath(j->valuestring, real);
     free(beside);
     if (found && !cJSON_ReplaceItemInObjectCaseSensitive(obj, key, cJSON_CreateString(real))) return LAB_ENOMEM;
     return LAB_OK;
 }
 
-int lab_experiment_rebase(void *root, const char *from_file, char *err, size_t errlen) {
+int lab_experiment_rebase(void *root, const char *from_file, int from_cwd, char *err, size_t errlen) {
     cJSON *j = root, *m = cJSON_GetObjectItemCaseSensitive(j, "model");
-    int rc = cJSON_IsString(m) ? rebase_field(j, "model", from_file) : rebase_field(m, "synth", from_file);
-    if (!rc) rc = rebase_field(cJSON_GetObjectItemCaseSensitive(j, "dataset"), "file", from_file);
+    int rc = cJSON_IsString(m) ? rebase_field(j, "model", from_file, from_cwd)
+                               : rebase_field(m, "synth", from_file, from_cwd);
+    if (!rc) rc = rebase_field(cJSON_GetObjectItemCaseSensitive(j, "dataset"), "file", from_file, from_cwd);
     cJSON *eng = cJSON_GetObjectItemCaseSensitive(j, "engine");
-    if (!rc && cJSON_IsObject(eng)) rc = rebase_field(eng, "cwd", from_file);
+    if (!rc && cJSON_IsObject(eng)) rc = rebase_field(eng, "cwd", from_file, from_cwd);
     cJSON *arms = cJSON_GetObjectItemCaseSensitive(j, "arms"), *a;
     cJSON_ArrayForEach(a, arms) {
         cJSON *ae = cJSON_GetObjectItemCaseSensitive(a, "engine");
-        if (!rc && cJSON_IsObject(ae)) rc = rebase_field(ae, "cwd", from_file);
+        if (!rc && cJSON_IsObject(ae)) rc = rebase_field(ae, "cwd", from_file, from_cwd);
     }
     return rc ? lab_errf(err, errlen, rc, "%s: out of memory", from_file) : LAB_OK;
 }

@@ -167,8 +167,11 @@ const lab_engine_spec *lab_arm_engine(const lab_experiment *e, int64_t i);
  * path, so that a copy written elsewhere (reopen's derived experiment) names
  * the same files. A model.synth that is a shipped config's name, and not a
  * file next to from_file, is left as written (it resolves the same anywhere).
- * LAB_ENOMEM only. */
-int  lab_experiment_rebase(void *root, const char *from_file, char *err, size_t errlen);
+ * from_cwd: a path not found next to from_file but found from the current
+ * directory is taken from there too — how a vtlab before paths.h read it, for
+ * `vtlab rerun` of a run it recorded (whose model hash then checks the
+ * file). LAB_ENOMEM only. */
+int  lab_experiment_rebase(void *root, const char *from_file, int from_cwd, char *err, size_t errlen);
 
 /* Index of the arm named name, or -1. */
 int64_t lab_experiment_arm(const lab_experiment *e, const char *name);

@@ -417,7 +417,8 @@ int lab_ledger_load(const char *dir, lab_ledger *l, char *err, size_t errlen) {
     snprintf(sub, sizeof sub, "%s/claims", dir);
     snprintf(sub2, sizeof sub2, "%s/defects", dir);
     if (stat(dir, &sb) != 0)
-        return lab_errf(err, errlen, LAB_EINPUT, "%s: no such ledger directory (%s)", dir, strerror(errno));
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: no such ledger directory (%s; pass --specs DIR, or `vtlab init` "
+                        "makes specs/ in a project)", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return lab_errf(err, errlen, LAB_EINPUT, "%s: not a directory (expected a ledger: claims/, defects/)", dir);
     if (!(l->dir = lab_strdup(dir))) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     int rc = lab_list_json(sub, 1, &cf, &nc, err, errlen);

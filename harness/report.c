@@ -27,6 +27,7 @@
 #include "confound_key.h"
 #include "model/vt.h"
 #include "plot.h"
+#include "store_annot.h"
 
 static void fmt_g(char *out, size_t n, double v) {
     if (isnan(v)) snprintf(out, n, "–");
@@ -143,12 +144,29 @@ static int arm_from_run_spec(lab_store *st, arm_view *a, const char *sha, char *
 
 /* The run an arm shows (latest FINISHED repeat 0, else the latest of any),
  * described by the spec it ran, with its results and probe table. */
+/* The run's tags ("k=v, ...") and notes ("; "-joined) into a->tags, a->notes. */
+static int load_arm_annot(lab_store *st, arm_view *a, char *err, size_t errlen) {
+    lab_run_annot an;
+    int rc = lab_store_run_annot(st, a->run_id, &an, err, errlen);
+    if (rc) return rc;
+    lab_buf t = {0}, n = {0};
+    for (int64_t i = 0; i < an.n_tags; i++) lab_buf_printf(&t, "%s%s=%s", i ? ", " : "", an.keys[i], an.values[i]);
+    for (int64_t i = 0; i < an.n_notes; i++) lab_buf_printf(&n, "%s%s", i ? "; " : "", an.notes[i]);
+    lab_run_annot_free(&an);
+    if (t.oom || n.oom) rc = lab_oom(err, errlen);
+    a->tags = rc ? NULL : t.data;
+    a->notes = rc ? NULL : n.data;
+    if (rc) { lab_buf_free(&t); lab_buf_free(&n); }
+    return rc;
+}
+
 static int load_arm_run(lab_store *st, exp_view *e, arm_view *a, char *err, size_t errlen) {
     char run_sha[72];
     int rc = lab_rp_read_arm_run(st, e->id, a, run_sha, err, errlen);
     if (rc || !a->run_id) return rc;
     if (run_sha[0] && strcmp(run_sha, e->spec_sha) && (rc = arm_from_run_spec(st, a, run_sha, err, errlen))) return rc;
     if ((rc = lab_rp_read_arm_results(st, a, err, errlen))) return rc;
+    if ((rc = load_arm_annot(st, a, err, errlen))) return rc;
     return lab_rp_read_arm_probes(st, a, err, errlen);
 }
 
@@ -270,6 +288,8 @@ static void arm_run_html(page *pg, const arm_view *a) {
     h(pg, a->backend);
     lab_buf_printf(o, "<br>");
     h(pg, a->started);
+    if (a->tags) { lab_buf_printf(o, "<br>tags: "); h(pg, a->tags); }
+    if (a->notes) { lab_buf_printf(o, "<br>notes: "); h(pg, a->notes); }
     lab_buf_printf(o, "</small></td>");
     arm_engine_html(pg, a);
     if (a->error) { lab_buf_printf(o, "<td class=\"bad\">"); h(pg, a->error); lab_buf_printf(o, "</td>"); }
@@ -329,6 +349,8 @@ static void arm_md(page *pg, const arm_view *a, const char *tps) {
     lab_esc_md(md, a->resolved_knobs ? a->resolved_knobs : "");
     lab_buf_printf(md, " | %lld ", (long long)a->run_id);
     lab_esc_md(md, a->status);
+    if (a->tags) { lab_buf_printf(md, " (tags: "); lab_esc_md(md, a->tags); lab_buf_printf(md, ")"); }
+    if (a->notes) { lab_buf_printf(md, " (notes: "); lab_esc_md(md, a->notes); lab_buf_printf(md, ")"); }
     lab_buf_printf(md, " | ");
     lab_esc_md(md, lab_engine_describe(&a->engine, engine, sizeof engine));
     lab_buf_printf(md, " | %s | ", a->assertions_ok < 0 ? "-" : a->assertions_ok ? "pass" : "FAIL");

@@ -809,7 +809,7 @@ static void free_regression(void *row) {
 static void free_arm(void *row) {
     arm_view *a = row;
     free(a->description); free(a->spec_knobs); free(a->spec_expect); free(a->error);
-    free(a->assertion_reason); free(a->resolved_knobs);
+    free(a->assertion_reason); free(a->resolved_knobs); free(a->tags); free(a->notes);
     free_rows(a->probes, a->n_probes, sizeof *a->probes, free_probe_site);
     free_rows(a->expects, a->n_expects, sizeof *a->expects, free_expectation);
     free(a->div);

@@ -71,6 +71,8 @@ typedef struct arm_view {
     int     assertions_ok;     /* -1 unknown */
     char   *assertion_reason;
     char   *resolved_knobs;    /* non-default resolved knobs of the run */
+    char   *tags;              /* the run's tags, "k=v, k2=v2" (`vtlab tag`); NULL: none */
+    char   *notes;             /* its notes, "; "-joined (`vtlab note`); NULL: none */
     char    backend[16], started[32], code_version[160];
     lab_engine_name engine;    /* the engine the run went through */
     /* comparison with the reference (has_cmp) */
