@@ -18,6 +18,11 @@ FUZZ_SECONDS ?= 15
 # themselves still run one at a time).
 JOBS      := $(shell nproc 2>/dev/null || echo 2)
 
+# Synthetic models: an installed vtlab keeps them in ~/.cache/vtlab; the
+# targets here (make run, the tests, make nightly) keep them in build/models/,
+# where they always were and `make clean` removes them.
+export VTLAB_CACHE ?= $(CURDIR)/build
+
 CSTD      := -std=c11 -D_GNU_SOURCE
 WARN      := -Wall -Wextra -Wshadow -Wno-unused-parameter
 OPT       ?= -O2 -g
@@ -351,18 +356,19 @@ nightly: deps vtlab
 knobs-doc: vtlab
 	./vtlab knobs --markdown > docs/knobs.md
 
-# make install [PREFIX=/usr/local] [DESTDIR=staging]: the binary, the shipped
-# configs and experiments, and the docs. vtlab reads none of them from there
-# at run time (configs are named by the experiment files that use them).
+# make install [PREFIX=/usr/local] [DESTDIR=staging]: the binary, vtprobe.h
+# (include/), the shipped configs, and the experiments and ledger as examples
+# (share/vtlab/), the docs (share/doc/vtlab/) and a man page made from
+# `vtlab --help` (share/man/man1/vtlab.1). vtlab finds its data from its own
+# prefix (bin/../share/vtlab, no path compiled in; VTLAB_DATA_DIR overrides).
+# `make uninstall` removes exactly what was installed: scripts/install.sh
+# lists every file in share/vtlab/install-manifest.
 PREFIX ?= /usr/local
-.PHONY: install
+.PHONY: install uninstall
 install: vtlab
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/vtlab/configs \
-	  $(DESTDIR)$(PREFIX)/share/vtlab/experiments $(DESTDIR)$(PREFIX)/share/doc/vtlab
-	install -m 0755 vtlab $(DESTDIR)$(PREFIX)/bin/vtlab
-	install -m 0644 model/configs/*.json $(DESTDIR)$(PREFIX)/share/vtlab/configs/
-	install -m 0644 experiments/*.json $(DESTDIR)$(PREFIX)/share/vtlab/experiments/
-	install -m 0644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/vtlab/
+	bash scripts/install.sh install "$(DESTDIR)$(PREFIX)" ./vtlab
+uninstall:
+	bash scripts/install.sh uninstall "$(DESTDIR)$(PREFIX)"
 
 clean:
 	rm -rf build vtlab
