@@ -15,6 +15,7 @@
 #include "experiment.h"
 
 #include "model/vt.h"
+#include "model/vtprobe.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -519,6 +520,64 @@ static int parse_arm_knobs(pctx *c, lab_arm *a, const cJSON *k, const char *wher
     return LAB_OK;
 }
 
+/* One entry of arms[i].scope: the scope knob that holds it (the builtin
+ * registry's NAME_LAYERS, or a command engine's NAME_LAYERS, which its hello
+ * must declare scoped) and the canonical layer set. */
+static int scope_entry(pctx *c, const cJSON *it, const char *field, int foreign, char *knob, size_t klen, char *canon) {
+    vtp_layer_set set;
+    char why[400];
+    if (!foreign) {
+        const vt_knob_info *k = vt_knob_find(it->string);
+        if (!k || !k->scope)
+            return BAD(c, field, "%s is not a scoped knob (scoped: VT_KIMI_BF16_STREAM, VT_KIMI_BF16_EXPERT_OUT, "
+                                 "VT_KIMI_BF16_ACT; docs/localize.md)", it->string);
+        snprintf(knob, klen, "%s", k->scope);
+    } else {
+        if (!lab_env_name_ok(it->string) || strlen(it->string) > 200)
+            return BAD(c, field, "expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+        snprintf(knob, klen, "%s_LAYERS", it->string);
+    }
+    if (!cJSON_IsString(it)) return BAD(c, field, "expected a layer set string such as \"0-3,7\", got %s", json_type(it));
+    if (vtp_layer_set_parse(it->valuestring, 0, 1, &set, why, sizeof why))
+        return BAD(c, field, "\"%.80s\": %s", it->valuestring, why);
+    if (vtp_layer_set_format(&set, canon, VTP_LAYER_SET_TEXT)) return BAD(c, field, "layer set too long");
+    return LAB_OK;
+}
+
+/* arms[i].scope: {"LEVER": "0-3,7"} is the knob LEVER_LAYERS = "0-3,7"
+ * (docs/localize.md), appended to the arm's knobs; the same knob in both is
+ * refused (which would win is not obvious). */
+static int parse_arm_scope(pctx *c, lab_arm *a, const cJSON *sc, const char *where, int foreign) {
+    char field[320];
+    int rc;
+    snprintf(field, sizeof field, "%s.scope", where);
+    if (!cJSON_IsObject(sc)) return BAD(c, field, "expected an object {\"KNOB\": \"0-3,7\"}, got %s", json_type(sc));
+    if ((rc = check_dupes(c, sc, field))) return rc;
+    int64_t n = a->n_knobs + cJSON_GetArraySize(sc) + 1;
+    char **nm = realloc(a->knob_names, (size_t)n * sizeof *nm);
+    if (nm) a->knob_names = nm;
+    char **vv = nm ? realloc(a->knob_values, (size_t)n * sizeof *vv) : NULL;
+    if (vv) a->knob_values = vv;
+    if (!nm || !vv) return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+    a->knob_names[a->n_knobs] = a->knob_values[a->n_knobs] = NULL;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, sc) {
+        char knob[256], canon[VTP_LAYER_SET_TEXT];
+        snprintf(field, sizeof field, "%s.scope.%s", where, it->string);
+        if ((rc = scope_entry(c, it, field, foreign, knob, sizeof knob, canon))) return rc;
+        for (int64_t i = 0; i < a->n_knobs; i++)
+            if (!strcmp(a->knob_names[i], knob))
+                return BAD(c, field, "the arm sets %s in knobs too; give the scope once", knob);
+        a->knob_names[a->n_knobs] = lab_strdup(knob);
+        a->knob_values[a->n_knobs] = lab_strdup(canon);
+        a->knob_names[a->n_knobs + 1] = a->knob_values[a->n_knobs + 1] = NULL;
+        if (!a->knob_names[a->n_knobs] || !a->knob_values[a->n_knobs])
+            return lab_errf(c->err, c->errlen, LAB_ENOMEM, "out of memory");
+        a->n_knobs++;
+    }
+    return LAB_OK;
+}
+
 /* arms[i].expect: probe site -> dtype (an engine's own sites for a command
  * engine, checked against its hello by the runner). */
 static int parse_arm_expect(pctx *c, lab_arm *a, const cJSON *x, const char *where, int foreign) {
@@ -552,7 +611,8 @@ static int parse_arm_expect(pctx *c, lab_arm *a, const cJSON *x, const char *whe
 }
 
 static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx, const lab_engine_spec *inherited) {
-    static const char *const keys[] = {"name", "description", "knobs", "expect", "expect_assertions", "engine", NULL};
+    static const char *const keys[] = {"name", "description", "knobs", "scope", "expect", "expect_assertions",
+                                       "engine", NULL};
     char where[64], field[320];
     snprintf(where, sizeof where, "arms[%lld]", (long long)idx);
     if (!cJSON_IsObject(j)) return BAD(c, where, "expected an object {name, knobs, expect}, got %s", json_type(j));
@@ -574,6 +634,8 @@ static int parse_arm(pctx *c, lab_arm *a, const cJSON *j, int64_t idx, const lab
 
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "knobs");
     if (k && (rc = parse_arm_knobs(c, a, k, where, foreign))) return rc;
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(j, "scope");
+    if (sc && (rc = parse_arm_scope(c, a, sc, where, foreign))) return rc;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "expect");
     if (x && (rc = parse_arm_expect(c, a, x, where, foreign))) return rc;
     char *ea = NULL;

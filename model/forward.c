@@ -6,7 +6,9 @@
  * VT_KIMI_BF16_STREAM). Each sublayer reads h widened to f32, computes in f32,
  * and stores h + out back in the stream dtype: with a bf16 stream that store
  * is the rounding under test. After each layer the `residual.stream` probe
- * records the dtype h really had.
+ * records the dtype h really had. A scoped lever (VT_KIMI_BF16_*_LAYERS,
+ * docs/localize.md) acts at some sites only: each store has its site's
+ * dtype, and vt_site_enter says what the code of a site rounds.
  */
 #include <omp.h>
 #include <stdio.h>
@@ -384,6 +386,16 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
     s->m = m;
     if (vt_knobset_copy(&s->ks, ks) != 0) { free(s); snprintf(err, errlen, "out of memory"); return VT_STATUS_NOMEM; }
     vt_knobs_resolve(ks, &s->k);
+    int lrc = vt_knobs_check_layers(ks, m->cfg.num_hidden_layers, err, errlen);
+    if (!lrc && s->k.backend == VT_BACKEND_CUDA && vt_knobs_scoped(ks)) {
+        snprintf(err, errlen, "the CUDA backend runs every lever unscoped: VT_KIMI_BF16_*_LAYERS and "
+                 "VT_TEST_LOSSY_LAYERS are CPU only (docs/localize.md)");
+        lrc = VT_STATUS_UNSUPPORTED;
+    }
+    if (lrc) {
+        vt_session_free(s);
+        return lrc;
+    }
     if (s->k.backend == VT_BACKEND_CUDA) {
         /* CUDA backend (issue 7, model/cuda): the device holds the caches; s->cache stays NULL */
         s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
@@ -464,17 +476,33 @@ int64_t vt_session_batch_rows(const vt_session *s) { return s->cuda ? 0 : s->bat
 double vt_session_forward_seconds(const vt_session *s) { return s->fwd_sec; }
 double vt_session_gemm_seconds(const vt_session *s) { return s->gemm_sec; }
 
+/* Stores the rows hr[0..D) into row sr of stream h and reads back what was
+ * stored (the rounding under test); the planted fault (VT_TEST_LOSSY_LAYERS)
+ * coarsens a bf16 store first. */
+static void stream_store(const vt_session *s, const vt_tensor *h, void *sr, float *hr, int64_t D) {
+    if (h->dtype != VT_F32 && s->lossy_cur)
+        for (int64_t i = 0; i < D; i++) hr[i] = vt_round_mantissa(hr[i], s->k.lossy_bits);
+    vt_convert(sr, h->dtype, hr, VT_F32, (size_t)D);
+    if (h->dtype != VT_F32) vt_convert(hr, VT_F32, sr, h->dtype, (size_t)D);   /* read back the rounding */
+}
+
 /* h <- h + o, in the stream dtype; hf receives the stored value widened to f32. */
 static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o, int64_t T, int64_t D) {
     #pragma omp parallel for schedule(static) if (T * D >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         float *hr = hf + t * D;
-        void *sr = vt_tensor_row(h, t);
         for (int64_t i = 0; i < D; i++) hr[i] += o[t * D + i];
         vt_act_round(s, hr, D);
-        vt_convert(sr, h->dtype, hr, VT_F32, (size_t)D);
-        if (h->dtype != VT_F32) vt_convert(hr, VT_F32, sr, h->dtype, (size_t)D);   /* read back the rounding */
+        stream_store(s, h, vt_tensor_row(h, t), hr, D);
     }
+}
+
+/* h: the stream buffer hbuf (room for f32 rows) as the store of site of
+ * layer sees it: f32, or bf16 where VT_KIMI_BF16_STREAM acts. The stream is
+ * written and read back at once, so each store may have its own dtype. */
+static int stream_at(const vt_session *s, int64_t layer, int site, void *hbuf, int64_t T, vt_tensor *h, vt_err *err) {
+    const int64_t D = s->m->cfg.hidden_size, shp[2] = {T, D};
+    return vt_tensor_view(h, vt_stream_dtype_at(s, layer, site), 2, shp, hbuf, vt_row_size(VT_F32, T * D), err);
 }
 
 /* One pass of T tokens through the whole stack, from the caches at s->pos.
@@ -484,29 +512,33 @@ static int stack_pass(vt_session *s, const int32_t *tok, int64_t T, float *logit
     const vt_model *m = s->m;
     const vt_config *cfg = &m->cfg;
     const int64_t D = cfg->hidden_size, V = cfg->vocab_size, L = cfg->num_hidden_layers;
-    int64_t shp[2] = {T, D};
     vt_tensor h = {0};
     vt_ws_reset(s);
     int rc = VT_OK;
-    void *hbuf = vt_ws_alloc(s, s->stream_dtype, T * D, err);
+    void *hbuf = vt_ws_alloc(s, VT_F32, T * D, err);   /* room for the widest store */
     float *hf = vt_ws_alloc(s, VT_F32, T * D, err), *x = vt_ws_alloc(s, VT_F32, T * D, err);
     float *o = vt_ws_alloc(s, VT_F32, T * D, err);
     if (!hbuf || !hf || !x || !o) { rc = err->code; goto done; }
-    if ((rc = vt_tensor_view(&h, s->stream_dtype, 2, shp, hbuf, vt_row_size(s->stream_dtype, T * D), err))) goto done;
 
+    /* the embedding is stored by layer 0's attention site (docs/localize.md) */
+    vt_site_enter(s, 0, 0);
+    if ((rc = stream_at(s, 0, 0, hbuf, T, &h, err))) goto done;
     for (int64_t t = 0; t < T; t++) vt_convert(hf + t * D, VT_F32, vt_tensor_row(&m->embed, tok[t]), m->embed.dtype, (size_t)D);
     vt_act_round(s, hf, T * D);
-    vt_convert(h.data, h.dtype, hf, VT_F32, (size_t)(T * D));
-    vt_convert(hf, VT_F32, h.data, h.dtype, (size_t)(T * D));
+    for (int64_t t = 0; t < T; t++) stream_store(s, &h, vt_tensor_row(&h, t), hf + t * D, D);
 
     for (int64_t l = 0; l < L; l++) {
         const vt_layer_w *Lw = &m->layers[l];
+        vt_site_enter(s, l, 0);
+        if ((rc = stream_at(s, l, 0, hbuf, T, &h, err))) goto done;
         vt_rmsnorm(s, hf, T, D, Lw->in_norm.data, cfg->rms_norm_eps, x);
         rc = Lw->kind == VT_LAYER_KDA ? vt_kda_forward(s, (int)l, x, T, o, err) : vt_mla_forward(s, (int)l, x, T, o, err);
         if (rc) goto done;
         residual_add(s, &h, hf, o, T, D);
         if (capture) memcpy(s->captured + ((l * 2 + 0) * s->captured_T + c0) * D, hf, vt_row_size(VT_F32, T * D));
 
+        vt_site_enter(s, l, 1);
+        if ((rc = stream_at(s, l, 1, hbuf, T, &h, err))) goto done;
         vt_rmsnorm(s, hf, T, D, Lw->post_norm.data, cfg->rms_norm_eps, x);
         rc = Lw->ffn.moe ? vt_moe_forward(s, (int)l, &Lw->ffn, x, T, o, NULL, err)
                          : vt_mlp_forward(s, (int)l, &Lw->ffn.dense, x, T, o, err);
@@ -516,7 +548,7 @@ static int stack_pass(vt_session *s, const int32_t *tok, int64_t T, float *logit
         vt_probe_buffer_seqs(s, "residual.stream", (int)l, h.dtype, T, 1, D);
     }
     s->pos += T;
-    if (logits) {
+    if (logits) {   /* the final norm and the logits: the last layer's FFN site (still entered) */
         vt_rmsnorm(s, hf, T, D, m->norm.data, cfg->rms_norm_eps, x);
         vt_gemm_xwT(s, x, T, D, &m->lm_head, logits);
         vt_probe_buffer_seqs(s, "logits", -1, VT_F32, T, 1, V);

@@ -20,6 +20,9 @@
 #include <strings.h>
 
 #define FAULT_NONE_NAME "none"
+#define LAYERS_ALLOWED "all|none|LAYERS (0-3,7 5.ffn 2-4.attn)"
+/* A knob's canonical text: a layer set's can be long (vtprobe.h). */
+#define KNOB_VALUE_MAX VTP_LAYER_SET_TEXT
 
 static const vt_fault_info FAULTS[] = {
     {FAULT_NONE_NAME, "", "no fault"},
@@ -31,11 +34,14 @@ static const vt_fault_info FAULTS[] = {
 
 static const vt_knob_info KNOBS[VT_K_COUNT] = {
     [VT_K_BF16_STREAM] = {"VT_KIMI_BF16_STREAM", VT_KNOB_BOOL, "0", "0|1",
-     "residual stream stored in bf16 between sublayers (expert buffers stay f32)", 1, 0},
+     "residual stream stored in bf16 between sublayers (expert buffers stay f32)", 1, 0,
+     "VT_KIMI_BF16_STREAM_LAYERS", "sites"},
     [VT_K_BF16_EXPERT_OUT] = {"VT_KIMI_BF16_EXPERT_OUT", VT_KNOB_BOOL, "0", "0|1",
-     "expert output y and expert_out follow the residual-stream dtype (the report's second fix shape)", 1, 0},
+     "expert output y and expert_out follow the residual-stream dtype (the report's second fix shape)", 1, 0,
+     "VT_KIMI_BF16_EXPERT_OUT_LAYERS", "sites"},
     [VT_K_BF16_ACT] = {"VT_KIMI_BF16_ACT", VT_KNOB_BOOL, "0", "0|1",
-     "round to bf16 where the public bf16 implementations do: linear outputs, conv, KDA core, gated norm, experts, residual adds", 1, 0},
+     "round to bf16 where the public bf16 implementations do: linear outputs, conv, KDA core, gated norm, experts, residual adds", 1, 0,
+     "VT_KIMI_BF16_ACT_LAYERS", "sites"},
     [VT_K_ROUTER_WEIGHTS] = {"VT_KIMI_ROUTER_WEIGHTS", VT_KNOB_ENUM, "unbiased", "unbiased|biased",
      "MoE weights from the unbiased sigmoid scores (transformers, vLLM) or the bias-corrected ones (Moonshot remote code)", 1, 0},
     [VT_K_ROUTER_RENORM] = {"VT_KIMI_ROUTER_RENORM", VT_KNOB_ENUM, "moonshot", "moonshot|always",
@@ -53,6 +59,34 @@ static const vt_knob_info KNOBS[VT_K_COUNT] = {
      "runtime dtype probes: off, on (record every site), audit (also sentinel-fill and check every copy destination)", 0, 0},
     [VT_K_TEST_IGNORED] = {"VT_TEST_IGNORED_KNOB", VT_KNOB_BOOL, "0", "0|1",
      "test-only: declared but read by no code path (the fixture for audit rule R3, a knob that never takes effect)", 1, 0},
+    /* Scopes (docs/localize.md): where a lever acts, by layer and site. Each
+     * layer has two sites, its attention block (L.attn: input norm through
+     * the attention's residual add) and its FFN block (L.ffn: norm through
+     * the FFN's add); what runs outside every layer belongs to a layer's
+     * site, so that every site of every layer is exactly "all": the
+     * embedding to 0.attn, the final norm and the logits to the last
+     * layer's ffn. Added after runs were recorded: hashed only away from
+     * "all" (an unscoped run keeps its identity). */
+    [VT_K_BF16_STREAM_LAYERS] = {"VT_KIMI_BF16_STREAM_LAYERS", VT_KNOB_LAYERS, "all", LAYERS_ALLOWED,
+     "the scope of VT_KIMI_BF16_STREAM (docs/localize.md), a layer set: all (the lever unscoped), none, or layers "
+     "and ranges joined by ',' such as 0-3,7, each optionally .attn or .ffn (that site of the layer only), checked "
+     "against the model when a run starts; an arm may write it \"scope\": {\"VT_KIMI_BF16_STREAM\": \"0-3,7\"}. "
+     "The stream stores in bf16 are those made at these sites (L.attn: after the "
+     "attention add, and layer 0's embedding; L.ffn: after the FFN add); the others stay f32, and the residual.stream "
+     "probe of layer L shows the dtype of its L.ffn store", 1, 1},
+    [VT_K_BF16_EXPERT_OUT_LAYERS] = {"VT_KIMI_BF16_EXPERT_OUT_LAYERS", VT_KNOB_LAYERS, "all", LAYERS_ALLOWED,
+     "the scope of VT_KIMI_BF16_EXPERT_OUT (a layer set, as for VT_KIMI_BF16_STREAM_LAYERS): the MoE layers whose "
+     "FFN site is in the set convert y and expert_out to the stream dtype of that site (an attention site holds no "
+     "expert output)", 1, 1},
+    [VT_K_BF16_ACT_LAYERS] = {"VT_KIMI_BF16_ACT_LAYERS", VT_KNOB_LAYERS, "all", LAYERS_ALLOWED,
+     "the scope of VT_KIMI_BF16_ACT (a layer set, as for VT_KIMI_BF16_STREAM_LAYERS): its roundings happen at these "
+     "sites only (L.attn: input norm, attention, its add, and layer 0's embedding; L.ffn: norm, MLP or experts, its "
+     "add, and the last layer's final norm)", 1, 1},
+    [VT_K_TEST_LOSSY_LAYERS] = {"VT_TEST_LOSSY_LAYERS", VT_KNOB_LAYERS, "none", LAYERS_ALLOWED,
+     "test-only: a planted per-site fault; at these sites the roundings the bf16 levers make keep "
+     "VT_TEST_LOSSY_BITS mantissa bits instead of bf16's 7 (where no lever acts it does nothing)", 1, 1},
+    [VT_K_TEST_LOSSY_BITS] = {"VT_TEST_LOSSY_BITS", VT_KNOB_INT, "1", "0..6",
+     "test-only: the mantissa bits VT_TEST_LOSSY_LAYERS keeps", 1, 1},
 };
 #define N_KNOBS ((int)VT_K_COUNT)
 _Static_assert(sizeof KNOBS / sizeof KNOBS[0] == VT_K_COUNT, "one registry entry per vt_knob_id");
@@ -68,11 +102,17 @@ static int knob_index(const char *name) {
 
 const vt_knob_info *vt_knob_find(const char *name) { return vt_knob_at(knob_index(name)); }
 
+const vt_knob_info *vt_knob_scope_of(const char *name) {
+    for (int i = 0; i < N_KNOBS; i++)
+        if (KNOBS[i].scope && !strcmp(KNOBS[i].scope, name)) return &KNOBS[i];
+    return NULL;
+}
+
 int vt_fault_count(void) { return N_FAULTS - 1; }
 const vt_fault_info *vt_fault_at(int i) { return i >= 0 && i < N_FAULTS - 1 ? &FAULTS[i + 1] : NULL; }
 
 struct vt_knobset {
-    char value[N_KNOBS][64];   /* canonical text of each knob's value, by registry index */
+    char value[N_KNOBS][KNOB_VALUE_MAX];   /* canonical text of each knob's value, by registry index */
 };
 
 int vt_knobset_new(vt_knobset **out) {
@@ -151,11 +191,23 @@ static int bool_error(const char *name, const char *value, char *err, size_t err
     return VT_STATUS_INPUT;
 }
 
+/* A layer set's canonical text into canon (KNOB_VALUE_MAX bytes); the
+ * layers are bounded by the model when a session is made (vt_session_new). */
+static int layers_value(const vt_knob_info *k, const char *value, char *canon, char *err, size_t errlen) {
+    vtp_layer_set set;
+    char why[400];
+    if (vtp_layer_set_parse(value, 0, 1, &set, why, sizeof why)) {
+        snprintf(err, errlen, "knob %s: value \"%.80s\": %s", k->name, value, why);
+        return -1;
+    }
+    return vtp_layer_set_format(&set, canon, KNOB_VALUE_MAX);
+}
+
 int vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *err, size_t errlen) {
     int i = knob_index(name);
     if (i < 0) return unknown_knob(name, err, errlen);
     const vt_knob_info *k = &KNOBS[i];
-    char canon[64];
+    char canon[KNOB_VALUE_MAX];
     switch (k->type) {
     case VT_KNOB_BOOL:
         if (!strcmp(value, "0") || !strcmp(value, "1")) {
@@ -170,10 +222,14 @@ int vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *er
         }
         snprintf(canon, sizeof canon, "%s", value);
         break;
+    case VT_KNOB_LAYERS:
+        if (layers_value(k, value, canon, err, errlen)) return VT_STATUS_INPUT;
+        break;
     case VT_KNOB_INT: {
         char *end = NULL;
-        long v = strtol(value, &end, 10);
-        if (!*value || *end || v < 0 || v > 1024) {
+        long v = strtol(value, &end, 10), lo = 0, hi = 1024;
+        sscanf(k->allowed, "%ld..%ld", &lo, &hi);
+        if (!*value || *end || v < lo || v > hi) {
             snprintf(err, errlen, "knob %s: value \"%s\", expected an integer in %s", name, value, k->allowed);
             return VT_STATUS_INPUT;
         }
@@ -226,9 +282,10 @@ void vt_knobset_hash(const vt_knobset *ks, char out[65]) {
         int i = idx[n];
         if (!KNOBS[i].numeric) continue;
         if (KNOBS[i].hash_omits_default && !strcmp(ks->value[i], KNOBS[i].def)) continue;
-        char line[160];
-        int len = snprintf(line, sizeof line, "%s=%s\n", KNOBS[i].name, ks->value[i]);
-        vt_sha256_update(&c, line, (size_t)len);
+        vt_sha256_update(&c, KNOBS[i].name, strlen(KNOBS[i].name));
+        vt_sha256_update(&c, "=", 1);
+        vt_sha256_update(&c, ks->value[i], strlen(ks->value[i]));
+        vt_sha256_update(&c, "\n", 1);
     }
     vt_sha256_final_hex(&c, out);
 }
@@ -254,4 +311,32 @@ void vt_knobs_resolve(const vt_knobset *ks, vt_knobs *k) {
     for (int i = 1; i < N_FAULTS; i++)
         if (!strcmp(f, FAULTS[i].name)) k->fault = (vt_fault_id)i;
     k->test_ignored = 0;   /* deliberately never read from the set: see the knob's doc */
+    /* syntax checked when set; the model's layer count bounds them later (vt_knobs_check_layers) */
+    vtp_layer_set_parse(vt_knobset_value(ks, VT_K_BF16_STREAM_LAYERS), 0, 1, &k->stream_scope, NULL, 0);
+    vtp_layer_set_parse(vt_knobset_value(ks, VT_K_BF16_EXPERT_OUT_LAYERS), 0, 1, &k->expert_scope, NULL, 0);
+    vtp_layer_set_parse(vt_knobset_value(ks, VT_K_BF16_ACT_LAYERS), 0, 1, &k->act_scope, NULL, 0);
+    vtp_layer_set_parse(vt_knobset_value(ks, VT_K_TEST_LOSSY_LAYERS), 0, 1, &k->lossy, NULL, 0);
+    k->lossy_bits = atoi(vt_knobset_value(ks, VT_K_TEST_LOSSY_BITS));
+}
+
+int vt_knobs_check_layers(const vt_knobset *ks, int64_t n_layers, char *err, size_t errlen) {
+    static const vt_knob_id ids[] = {VT_K_BF16_STREAM_LAYERS, VT_K_BF16_EXPERT_OUT_LAYERS, VT_K_BF16_ACT_LAYERS,
+                                     VT_K_TEST_LOSSY_LAYERS};
+    for (size_t j = 0; j < sizeof ids / sizeof ids[0]; j++) {
+        vtp_layer_set set;
+        char why[400];
+        const char *v = vt_knobset_value(ks, ids[j]);
+        if (vtp_layer_set_parse(v, (int)n_layers, 1, &set, why, sizeof why)) {
+            snprintf(err, errlen, "knob %s=%.80s: %s", KNOBS[ids[j]].name, v, why);
+            return VT_STATUS_INPUT;
+        }
+    }
+    return VT_STATUS_OK;
+}
+
+int vt_knobs_scoped(const vt_knobset *ks) {
+    return strcmp(vt_knobset_value(ks, VT_K_BF16_STREAM_LAYERS), "all") ||
+           strcmp(vt_knobset_value(ks, VT_K_BF16_EXPERT_OUT_LAYERS), "all") ||
+           strcmp(vt_knobset_value(ks, VT_K_BF16_ACT_LAYERS), "all") ||
+           strcmp(vt_knobset_value(ks, VT_K_TEST_LOSSY_LAYERS), "none");
 }

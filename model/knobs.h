@@ -6,6 +6,7 @@
 #define VT_KNOBS_H
 
 #include "vt.h"
+#include "vtprobe.h"
 
 typedef enum { VT_PROBE_OFF = 0, VT_PROBE_ON = 1, VT_PROBE_AUDIT = 2 } vt_probe_mode;
 typedef enum { VT_BACKEND_CPU = 0, VT_BACKEND_CUDA = 1 } vt_backend_kind;
@@ -28,8 +29,17 @@ typedef struct vt_knobs {
     vt_probe_mode probe;
     vt_fault_id fault;
     int test_ignored;       /* VT_TEST_IGNORED_KNOB: declared, read by nothing (audit rule R3 fixture) */
+    /* the levers' scopes (VT_KIMI_BF16_*_LAYERS) and the planted fault
+     * (VT_TEST_LOSSY_LAYERS, VT_TEST_LOSSY_BITS): docs/localize.md */
+    vtp_layer_set stream_scope, expert_scope, act_scope, lossy;
+    int lossy_bits;
 } vt_knobs;
 
 void vt_knobs_resolve(const vt_knobset *ks, vt_knobs *out);
+/* Every layer-set knob of ks within a model of n_layers layers: else
+ * VT_STATUS_INPUT with err naming the knob and the layer. */
+int  vt_knobs_check_layers(const vt_knobset *ks, int64_t n_layers, char *err, size_t errlen);
+/* 1 when a scope or the planted fault is set (the CUDA backend has neither). */
+int  vt_knobs_scoped(const vt_knobset *ks);
 
 #endif

@@ -121,7 +121,10 @@ struct vt_session {
     vt_knobset *ks;
     vt_knobs    k;
     vt_dtype    stream_dtype;   /* residual stream: f32, or bf16 with VT_KIMI_BF16_STREAM */
-    vt_dtype    expert_dtype;   /* y and expert_out: f32, or the stream dtype with VT_KIMI_BF16_EXPERT_OUT */
+    vt_dtype    expert_dtype;   /* y and expert_out: f32, or the stream dtype with VT_KIMI_BF16_EXPERT_OUT
+                                   (unscoped: the lever's dtypes; per site vt_stream_dtype_at, vt_expert_dtype_at) */
+    int         act_cur;        /* the site in flight rounds activations (VT_KIMI_BF16_ACT in its scope) */
+    int         lossy_cur;      /* the site in flight is one of VT_TEST_LOSSY_LAYERS (the planted fault) */
     int64_t     pos;            /* tokens already in the caches */
     vt_layer_cache *cache;      /* [n_layers] */
     vtp_probes  probes;         /* mode follows VT_PROBE; .lost: observations dropped for lack of
@@ -155,6 +158,37 @@ static inline void vt_seg_rows(const vt_session *s, int64_t T, int64_t i, int64_
     }
 }
 
+/* ------------------------------------------------------------ scopes */
+
+/* A lever acts at the sites of its scope (docs/localize.md): site 0 is a
+ * layer's attention block (input norm through its residual add; layer 0's
+ * also holds the embedding), site 1 its FFN block (norm through its add;
+ * the last layer's also holds the final norm and the logits). */
+
+/* The dtype of the residual-stream store at site of layer. */
+static inline vt_dtype vt_stream_dtype_at(const vt_session *s, int64_t layer, int site) {
+    return s->k.bf16_stream && vtp_layer_set_has(&s->k.stream_scope, (int)layer, site) ? VT_BF16 : VT_F32;
+}
+/* The dtype of layer's MoE expert output (y, expert_out): its FFN site's. */
+static inline vt_dtype vt_expert_dtype_at(const vt_session *s, int64_t layer) {
+    return s->k.bf16_expert_out && vtp_layer_set_has(&s->k.expert_scope, (int)layer, 1) ? vt_stream_dtype_at(s, layer, 1)
+                                                                                       : VT_F32;
+}
+/* Enters site of layer: what runs next rounds activations when
+ * VT_KIMI_BF16_ACT acts there, and takes the planted fault when it is there. */
+static inline void vt_site_enter(vt_session *s, int64_t layer, int site) {
+    s->act_cur = s->k.bf16_act && vtp_layer_set_has(&s->k.act_scope, (int)layer, site);
+    s->lossy_cur = vtp_layer_set_has(&s->k.lossy, (int)layer, site);
+}
+/* x with `bits` mantissa bits (of f32's 23), rounded to nearest even: the
+ * planted fault's coarse rounding (NaN and infinities as they are). */
+float vt_round_mantissa(float x, int bits);
+/* A lever's bf16 rounding at the site in flight: bf16, or, where the planted
+ * fault is, VT_TEST_LOSSY_BITS bits. */
+static inline float vt_lever_round(const vt_session *s, float x) {
+    return s->lossy_cur ? vt_round_mantissa(x, s->k.lossy_bits) : vt_round_bf16(x);
+}
+
 /* ------------------------------------------------------------ ops.c */
 
 /* Element-wise loops run in parallel only from this many elements: below it
@@ -182,7 +216,8 @@ void       vt_ws_free(vt_session *s);
 void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float *w, double eps, float *y);
 /* sum of x[i]^2 in double, in a fixed order of eight partial sums (ops.c) */
 double vt_sum_squares(const float *x, int64_t n);
-/* Rounds to bf16 in place when VT_KIMI_BF16_ACT is on; otherwise nothing. */
+/* Rounds to bf16 in place when VT_KIMI_BF16_ACT acts at the site in flight
+ * (s->act_cur; the planted fault's bits there); otherwise nothing. */
 void vt_act_round(const vt_session *s, float *x, int64_t n);
 /* SiLU, sigmoid and softplus on vt_expf and vt_log1pf_pos (vmath.h: fixed
  * polynomials, not libm's). The array forms give each element the bits of

@@ -34,7 +34,7 @@
 
 /* a <- silu(a) * b over n elements, with the activation rounding of each step */
 static void swiglu_inplace(const vt_session *s, float *a, const float *b, int64_t n) {
-    const int act = s->k.bf16_act;
+    const int act = s->act_cur;
     if (!act) {   /* vt_silu_mul: each element as vt_silu(a) * b, 16 at a time */
         #pragma omp parallel if (n >= VT_PAR_MIN_ELEMS)
         {
@@ -47,9 +47,9 @@ static void swiglu_inplace(const vt_session *s, float *a, const float *b, int64_
     #pragma omp parallel for schedule(static) if (n >= VT_PAR_MIN_ELEMS)
     for (int64_t i = 0; i < n; i++) {
         float x = a[i], y = b[i];
-        if (act) x = vt_round_bf16(x), y = vt_round_bf16(y);
+        if (act) x = vt_lever_round(s, x), y = vt_lever_round(s, y);
         float z = vt_silu(x) * y;
-        a[i] = act ? vt_round_bf16(z) : z;
+        a[i] = act ? vt_lever_round(s, z) : z;
     }
 }
 
@@ -173,10 +173,10 @@ static void unwritten_per_seq(const vt_session *s, const vt_tensor *t, const int
  * so a sequence's pairs keep their own order in it). A lone pass: the
  * defect's call as it always was. */
 static int fault_scatter(vt_session *s, vt_tensor *eo, const int64_t *order, const vt_tensor *y, int64_t N,
-                         int64_t K, vt_copy_stats *st, vt_err *err) {
+                         int64_t K, vt_dtype stream_dt, vt_copy_stats *st, vt_err *err) {
     const int64_t NK = N * K, D = vt_tensor_ncols(y);
     if (s->seg.n == 0) {
-        vt_fault_scatter_rows(eo, order, y, NK, s->stream_dtype, st);
+        vt_fault_scatter_rows(eo, order, y, NK, stream_dt, st);
         return VT_OK;
     }
     const vt_ws_mark mk = vt_ws_mark_now(s);
@@ -197,7 +197,7 @@ static int fault_scatter(vt_session *s, vt_tensor *eo, const int64_t *order, con
                 lord[n] = order[r] - p0;
                 rc = vt_rows_copy(&ys, n++, y, r, 1, NULL, err);
             }
-        if (!rc) vt_fault_scatter_rows(&es, lord, &ys, n, s->stream_dtype, st);
+        if (!rc) vt_fault_scatter_rows(&es, lord, &ys, n, stream_dt, st);
     }
     vt_ws_release(s, mk);
     return rc;
@@ -209,6 +209,8 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     const int64_t D = cfg->hidden_size, E = cfg->num_experts, K = cfg->num_experts_per_token;
     const int64_t NK = N * K;
     const int audit = s->k.probe == VT_PROBE_AUDIT;
+    /* this layer's dtypes: the levers may be scoped to other layers */
+    const vt_dtype edt = vt_expert_dtype_at(s, layer), sdt = vt_stream_dtype_at(s, layer, 1);
     int rc = VT_OK;
     vt_tensor xt = {0}, xg = {0}, yf = {0}, ybuf = {0}, eo = {0};
     const vt_tensor *y = NULL;
@@ -225,8 +227,8 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     int64_t *unw = vt_ws_alloc(s, VT_I64, vt_seg_count(s), err);   /* audit: rows unwritten per sequence */
     int64_t shp_x[2] = {N, D}, shp_nk[2] = {NK, D};
     void *xgb = vt_ws_alloc(s, VT_F32, NK * D, err), *yfb = vt_ws_alloc(s, VT_F32, NK * D, err);
-    void *eob = vt_ws_alloc(s, s->expert_dtype, NK * D, err);
-    void *ybb = s->expert_dtype != VT_F32 ? vt_ws_alloc(s, s->expert_dtype, NK * D, err) : yfb;
+    void *eob = vt_ws_alloc(s, edt, NK * D, err);
+    void *ybb = edt != VT_F32 ? vt_ws_alloc(s, edt, NK * D, err) : yfb;
     if (!logits || !wts || !sel || !count || !fill || !order || !src_tok || !row || (w->has_shared && !sh) || !xgb ||
         !yfb || !eob || !ybb || !unw) {
         rc = err->code;
@@ -235,7 +237,7 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     memset(count, 0, vt_row_size(VT_I64, E + 1));
     if ((rc = vt_tensor_view(&xg, VT_F32, 2, shp_nk, xgb, vt_row_size(VT_F32, NK * D), err)) ||
         (rc = vt_tensor_view(&yf, VT_F32, 2, shp_nk, yfb, vt_row_size(VT_F32, NK * D), err)) ||
-        (rc = vt_tensor_view(&eo, s->expert_dtype, 2, shp_nk, eob, vt_row_size(s->expert_dtype, NK * D), err)))
+        (rc = vt_tensor_view(&eo, edt, 2, shp_nk, eob, vt_row_size(edt, NK * D), err)))
         goto done;
     /* The scatter below is the replayed defect's, or the sound one. The
      * defective one leaves zeros in the rows it misses, never old data; the
@@ -294,11 +296,14 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
 
     /* experts (and the shared expert) */
     if ((rc = experts_forward(s, w, &xg, count, x, N, &yf, sh, err))) goto done;
-    if (s->expert_dtype == VT_F32) {
+    if (edt == VT_F32) {
         y = &yf;
     } else {
-        if ((rc = vt_tensor_view(&ybuf, s->expert_dtype, 2, shp_nk, ybb, vt_row_size(s->expert_dtype, NK * D), err)))
+        if ((rc = vt_tensor_view(&ybuf, edt, 2, shp_nk, ybb, vt_row_size(edt, NK * D), err)))
             goto done;
+        float *yv = yf.data;
+        if (s->lossy_cur)   /* the planted fault: the conversion keeps fewer bits */
+            for (int64_t i = 0; i < NK * D; i++) yv[i] = vt_round_mantissa(yv[i], s->k.lossy_bits);
         if ((rc = vt_rows_convert(&ybuf, &yf, &st, err))) goto done;
         y = &ybuf;
     }
@@ -307,7 +312,7 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
     /* scatter */
     if (audit) vt_tensor_fill_sentinel(&eo);
     if (defective) {   /* sizes rows from the stream dtype */
-        if ((rc = fault_scatter(s, &eo, order, y, N, K, &st, err))) goto done;
+        if ((rc = fault_scatter(s, &eo, order, y, N, K, sdt, &st, err))) goto done;
     } else if ((rc = vt_rows_scatter(&eo, order, y, NK, &st, err)))
         goto done;
     int64_t unwritten = -1;

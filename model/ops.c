@@ -115,8 +115,23 @@ void vt_ws_free(vt_session *s) {
 }
 
 void vt_act_round(const vt_session *s, float *x, int64_t n) {
-    if (!s->k.bf16_act) return;
+    if (!s->act_cur) return;
+    if (s->lossy_cur) {
+        for (int64_t i = 0; i < n; i++) x[i] = vt_round_mantissa(x[i], s->k.lossy_bits);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) x[i] = vt_round_bf16(x[i]);
+}
+
+float vt_round_mantissa(float x, int bits) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u || bits >= 23) return x;
+    const int drop = 23 - (bits < 0 ? 0 : bits);
+    const uint32_t half = (1u << (drop - 1)) - 1u, lsb = (u >> drop) & 1u;
+    u = (u + half + lsb) & ~((1u << drop) - 1u);
+    memcpy(&x, &u, 4);
+    return x;
 }
 
 /* Element i goes to partial sum i mod 8, each partial added in order of i;
@@ -140,7 +155,7 @@ double vt_sum_squares(const float *x, int64_t n) {
 }
 
 void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float *w, double eps, float *y) {
-    int act = s->k.bf16_act;
+    const int act = s->act_cur;
     #pragma omp parallel for schedule(static) if (M * n >= VT_PAR_MIN_ELEMS)
     for (int64_t r = 0; r < M; r++) {
         const float *xr = x + r * n;
@@ -149,7 +164,7 @@ void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float
         float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
         for (int64_t i = 0; i < n; i++) {
             float v = xr[i] * inv;
-            if (act) v = vt_round_bf16(vt_round_bf16(v) * w[i]);
+            if (act) v = vt_lever_round(s, vt_lever_round(s, v) * w[i]);
             else v = v * w[i];
             yr[i] = v;
         }

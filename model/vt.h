@@ -51,7 +51,9 @@ int vt_exit_code(int status);
 
 /* ------------------------------------------------------------------ knobs */
 
-typedef enum vt_knob_type { VT_KNOB_BOOL = 1, VT_KNOB_ENUM, VT_KNOB_INT, VT_KNOB_STRING } vt_knob_type;
+/* VT_KNOB_LAYERS: a layer set (vtprobe.h's vtp_layer_set: "all", "none",
+ * "0-3,7", "5.ffn"), the scope of a scoped knob (docs/localize.md). */
+typedef enum vt_knob_type { VT_KNOB_BOOL = 1, VT_KNOB_ENUM, VT_KNOB_INT, VT_KNOB_STRING, VT_KNOB_LAYERS } vt_knob_type;
 
 /* Every knob by its registry index: C code reads a knob through its id
  * (vt_knobset_value), so a misspelt knob is a compile error, not a NULL at
@@ -69,6 +71,11 @@ typedef enum vt_knob_id {
     VT_K_THREADS,              /* VT_THREADS */
     VT_K_PROBE,                /* VT_PROBE */
     VT_K_TEST_IGNORED,         /* VT_TEST_IGNORED_KNOB: test-only (audit rule R3's fixture) */
+    VT_K_BF16_STREAM_LAYERS,   /* VT_KIMI_BF16_STREAM_LAYERS: where VT_KIMI_BF16_STREAM acts */
+    VT_K_BF16_EXPERT_OUT_LAYERS, /* VT_KIMI_BF16_EXPERT_OUT_LAYERS */
+    VT_K_BF16_ACT_LAYERS,      /* VT_KIMI_BF16_ACT_LAYERS */
+    VT_K_TEST_LOSSY_LAYERS,    /* VT_TEST_LOSSY_LAYERS: test-only, a planted per-site fault (docs/localize.md) */
+    VT_K_TEST_LOSSY_BITS,      /* VT_TEST_LOSSY_BITS: the mantissa bits the planted fault keeps */
     VT_K_COUNT
 } vt_knob_id;
 
@@ -81,6 +88,9 @@ typedef struct vt_knob_info {
     int          numeric;     /* 1 when the knob changes the model's numbers */
     int          hash_omits_default; /* 1: hashed only when set away from its default, so that a
                                         knob added later leaves every recorded identity unchanged */
+    const char  *scope;       /* a scoped knob: the VT_KNOB_LAYERS knob holding its scope (NAME_LAYERS),
+                                 and "sites" in scope_kind; NULL otherwise */
+    const char  *scope_kind;  /* "sites" (layers and their .attn/.ffn sites) or "layers" */
 } vt_knob_info;
 
 /* Levenshtein distance of two names (99 when either is over 63 bytes), for
@@ -89,6 +99,9 @@ int                 vt_edit_distance(const char *a, const char *b);
 int                 vt_knob_count(void);
 const vt_knob_info *vt_knob_at(int i);
 const vt_knob_info *vt_knob_find(const char *name);
+/* The scoped knob whose scope knob is name (VT_KIMI_BF16_STREAM for
+ * VT_KIMI_BF16_STREAM_LAYERS), or NULL. */
+const vt_knob_info *vt_knob_scope_of(const char *name);
 
 /* A resolved knob set: every declared knob with a value (defaults filled in). */
 typedef struct vt_knobset vt_knobset;

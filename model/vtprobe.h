@@ -139,6 +139,14 @@ typedef struct vtp_knob {
     int         numeric;      /* 1: changes the numbers */
     const char *value;        /* the value in use */
     int         read;         /* 1: the engine read it from its environment */
+    /* A scoped knob (docs/engine-protocol.md, "Scoped knobs"): "layers" (the
+     * knob can act on a set of whole layers), "sites" (also on one site of a
+     * layer: its attention or FFN block), NULL or "": not scoped. Its scope is
+     * read from NAME_LAYERS (vtp_scope_env); scope_value is the scope in use,
+     * canonical ("all" when unset). Last, so that a registry written before
+     * them declares no scope. */
+    const char *scope;
+    const char *scope_value;
 } vtp_knob;
 
 /* A replayable defect: set knob=name to switch it on. */
@@ -163,6 +171,39 @@ typedef struct vtp_hello {
 
 /* The value of knob name in the environment, or def; *was_read = 1. */
 const char *vtp_knob_env(const char *name, const char *def, int *was_read);
+
+/* ---------------------------------------------------------------- scopes */
+
+/* A layer set: where a scoped knob acts. Text: "all" (every site of every
+ * layer: the knob unscoped), "none", or items joined by ',' with no blanks,
+ * each a layer "7" or a range "0-3" (0-based, a <= b), optionally followed
+ * by ".attn" or ".ffn": only that site of each of those layers (the
+ * attention block from its input norm through its residual add, or the FFN
+ * block from its norm through its add). Canonical text: "all", "none", or
+ * the items in layer order with consecutive layers of the same sites merged
+ * into ranges ("0-3,5.ffn,7"). */
+#define VTP_MAX_LAYERS 256
+/* Room for the longest canonical text (every layer a different item). */
+#define VTP_LAYER_SET_TEXT 2304
+typedef struct vtp_layer_set {
+    int           all;                   /* 1: every site of every layer */
+    unsigned char site[VTP_MAX_LAYERS];  /* per layer: bit 0 the attention site, bit 1 the FFN site */
+} vtp_layer_set;
+
+/* Parses text into *out. n_layers > 0 bounds the layers (0: any below
+ * VTP_MAX_LAYERS); sites 0 refuses ".attn"/".ffn" (a knob scoped by whole
+ * layers). 0, or -1 with err saying what is wrong (the caller names the knob). */
+int vtp_layer_set_parse(const char *text, int n_layers, int sites, vtp_layer_set *out, char *err, size_t errlen);
+/* The canonical text of s into out; 0, or -1 when outlen is too small. */
+int vtp_layer_set_format(const vtp_layer_set *s, char *out, size_t outlen);
+/* 1 when site (0 attention, 1 FFN) of layer is in s. */
+int vtp_layer_set_has(const vtp_layer_set *s, int layer, int site);
+/* The scope of scoped knob `knob`: environment variable KNOB_LAYERS ("all"
+ * when unset or empty), parsed as above into *out, its canonical text into
+ * canon (VTP_LAYER_SET_TEXT bytes) for the hello's scope_value. 0, or -1 with
+ * err naming the variable (an engine then exits before its hello: bad input). */
+int vtp_scope_env(const char *knob, int n_layers, int sites, vtp_layer_set *out, char *canon, char *err,
+                  size_t errlen);
 
 /* ---------------------------------------------------------------- serving */
 
@@ -561,7 +602,14 @@ static void vtp__write_hello(FILE *f, const vtp_hello *h) {
         vtp_json_string(f, k->def);
         fprintf(f, ",\"numeric\":%s,\"value\":", k->numeric ? "true" : "false");
         vtp_json_string(f, k->value);
-        fprintf(f, ",\"read\":%s}", k->read ? "true" : "false");
+        fprintf(f, ",\"read\":%s", k->read ? "true" : "false");
+        if (k->scope && k->scope[0]) {
+            fputs(",\"scope\":", f);
+            vtp_json_string(f, k->scope);
+            fputs(",\"scope_value\":", f);
+            vtp_json_string(f, k->scope_value ? k->scope_value : "all");
+        }
+        fputc('}', f);
     }
     fputs("],\"probe_sites\":[", f);
     for (int i = 0; i < h->n_probe_sites; i++) {
@@ -880,6 +928,106 @@ int vtp_serve(FILE *in, FILE *out, const vtp_hello *h, vtp_forward_fn fn, void *
     free(resid);
     vtp_probes_free(&pr);
     return rc;
+}
+
+/* ---------------------------------------------------------------- scopes */
+
+static int vtp__set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+#define VTP__SET_FORM "expected \"all\", \"none\" or layers like \"0-3,7\" (0-based layers and ranges a-b, " \
+                      "each optionally .attn or .ffn)"
+
+/* A layer number of 1 to 3 digits at *p; -1 when there is none. */
+static int vtp__layer_num(const char **p) {
+    int v = 0, n = 0;
+    while (**p >= '0' && **p <= '9' && n < 4) v = v * 10 + (*(*p)++ - '0'), n++;
+    return n == 0 || n > 3 ? -1 : v;
+}
+
+/* One item [a, b] with its site mask from *p up to ',' or the end. */
+static int vtp__set_item(const char **p, int n_layers, int sites, vtp_layer_set *out, char *err, size_t errlen) {
+    const char *start = *p;
+    int a = vtp__layer_num(p), b = a, mask = 3;
+    if (a >= 0 && **p == '-') { (*p)++; b = vtp__layer_num(p); }
+    if (a >= 0 && b >= 0 && **p == '.') {
+        if (!strncmp(*p, ".attn", 5)) mask = 1, *p += 5;
+        else if (!strncmp(*p, ".ffn", 4)) mask = 2, *p += 4;
+        else b = -1;
+    }
+    size_t len = strcspn(start, ",");
+    if (a < 0 || b < 0 || (**p && **p != ','))
+        return vtp__set_err(err, errlen, "%s; \"%.*s\" is none of them", VTP__SET_FORM, (int)(len < 40 ? len : 40), start);
+    if (b < a) return vtp__set_err(err, errlen, "%s; the range %d-%d ends before it starts", VTP__SET_FORM, a, b);
+    int limit = n_layers > 0 ? n_layers : VTP_MAX_LAYERS;
+    if (b >= limit) {
+        if (n_layers > 0)
+            return vtp__set_err(err, errlen, "layer %d is beyond the model's %d layers (0-%d)", b, n_layers, n_layers - 1);
+        return vtp__set_err(err, errlen, "layer %d is beyond the largest model's %d layers", b, VTP_MAX_LAYERS);
+    }
+    if (mask != 3 && !sites)
+        return vtp__set_err(err, errlen, "\"%.*s\": this knob is scoped by whole layers (no .attn or .ffn)",
+                            (int)(len < 40 ? len : 40), start);
+    for (int l = a; l <= b; l++) out->site[l] |= (unsigned char)mask;
+    return 0;
+}
+
+int vtp_layer_set_parse(const char *text, int n_layers, int sites, vtp_layer_set *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!text || !*text) return vtp__set_err(err, errlen, "%s; got an empty value", VTP__SET_FORM);
+    if (!strcmp(text, "all")) { out->all = 1; return 0; }
+    if (!strcmp(text, "none")) return 0;
+    for (const char *p = text;;) {
+        if (vtp__set_item(&p, n_layers, sites, out, err, errlen)) return -1;
+        if (!*p) return 0;
+        if (!*++p) return vtp__set_err(err, errlen, "%s; the value ends with ','", VTP__SET_FORM);
+    }
+}
+
+int vtp_layer_set_format(const vtp_layer_set *s, char *out, size_t outlen) {
+    size_t used = 0;
+    if (outlen < 5) return -1;
+    if (s->all) { snprintf(out, outlen, "all"); return 0; }
+    out[0] = 0;
+    for (int l = 0; l < VTP_MAX_LAYERS;) {
+        int m = s->site[l] & 3, e = l;
+        if (!m) { l++; continue; }
+        while (e + 1 < VTP_MAX_LAYERS && (s->site[e + 1] & 3) == m) e++;
+        char item[32];
+        const char *suf = m == 1 ? ".attn" : m == 2 ? ".ffn" : "";
+        int n = e > l ? snprintf(item, sizeof item, "%s%d-%d%s", used ? "," : "", l, e, suf)
+                      : snprintf(item, sizeof item, "%s%d%s", used ? "," : "", l, suf);
+        if (used + (size_t)n + 1 > outlen) return -1;
+        memcpy(out + used, item, (size_t)n + 1);
+        used += (size_t)n;
+        l = e + 1;
+    }
+    if (!used) snprintf(out, outlen, "none");
+    return 0;
+}
+
+int vtp_layer_set_has(const vtp_layer_set *s, int layer, int site) {
+    if (s->all) return 1;
+    if (layer < 0 || layer >= VTP_MAX_LAYERS || site < 0 || site > 1) return 0;
+    return (s->site[layer] >> site) & 1;
+}
+
+int vtp_scope_env(const char *knob, int n_layers, int sites, vtp_layer_set *out, char *canon, char *err,
+                  size_t errlen) {
+    char name[256], why[512];
+    snprintf(name, sizeof name, "%s_LAYERS", knob);
+    const char *v = getenv(name);
+    if (!v || !*v) v = "all";
+    if (vtp_layer_set_parse(v, n_layers, sites, out, why, sizeof why))
+        return vtp__set_err(err, errlen, "%s=%s: %s", name, v, why);
+    return vtp_layer_set_format(out, canon, VTP_LAYER_SET_TEXT);
 }
 
 #ifdef __cplusplus

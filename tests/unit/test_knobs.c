@@ -96,6 +96,10 @@ static void test_ids_index_the_registry(void **state) {
         {VT_K_ROUTER_RENORM, "VT_KIMI_ROUTER_RENORM"}, {VT_K_MLA_KV_NORM_EPS, "VT_KIMI_MLA_KV_NORM_EPS"},
         {VT_K_BACKEND, "VT_BACKEND"}, {VT_K_FAULT, "VT_FAULT"}, {VT_K_THREADS, "VT_THREADS"},
         {VT_K_PROBE, "VT_PROBE"}, {VT_K_TEST_IGNORED, "VT_TEST_IGNORED_KNOB"},
+        {VT_K_BF16_STREAM_LAYERS, "VT_KIMI_BF16_STREAM_LAYERS"},
+        {VT_K_BF16_EXPERT_OUT_LAYERS, "VT_KIMI_BF16_EXPERT_OUT_LAYERS"},
+        {VT_K_BF16_ACT_LAYERS, "VT_KIMI_BF16_ACT_LAYERS"}, {VT_K_TEST_LOSSY_LAYERS, "VT_TEST_LOSSY_LAYERS"},
+        {VT_K_TEST_LOSSY_BITS, "VT_TEST_LOSSY_BITS"},
     };
     assert_int_equal(vt_knob_count(), VT_K_COUNT);
     assert_int_equal(sizeof want / sizeof want[0], VT_K_COUNT);
