@@ -22,6 +22,8 @@
  *                             backend, device); one instance per knob set
  *       forward(tokens[T]) -> logits [T, vocab] f32, repeated per sequence,
  *                             each from an empty state
+ *       batch_forward(n sequences) -> the same for several sequences in one
+ *                             call (optional; batch_limits says how many)
  *       residual(l, site)  -> the captured residual after forward(capture=1)
  *       probes()           -> the probe records aggregated since open (or
  *                             since the last probes() call)
@@ -92,6 +94,8 @@ typedef struct lab_engine_hello {
     char  engine_id[320];        /* "" builtin; a command: "NAME VERSION COMMIT" */
     char *json;                  /* a command: the hello as received (malloc'd); NULL builtin */
     int   deterministic, capture;
+    int64_t max_batch;           /* a command: the most sequences one request may carry (its hello's
+                                  * max_batch; 1 when it declares none); 0 builtin */
     int64_t n_knobs;             /* a command: its knob registry (malloc'd) */
     lab_engine_knob *knobs;
     int64_t n_sites;             /* a command: its probe sites */
@@ -132,14 +136,33 @@ typedef struct lab_engine_ops {
     /* Seconds spent inside forward since open (for overhead accounting). */
     double (*forward_seconds)(void *inst);
     void (*close)(void *inst);
-    /* Optional (NULL for the builtin): forward split in two, so that the
-     * caller can score one sequence while the engine computes the next.
-     * submit writes a request; collect reads the oldest one's logits (and
-     * residuals) as forward would. At most 2 requests in flight; the caller
-     * submits ahead only while a request fits a pipe (LAB_ENGINE_AHEAD_MAX
-     * tokens), so neither side can block the other. */
-    int  (*submit)(void *inst, const int32_t *tokens, int64_t T, int capture, char *err, size_t errlen);
+    /* Optional (NULL for the builtin): a forward split in two, so that the
+     * caller can score one group of sequences while the engine computes the
+     * next. submit writes a request for sequences [0, n) of tokens (off as
+     * batch_forward's); collect reads the oldest one's logits [off[n], vocab]
+     * (and residuals, for batch_residual) as batch_forward would. At most 2
+     * requests in flight; the caller submits ahead only while a request fits
+     * a pipe (LAB_ENGINE_AHEAD_MAX tokens), so neither side can block the other. */
+    int  (*submit)(void *inst, int64_t n, const int32_t *tokens, const int64_t *off, int capture, char *err,
+                   size_t errlen);
     int  (*collect)(void *inst, float *logits, char *err, size_t errlen);
+    /* Optional (NULL: one sequence per call): several sequences in one call
+     * (issue 32), each from an empty state, with the logits (and captures)
+     * of one forward each.
+     *   batch_limits    the most sequences (*max_seqs) and tokens (*max_rows)
+     *                   one call may carry; *max_rows 0: no batches now (the
+     *                   builtin with VTLAB_BATCH_ROWS=0; a command engine that
+     *                   declared no max_batch, or VTLAB_ENGINE_BATCH=0)
+     *   batch_forward   sequences [0, n): tokens[off[i] .. off[i+1]) (off[0] = 0)
+     *                   -> logits [off[n], vocab] f32 (caller's); capture 1:
+     *                   keep every sequence's residual stream
+     *   batch_residual  sequence i's rows of the last call's capture (a
+     *                   forward's, a batch_forward's or a collect's), as
+     *                   residual gives one sequence's (*T its tokens), or NULL */
+    void (*batch_limits)(void *inst, int64_t *max_seqs, int64_t *max_rows);
+    int  (*batch_forward)(void *inst, int64_t n, const int32_t *tokens, const int64_t *off, int capture,
+                          float *logits, char *err, size_t errlen);
+    const float *(*batch_residual)(void *inst, int64_t i, int64_t layer, int site, int64_t *T);
 } lab_engine_ops;
 
 /* The longest sequence submitted ahead of a pending response: its request

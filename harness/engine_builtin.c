@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "provenance.h"
-#include "run_forward.h"
 #include "util.h"
 
 /* The model library's statuses are the harness's (one set, vt_status): they
@@ -95,9 +94,13 @@ static const float *builtin_residual(void *inst, int64_t layer, int site, int64_
     return vt_session_residual(inst, layer, site, T);
 }
 
-/* The batched forward (run_forward.h): the library packs the sequences into
- * passes of up to VTLAB_BATCH_ROWS rows with the bits of one forward each. */
-static int64_t builtin_batch_rows(void *inst) { return vt_session_batch_rows(inst); }
+/* The batched forward (engine.h): the library packs the sequences into
+ * passes of up to VTLAB_BATCH_ROWS rows with the bits of one forward each;
+ * any number of sequences per call. */
+static void builtin_batch_limits(void *inst, int64_t *max_seqs, int64_t *max_rows) {
+    *max_rows = vt_session_batch_rows(inst);
+    *max_seqs = *max_rows > 0 ? INT64_MAX : 1;
+}
 
 static int builtin_batch_forward(void *inst, int64_t n, const int32_t *tokens, const int64_t *off, int capture,
                                  float *logits, char *err, size_t errlen) {
@@ -110,8 +113,6 @@ static int builtin_batch_forward(void *inst, int64_t n, const int32_t *tokens, c
 static const float *builtin_batch_residual(void *inst, int64_t i, int64_t layer, int site, int64_t *T) {
     return vt_session_residual_seq(inst, i, layer, site, T);
 }
-
-const lab_engine_batch lab_engine_builtin_batch = {builtin_batch_rows, builtin_batch_forward, builtin_batch_residual};
 
 static int builtin_probes(void *inst, vt_probe **recs, int64_t *n, int64_t *lost, char *err, size_t errlen) {
     const vt_session *s = inst;
@@ -129,7 +130,17 @@ static double builtin_forward_seconds(void *inst) { return vt_session_forward_se
 static void builtin_close(void *inst) { vt_session_free(inst); }
 
 const lab_engine_ops lab_engine_builtin = {
-    "builtin",        builtin_load,   builtin_unload,          builtin_open, builtin_forward,
-    builtin_residual, builtin_probes, builtin_forward_seconds, builtin_close,
-    NULL,             NULL,   /* no submit/collect: in process, forward is the whole call */
+    .name = "builtin",
+    .load = builtin_load,
+    .unload = builtin_unload,
+    .open = builtin_open,
+    .forward = builtin_forward,
+    .residual = builtin_residual,
+    .probes = builtin_probes,
+    .forward_seconds = builtin_forward_seconds,
+    .close = builtin_close,
+    /* no submit/collect: in process, a call is the whole forward */
+    .batch_limits = builtin_batch_limits,
+    .batch_forward = builtin_batch_forward,
+    .batch_residual = builtin_batch_residual,
 };

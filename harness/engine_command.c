@@ -45,9 +45,12 @@ typedef struct cmd_model {
     char                  *model_dir;
 } cmd_model;
 
+/* A request written and not yet answered: its sequences' offsets (from 0,
+ * n + 1 of them: a request of one sequence has off {0, T}). */
 typedef struct pending {
-    int64_t id, T;
-    int     capture;
+    int64_t  id, n;
+    int64_t *off;
+    int      capture;
 } pending;
 
 typedef struct cmd_inst {
@@ -60,9 +63,11 @@ typedef struct cmd_inst {
     char    *rbuf;                     /* bytes read from stdout, not consumed */
     size_t   rlen, rcap;
     int64_t  vocab, hidden, n_layers, next_id;
+    int64_t  max_batch;                /* its hello's (1: none declared) */
     int      capture, dead;
-    float   *resid;                    /* [L][2][T][H] of the last capture */
-    int64_t  resid_T;
+    float   *resid;                    /* per sequence [L][2][T_i][H], one after another, of the last capture */
+    int64_t *resid_off;                /* [resid_n + 1] its sequences' token offsets */
+    int64_t  resid_n;                  /* 0: nothing captured */
     vtp_probes agg;                    /* since open or the last probes() */
     pending  pend[2];                  /* requests written, not yet answered (a ring) */
     int      pend_head, n_pending;
@@ -475,6 +480,14 @@ static const char *hello_parse(const cJSON *root, lab_engine_hello *h, char *whe
     if (!cJSON_IsBool(cap)) return "expected true or false";
     h->deterministic = cJSON_IsTrue(det);
     h->capture = cJSON_IsTrue(cap);
+    /* optional (absent: one sequence per request); a hello that declares it
+     * wrongly is refused rather than read as 1: its author meant batches */
+    snprintf(where, wl, "max_batch");
+    h->max_batch = 1;
+    if (cJSON_GetObjectItemCaseSensitive(root, "max_batch")) {
+        h->max_batch = jint(root, "max_batch", 1, VTP_MAX_BATCH, &ok);
+        if (!ok) return "expected an integer 1..65536 (the most sequences one request may carry)";
+    }
     snprintf(h->info.engine, sizeof h->info.engine, "%s", name);
     snprintf(h->info.version, sizeof h->info.version, "%s%s%s", ver, *commit ? " " : "", commit);
     snprintf(h->info.model_sha256, sizeof h->info.model_sha256, "%s", sha);
@@ -521,6 +534,7 @@ static int read_hello(cmd_inst *c, lab_engine_hello *h, char *err, size_t errlen
     c->hidden = h->info.hidden;
     c->n_layers = h->info.n_layers;
     c->capture = h->capture;
+    c->max_batch = h->max_batch;
     return LAB_OK;
 }
 
@@ -617,10 +631,39 @@ static const char *merge_probes(cmd_inst *c, const cJSON *probes) {
     return NULL;
 }
 
+/* A batched request's response echoes its sequences (docs/engine-protocol.md):
+ * an engine that ran the request as one sequence, or left sequences out,
+ * would otherwise hand back logits of the right size and the wrong meaning.
+ * A request of one sequence may be answered with or without [T]. */
+static int check_sequences(cmd_inst *c, const cJSON *h, const pending *p, char *err, size_t errlen) {
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(h, "sequences");
+    if (!js && p->n == 1) return LAB_OK;
+    int ok = cJSON_IsArray(js) && cJSON_GetArraySize(js) == p->n;
+    int64_t i = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, js) {
+        if (!ok) break;
+        ok = cJSON_IsNumber(x) && x->valuedouble == (double)(p->off[i + 1] - p->off[i]);
+        i++;
+    }
+    if (ok) return LAB_OK;
+    char got[96] = "none", want[96];
+    char *gs = js ? cJSON_PrintUnformatted(js) : NULL;
+    if (gs) snprintf(got, sizeof got, "%.80s%s", gs, strlen(gs) > 80 ? "..." : "");
+    free(gs);
+    size_t o = (size_t)snprintf(want, sizeof want, "[");
+    for (i = 0; i < p->n && o + 16 < sizeof want; i++)
+        o += (size_t)snprintf(want + o, sizeof want - o, "%s%lld", i ? "," : "", (long long)(p->off[i + 1] - p->off[i]));
+    snprintf(want + o, sizeof want - o, "%s]", i < p->n ? ",..." : "");
+    return fail(c, err, errlen, LAB_EINTERNAL, "response to a request of %lld sequences: sequences %s, expected %s",
+                (long long)p->n, got, want);
+}
+
 /* Checks a response header against the request; its payload size in *payload. */
-static int check_response(cmd_inst *c, const cJSON *h, int64_t id, int64_t T, int capture, int64_t *payload,
-                          int *resid, char *err, size_t errlen) {
+static int check_response(cmd_inst *c, const cJSON *h, const pending *p, int64_t *payload, int *resid, char *err,
+                          size_t errlen) {
     int ok = 1;
+    const int64_t id = p->id, T = p->off[p->n];
     const char *type = jstr(h, "type");
     if (!type) return fail(c, err, errlen, LAB_EINTERNAL, "response: type: expected a string");
     const cJSON *jid = cJSON_GetObjectItemCaseSensitive(h, "id");
@@ -640,10 +683,12 @@ static int check_response(cmd_inst *c, const cJSON *h, int64_t id, int64_t T, in
     const cJSON *jr = cJSON_GetObjectItemCaseSensitive(h, "residuals");
     *resid = cJSON_IsTrue(jr);
     if (!ok) return fail(c, err, errlen, LAB_EINTERNAL, "response: tokens, vocab, payload_bytes: expected integers");
+    int rc = check_sequences(c, h, p, err, errlen);
+    if (rc) return rc;
     if (rt != T || rv != c->vocab)
         return fail(c, err, errlen, LAB_EINTERNAL, "logits of the wrong shape: [%lld, %lld], expected [%lld, %lld]",
                     (long long)rt, (long long)rv, (long long)T, (long long)c->vocab);
-    if (*resid && !capture)
+    if (*resid && !p->capture)
         return fail(c, err, errlen, LAB_EINTERNAL, "response: residuals sent but not asked for");
     int64_t want = T * c->vocab * 4 + (*resid ? c->n_layers * 2 * T * c->hidden * 4 : 0);
     if (*payload != want)
@@ -655,74 +700,139 @@ static int check_response(cmd_inst *c, const cJSON *h, int64_t id, int64_t T, in
 /* Requests written and not yet answered, oldest first (see cmd_submit). */
 #define MAX_PENDING 2
 
-/* Writes a forward request; its response is read by cmd_collect. */
-static int cmd_submit(void *inst, const int32_t *tokens, int64_t T, int capture, char *err, size_t errlen) {
+/* The header of a forward request for p (sequences named when more than one). */
+static int request_header(const pending *p, lab_buf *b) {
+    lab_buf_printf(b, "{\"type\":\"forward\",\"id\":%lld,\"tokens\":%lld,", (long long)p->id, (long long)p->off[p->n]);
+    if (p->n > 1) {
+        lab_buf_printf(b, "\"sequences\":[");
+        for (int64_t i = 0; i < p->n; i++)
+            lab_buf_printf(b, i ? ",%lld" : "%lld", (long long)(p->off[i + 1] - p->off[i]));
+        lab_buf_printf(b, "],");
+    }
+    lab_buf_printf(b, "\"capture\":%s,\"payload_bytes\":%lld}\n", p->capture ? "true" : "false",
+                   (long long)(4 * p->off[p->n]));
+    return b->oom ? -1 : 0;
+}
+
+/* Writes a forward request for sequences [0, n) of tokens (off: their
+ * offsets from 0); its response is read by cmd_collect. */
+static int cmd_submit(void *inst, int64_t n, const int32_t *tokens, const int64_t *off, int capture, char *err,
+                      size_t errlen) {
     cmd_inst *c = inst;
     if (c->dead) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: the engine is no longer running", c->label);
     if (c->n_pending == MAX_PENDING) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: too many requests in flight", c->label);
+    if (n < 1 || n > c->max_batch)
+        return lab_errf(err, errlen, LAB_EINTERNAL, "%s: %lld sequences in one request (its max_batch is %lld)",
+                        c->label, (long long)n, (long long)c->max_batch);
     double t0 = lab_mono(), deadline = t0 + c->spec->timeout_s;
     pending *p = &c->pend[(c->pend_head + c->n_pending) % MAX_PENDING];
+    if (!(p->off = malloc((size_t)(n + 1) * sizeof *p->off))) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    memcpy(p->off, off, (size_t)(n + 1) * sizeof *off);
     p->id = c->next_id++;
-    p->T = T;
+    p->n = n;
     p->capture = capture && c->capture;
-    char head[160];
-    int hl = snprintf(head, sizeof head, "{\"type\":\"forward\",\"id\":%lld,\"tokens\":%lld,\"capture\":%s,"
-                      "\"payload_bytes\":%lld}\n", (long long)p->id, (long long)T, p->capture ? "true" : "false",
-                      (long long)(4 * T));
-    int rc = write_all(c, head, (size_t)hl, deadline, err, errlen);
-    if (!rc) rc = write_all(c, tokens, (size_t)T * 4, deadline, err, errlen);
+    lab_buf head = {0};
+    int rc = request_header(p, &head) ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory")
+                                      : write_all(c, head.data, head.len, deadline, err, errlen);
+    lab_buf_free(&head);
+    if (!rc) rc = write_all(c, tokens, (size_t)off[n] * 4, deadline, err, errlen);
     if (!rc) c->n_pending++;
+    else {
+        free(p->off);
+        p->off = NULL;
+    }
     c->forward_s += lab_mono() - t0;
     return rc;
 }
 
-/* Reads the response to the oldest request written: logits [T, vocab]. */
+/* The residuals of the response to p: [L][2][T_i][H] per sequence, kept
+ * for batch_residual. */
+static int read_residuals(cmd_inst *c, const pending *p, double deadline, char *err, size_t errlen) {
+    const int64_t T = p->off[p->n];
+    size_t n = (size_t)(c->n_layers * 2 * T * c->hidden);
+    float *r = realloc(c->resid, n * sizeof *r);
+    int64_t *o = realloc(c->resid_off, (size_t)(p->n + 1) * sizeof *o);
+    if (r) c->resid = r;
+    if (o) c->resid_off = o;
+    if (!r || !o) return fail(c, err, errlen, LAB_ENOMEM, "out of memory");
+    int rc = read_exact(c, r, n * 4, deadline, "residuals", err, errlen);
+    if (rc) return rc;
+    memcpy(o, p->off, (size_t)(p->n + 1) * sizeof *o);
+    c->resid_n = p->n;
+    return LAB_OK;
+}
+
+/* Reads the response to the oldest request written: logits [T, vocab] of
+ * all its sequences. */
 static int cmd_collect(void *inst, float *logits, char *err, size_t errlen) {
     cmd_inst *c = inst;
     if (c->dead) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: the engine is no longer running", c->label);
     if (!c->n_pending) return lab_errf(err, errlen, LAB_EINTERNAL, "%s: no request to collect", c->label);
     pending p = c->pend[c->pend_head];
+    c->pend[c->pend_head].off = NULL;   /* p owns it now */
     c->pend_head = (c->pend_head + 1) % MAX_PENDING;
     c->n_pending--;
     double t0 = lab_mono(), deadline = t0 + c->spec->timeout_s;
-    int64_t T = p.T;
+    const int64_t T = p.off[p.n];
     char *line = NULL;
-    int rc = read_line(c, &line, deadline, "a response", err, errlen);
-    if (rc) return rc;
-    cJSON *h = cJSON_Parse(line);
-    free(line);
     int64_t payload = 0;
     int resid = 0;
-    if (!h) return fail(c, err, errlen, LAB_EINTERNAL, "response: the header is not JSON");
-    rc = check_response(c, h, p.id, T, p.capture, &payload, &resid, err, errlen);
+    int rc = read_line(c, &line, deadline, "a response", err, errlen);
+    cJSON *h = rc ? NULL : cJSON_Parse(line);
+    free(line);
+    if (!rc && !h) rc = fail(c, err, errlen, LAB_EINTERNAL, "response: the header is not JSON");
+    if (!rc) rc = check_response(c, h, &p, &payload, &resid, err, errlen);
     const char *bad = rc ? NULL : merge_probes(c, cJSON_GetObjectItemCaseSensitive(h, "probes"));
     cJSON_Delete(h);
-    if (rc) return rc;
-    if (bad) return fail(c, err, errlen, LAB_EINTERNAL, "response: %s", bad);
-    if ((rc = read_exact(c, logits, (size_t)(T * c->vocab) * 4, deadline, "logits", err, errlen))) return rc;
-    if (resid) {
-        size_t n = (size_t)(c->n_layers * 2 * T * c->hidden);
-        float *r = realloc(c->resid, n * sizeof *r);
-        if (!r) return fail(c, err, errlen, LAB_ENOMEM, "out of memory");
-        c->resid = r;
-        if ((rc = read_exact(c, r, n * 4, deadline, "residuals", err, errlen))) return rc;
-        c->resid_T = T;
-    } else c->resid_T = 0;
+    if (!rc && bad) rc = fail(c, err, errlen, LAB_EINTERNAL, "response: %s", bad);
+    c->resid_n = 0;
+    if (!rc) rc = read_exact(c, logits, (size_t)(T * c->vocab) * 4, deadline, "logits", err, errlen);
+    if (!rc && resid) rc = read_residuals(c, &p, deadline, err, errlen);
+    free(p.off);
     c->forward_s += lab_mono() - t0;
-    return check_logits(c, logits, T, err, errlen);
+    return rc ? rc : check_logits(c, logits, T, err, errlen);
+}
+
+static int cmd_batch_forward(void *inst, int64_t n, const int32_t *tokens, const int64_t *off, int capture,
+                             float *logits, char *err, size_t errlen) {
+    int rc = cmd_submit(inst, n, tokens, off, capture, err, errlen);
+    return rc ? rc : cmd_collect(inst, logits, err, errlen);
 }
 
 static int cmd_forward(void *inst, const int32_t *tokens, int64_t T, int capture, float *logits, char *err,
                        size_t errlen) {
-    int rc = cmd_submit(inst, tokens, T, capture, err, errlen);
-    return rc ? rc : cmd_collect(inst, logits, err, errlen);
+    const int64_t off[2] = {0, T};
+    return cmd_batch_forward(inst, 1, tokens, off, capture, logits, err, errlen);
+}
+
+static const float *cmd_batch_residual(void *inst, int64_t i, int64_t layer, int site, int64_t *T) {
+    cmd_inst *c = inst;
+    *T = 0;
+    if (i < 0 || i >= c->resid_n || layer < 0 || layer >= c->n_layers || site < 0 || site > 1) return NULL;
+    const int64_t a = c->resid_off[i];
+    *T = c->resid_off[i + 1] - a;
+    return c->resid + (size_t)(c->n_layers * 2 * c->hidden * a + (layer * 2 + site) * *T * c->hidden);
 }
 
 static const float *cmd_residual(void *inst, int64_t layer, int site, int64_t *T) {
-    cmd_inst *c = inst;
-    *T = c->resid_T;
-    if (!c->resid_T || layer < 0 || layer >= c->n_layers || site < 0 || site > 1) return NULL;
-    return c->resid + (size_t)((layer * 2 + site) * c->resid_T * c->hidden);
+    return cmd_batch_residual(inst, 0, layer, site, T);
+}
+
+/* The most tokens of a request of several sequences. Smaller than what a
+ * pipe holds (LAB_ENGINE_AHEAD_MAX, so that a request can be submitted
+ * ahead), so that a pass is several requests: the engine computes one while
+ * vtlab scores the one before (the shipped designs are 4096 tokens an arm).
+ * The engine packs a request as it likes (`vtlab engine`: passes of
+ * VTLAB_BATCH_ROWS). On the 2-core VM, the tiny bf16-stream sweep through
+ * `vtlab engine` took the same time with 256 to 8192 (noise +-15%). */
+#define LAB_ENGINE_BATCH_ROWS 2048
+
+/* Batches for an engine that declared max_batch; VTLAB_ENGINE_BATCH=0 in
+ * vtlab's environment: one sequence per request. */
+static void cmd_batch_limits(void *inst, int64_t *max_seqs, int64_t *max_rows) {
+    const cmd_inst *c = inst;
+    *max_seqs = lab_env_off("VTLAB_ENGINE_BATCH") ? 1 : c->max_batch;
+    *max_rows = *max_seqs > 1 ? LAB_ENGINE_BATCH_ROWS : 0;
 }
 
 static int cmd_probes(void *inst, vt_probe **recs, int64_t *n, int64_t *lost, char *err, size_t errlen) {
@@ -778,8 +888,10 @@ static void cmd_close(void *inst) {
     if (c->from_fd >= 0) close(c->from_fd);
     if (c->err_fd >= 0) close(c->err_fd);
     vtp_probes_free(&c->agg);
+    for (int i = 0; i < MAX_PENDING; i++) free(c->pend[i].off);
     free(c->rbuf);
     free(c->resid);
+    free(c->resid_off);
     free(c);
 }
 
@@ -911,6 +1023,18 @@ void lab_engine_hello_free(lab_engine_hello *h) {
 }
 
 const lab_engine_ops lab_engine_command = {
-    "command",    cmd_load,   cmd_unload,          cmd_open,  cmd_forward, cmd_residual,
-    cmd_probes,   cmd_forward_seconds, cmd_close,  cmd_submit, cmd_collect,
+    .name = "command",
+    .load = cmd_load,
+    .unload = cmd_unload,
+    .open = cmd_open,
+    .forward = cmd_forward,
+    .residual = cmd_residual,
+    .probes = cmd_probes,
+    .forward_seconds = cmd_forward_seconds,
+    .close = cmd_close,
+    .submit = cmd_submit,
+    .collect = cmd_collect,
+    .batch_limits = cmd_batch_limits,
+    .batch_forward = cmd_batch_forward,
+    .batch_residual = cmd_batch_residual,
 };

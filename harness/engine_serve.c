@@ -10,6 +10,11 @@
  * records of that forward: the session's records are cleared before each
  * prefill and copied as they are, so a run through this server stores the
  * same records as the builtin engine in process.
+ *
+ * It declares max_batch (LAB_SERVE_MAX_BATCH) when the session packs
+ * sequences (vt_session_batch_rows > 0): a request of several sequences runs
+ * as one vt_session_prefill_batch, with the bits and records of one forward
+ * per sequence (docs/architecture.md, "Sequences packed into one forward").
  */
 #include "engine_serve.h"
 
@@ -23,10 +28,24 @@
 
 extern char **environ;
 
+/* The most sequences `vtlab engine` takes in one request. vtlab sends at
+ * most a pipe's worth of tokens (LAB_ENGINE_AHEAD_MAX) per request, which
+ * bounds a batch first; this only keeps a request of 1-token sequences from
+ * being a header of thousands of numbers. */
+#define LAB_SERVE_MAX_BATCH 256
+
 typedef struct serve_ctx {
     vt_session *s;
     int64_t     L, H;
 } serve_ctx;
+
+/* The session's records of the request into pr (cleared by the caller). */
+static int copy_probes(serve_ctx *c, vtp_probes *pr, char *err, size_t errlen) {
+    for (int64_t i = 0; i < vt_session_probe_count(c->s); i++)
+        if (vtp_probes_merge(pr, vt_session_probe_at(c->s, i))) return snprintf(err, errlen, "out of memory"), 1;
+    if (vt_session_probes_lost(c->s)) pr->lost += vt_session_probes_lost(c->s);
+    return 0;
+}
 
 static int serve_forward(void *user, const int32_t *tokens, int64_t T, float *logits, float *resid, vtp_probes *pr,
                          char *err, size_t errlen) {
@@ -35,9 +54,7 @@ static int serve_forward(void *user, const int32_t *tokens, int64_t T, float *lo
     vt_session_capture(c->s, resid != NULL);
     int rc = vt_session_prefill(c->s, tokens, T, logits, err, errlen);
     if (rc) return rc;
-    for (int64_t i = 0; i < vt_session_probe_count(c->s); i++)
-        if (vtp_probes_merge(pr, vt_session_probe_at(c->s, i))) return snprintf(err, errlen, "out of memory"), 1;
-    if (vt_session_probes_lost(c->s)) pr->lost += vt_session_probes_lost(c->s);
+    if (copy_probes(c, pr, err, errlen)) return 1;
     for (int64_t l = 0; resid && l < c->L; l++)
         for (int site = 0; site < 2; site++) {
             int64_t rt = 0;
@@ -45,6 +62,33 @@ static int serve_forward(void *user, const int32_t *tokens, int64_t T, float *lo
             if (!r || rt != T) return snprintf(err, errlen, "no residual captured at layer %lld", (long long)l), 1;
             memcpy(resid + (size_t)((l * 2 + site) * T * c->H), r, (size_t)(T * c->H) * sizeof *r);
         }
+    return 0;
+}
+
+/* n sequences as one vt_session_prefill_batch (vtprobe.h's batch callback):
+ * the residuals of sequence i go to resid + L * 2 * H * off[i], as
+ * [L][2][T_i][H]. */
+static int serve_batch(void *user, int64_t n, const int32_t *tokens, const int64_t *off, float *logits,
+                       float *resid, vtp_probes *pr, char *err, size_t errlen) {
+    serve_ctx *c = user;
+    vt_session_probes_clear(c->s);
+    vt_session_capture(c->s, resid != NULL);
+    int rc = vt_session_prefill_batch(c->s, n, tokens, off, logits, err, errlen);
+    if (rc) return rc;
+    if (copy_probes(c, pr, err, errlen)) return 1;
+    for (int64_t i = 0; resid && i < n; i++) {
+        const int64_t T = off[i + 1] - off[i];
+        float *ri = resid + (size_t)(c->L * 2 * c->H * off[i]);
+        for (int64_t l = 0; l < c->L; l++)
+            for (int site = 0; site < 2; site++) {
+                int64_t rt = 0;
+                const float *r = vt_session_residual_seq(c->s, i, l, site, &rt);
+                if (!r || rt != T)
+                    return snprintf(err, errlen, "sequence %lld: no residual captured at layer %lld", (long long)i,
+                                    (long long)l), 1;
+                memcpy(ri + (size_t)((l * 2 + site) * T * c->H), r, (size_t)(T * c->H) * sizeof *r);
+            }
+    }
     return 0;
 }
 
@@ -91,6 +135,7 @@ int lab_engine_serve(const char *model_dir, FILE *in, FILE *out, char *err, size
     serve_ctx c = {0};
     char sha[65], kinds[2 * VT_MODEL_MAX_LAYERS + 2], verr[1024];
     vtp_knob kn[VT_K_COUNT];
+    memset(kn, 0, sizeof kn);   /* members fill_registry does not set (a knob's scope) are "none" */
     vtp_fault *fl = calloc((size_t)vt_fault_count() + 1, sizeof *fl);
     const char **sites = calloc((size_t)vt_probe_site_count() + 1, sizeof *sites);
     int rc = !fl || !sites ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : LAB_OK;
@@ -125,8 +170,9 @@ int lab_engine_serve(const char *model_dir, FILE *in, FILE *out, char *err, size
         h.n_faults = vt_fault_count();
         h.deterministic = 1;   /* results do not depend on VT_THREADS */
         h.capture = 1;
-        if (vtp_serve(in, out, &h, serve_forward, &c)) rc = lab_errf(err, errlen, LAB_EIO, "the protocol stream ended "
-                                                                     "inside a frame, or writing failed");
+        h.max_batch = vt_session_batch_rows(c.s) > 0 ? LAB_SERVE_MAX_BATCH : 1;
+        if (vtp_serve_batch(in, out, &h, serve_forward, serve_batch, &c))
+            rc = lab_errf(err, errlen, LAB_EIO, "the protocol stream ended inside a frame, or writing failed");
     }
     vt_session_free(c.s);
     vt_model_free(m);

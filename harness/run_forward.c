@@ -94,12 +94,13 @@ typedef struct pass {
     lab_ref_cache        *ref;
     lab_pass_acc         *acc;
     int64_t               V, H, L, n_tok, n_sc, n_div;
-    float                *logits;    /* f32 [rows, V]: a sequence's, or a group's (batch) */
+    float                *logits;    /* f32 [rows, V]: a group's sequences' (one, without batches) */
     const float          *cur;       /* the logits of the sequence being scored: rows of logits */
-    const lab_engine_batch *batch;   /* the engine's batched forward, or NULL (one sequence per call) */
-    int64_t               batch_rows;/* the most tokens of a group (batch); 0: no groups */
+    int64_t               max_seqs;  /* the most sequences of a group (the engine's batch_limits) */
+    int64_t               max_rows;  /* the most tokens of a group; 0: one sequence per call, no batches */
     int64_t              *goff;      /* int64 [n_seq + 1]: a group's sequence offsets, from 0 */
-    int64_t               g0;        /* the group's first sequence */
+    int64_t               g0;        /* the group being scored: its first sequence */
+    int64_t               ahead;     /* the group submitted ahead ends before this sequence; 0: none */
     double               *scratch;   /* f64 [threads, 4, V]: log-probs, reference log-probs, KL scratch */
     pos_stat             *ps;        /* [max_len] */
     void                 *inst;      /* the engine instance */
@@ -325,8 +326,8 @@ static int capture_residuals(pass *p, int64_t q, int64_t T, char *err, size_t er
     for (int64_t l = 0; l < p->L; l++)
         for (int site = 0; site < 2; site++) {
             int64_t Tr = 0;
-            const float *h = p->batch ? p->batch->residual(p->inst, q - p->g0, l, site, &Tr)
-                                      : p->eng->ops->residual(p->inst, l, site, &Tr);
+            const float *h = p->eng->ops->batch_residual ? p->eng->ops->batch_residual(p->inst, q - p->g0, l, site, &Tr)
+                                                         : p->eng->ops->residual(p->inst, l, site, &Tr);
             if (!h || Tr != T)
                 return lab_errf(err, errlen, LAB_EINTERNAL, "sequence %lld: no residual capture at layer %lld site %d",
                                 (long long)q, (long long)l, site);
@@ -352,50 +353,76 @@ static int capture_residuals(pass *p, int64_t q, int64_t T, char *err, size_t er
     return LAB_OK;
 }
 
-/* Sequence q's logits into p->logits. An engine that can (submit/collect)
- * gets sequence q+1 before q's logits are read, so that it computes while
- * q is scored; *ahead says whether q+1 was submitted. */
-static int next_logits(pass *p, int64_t q, int *ahead, char *verr, size_t vlen) {
-    const lab_dataset *ds = &p->e->ds;
-    const lab_engine_ops *ops = p->eng->ops;
-    int64_t T = ds->offsets[q + 1] - ds->offsets[q];
-    if (!ops->submit)
-        return ops->forward(p->inst, ds->tokens + ds->offsets[q], T, q < p->n_div, p->logits, verr, vlen);
-    int rc = LAB_OK;
-    if (!*ahead) rc = ops->submit(p->inst, ds->tokens + ds->offsets[q], T, q < p->n_div, verr, vlen);
-    *ahead = 0;
-    int64_t q1 = q + 1, T1 = q1 < ds->n_seq ? ds->offsets[q1 + 1] - ds->offsets[q1] : 0;
-    if (!rc && q1 < ds->n_seq && T1 <= LAB_ENGINE_AHEAD_MAX && !lab_env_off("VTLAB_ENGINE_AHEAD")) {
-        rc = ops->submit(p->inst, ds->tokens + ds->offsets[q1], T1, q1 < p->n_div, verr, vlen);
-        *ahead = rc == LAB_OK;
-    }
-    return rc ? rc : ops->collect(p->inst, p->logits, verr, vlen);
-}
-
-/* Batched engines (run_forward.h) get the dataset's sequences in groups of
- * consecutive ones, up to the engine's row budget and this many bytes of
- * logits ([rows, vocab] f32, scored after the call): at 256 rows the 288M
- * model's 32000-word vocabulary takes 33 MB. A sequence longer than either
- * is a group of its own. */
+/* Groups of consecutive sequences (engine.h, batch_limits): up to the
+ * engine's sequences and rows, and this many bytes of logits ([rows, vocab]
+ * f32, scored after the call; at 256 rows the 288M model's 32000-word
+ * vocabulary takes 33 MB) and, in a group whose residuals are captured, of
+ * residuals ([rows, 2 * n_layers * hidden] f32, which a command engine sends
+ * over its pipe). A sequence longer than either is a group of its own. */
 #define LAB_GROUP_LOGITS_MAX ((int64_t)256 << 20)
 
 /* The rows of the logits buffer: the longest sequence, or a whole group. */
 static int64_t logits_rows(const pass *p) {
     const int64_t max_len = p->e->ds.max_len > 0 ? p->e->ds.max_len : 1;
     const int64_t fit = LAB_GROUP_LOGITS_MAX / ((int64_t)sizeof(float) * p->V);
-    int64_t rows = p->batch_rows < p->n_tok ? p->batch_rows : p->n_tok;
+    int64_t rows = p->max_rows < p->n_tok ? p->max_rows : p->n_tok;
     if (rows > fit) rows = fit;
     return rows > max_len ? rows : max_len;
 }
 
-/* The sequences [q, end) of the group starting at q (at least q itself),
- * their offsets from 0 in p->goff. */
-static int64_t group_end(pass *p, int64_t q) {
-    const int64_t *o = p->e->ds.offsets, n = p->e->ds.n_seq, rows = logits_rows(p);
+/* The end of the group starting at sequence q (at least q + 1). A group
+ * never mixes sequences whose residuals are captured (q < n_div) with others:
+ * only the first kind asks the engine for residuals. */
+static int64_t group_end(const pass *p, int64_t q) {
+    const int64_t *o = p->e->ds.offsets, n = p->e->ds.n_seq;
+    int64_t rows = logits_rows(p);
+    if (q < p->n_div) {
+        const int64_t fit = LAB_GROUP_LOGITS_MAX / ((int64_t)sizeof(float) * 2 * p->L * (p->H > 0 ? p->H : 1));
+        if (rows > fit) rows = fit;
+    }
     int64_t r = q + 1;
-    while (r < n && o[r + 1] - o[q] <= p->batch_rows && o[r + 1] - o[q] <= rows) r++;
-    for (int64_t i = q; i <= r; i++) p->goff[i - q] = o[i] - o[q];
+    while (r < n && r - q < p->max_seqs && o[r + 1] - o[q] <= p->max_rows && o[r + 1] - o[q] <= rows &&
+           (r < p->n_div) == (q < p->n_div))
+        r++;
     return r;
+}
+
+/* The offsets from 0 of the sequences [q, end) into p->goff. */
+static void group_offsets(pass *p, int64_t q, int64_t end) {
+    const int64_t *o = p->e->ds.offsets;
+    for (int64_t i = q; i <= end; i++) p->goff[i - q] = o[i] - o[q];
+}
+
+/* Submits the group [q, end) (an engine with submit/collect). */
+static int submit_group(pass *p, int64_t q, int64_t end, char *verr, size_t vlen) {
+    const lab_dataset *ds = &p->e->ds;
+    group_offsets(p, q, end);
+    return p->eng->ops->submit(p->inst, end - q, ds->tokens + ds->offsets[q], p->goff, q < p->n_div, verr, vlen);
+}
+
+/* The logits of the group [q, end) into p->logits: one forward, one batched
+ * call, or, for an engine that can (submit/collect), the group collected
+ * after the next one was submitted, so that the engine computes the next
+ * while this one is scored (p->ahead: where the group submitted ahead ends). */
+static int group_logits(pass *p, int64_t q, int64_t end, char *verr, size_t vlen) {
+    const lab_dataset *ds = &p->e->ds;
+    const lab_engine_ops *ops = p->eng->ops;
+    const int32_t *tok = ds->tokens + ds->offsets[q];
+    if (!ops->submit && p->max_rows <= 0)
+        return ops->forward(p->inst, tok, ds->offsets[q + 1] - ds->offsets[q], q < p->n_div, p->logits, verr, vlen);
+    if (!ops->submit) {
+        group_offsets(p, q, end);
+        return ops->batch_forward(p->inst, end - q, tok, p->goff, q < p->n_div, p->logits, verr, vlen);
+    }
+    int rc = p->ahead == end ? LAB_OK : submit_group(p, q, end, verr, vlen);
+    p->ahead = 0;
+    const int64_t e1 = end < ds->n_seq ? group_end(p, end) : end;
+    if (!rc && e1 > end && ds->offsets[e1] - ds->offsets[end] <= LAB_ENGINE_AHEAD_MAX &&
+        !lab_env_off("VTLAB_ENGINE_AHEAD")) {
+        rc = submit_group(p, end, e1, verr, vlen);
+        if (!rc) p->ahead = e1;
+    }
+    return rc ? rc : ops->collect(p->inst, p->logits, verr, vlen);
 }
 
 /* Scores sequence q of the group at p->g0 (its logits in p->logits), keeps
@@ -417,27 +444,20 @@ static int take_sequence(pass *p, int64_t q, int64_t *sc, lab_progress *pg, char
 }
 
 /* Every sequence of the dataset through the open instance: one per call, or,
- * through a batched engine, in groups (group_end) with the same logits. */
+ * through an engine that takes batches, in groups (group_end) with the same
+ * logits. */
 static int run_sequences(pass *p, lab_progress *pg, int *killed, char *err, size_t errlen) {
     const lab_dataset *ds = &p->e->ds;
     int64_t sc = 0;
-    int ahead = 0;
     for (int64_t q = 0, end; q < ds->n_seq; q = end) {
         if (lab_interrupted) {
             *killed = 1;
             return lab_errf(err, errlen, LAB_EINTERNAL, "interrupted by a signal");
         }
         char verr[1024] = "";
-        int rc;
         p->g0 = q;
-        if (p->batch_rows > 0) {
-            end = group_end(p, q);
-            rc = p->batch->forward(p->inst, end - q, ds->tokens + ds->offsets[q], p->goff, q < p->n_div, p->logits,
-                                   verr, sizeof verr);
-        } else {
-            end = q + 1;
-            rc = next_logits(p, q, &ahead, verr, sizeof verr);
-        }
+        end = group_end(p, q);
+        int rc = group_logits(p, q, end, verr, sizeof verr);
         if (rc && end > q + 1)
             return lab_errf(err, errlen, LAB_EINTERNAL, "sequences %lld-%lld: %s", (long long)q, (long long)end - 1,
                             verr);
@@ -449,18 +469,22 @@ static int run_sequences(pass *p, lab_progress *pg, int *killed, char *err, size
     return LAB_OK;
 }
 
-/* After the instance is open: a batched engine with a row budget gets groups
- * (and the logits buffer a group's rows). 0 or -1 (out of memory). */
+/* After the instance is open: an engine that takes batches (engine.h) gets
+ * groups (and the logits buffer a group's rows). 0 or -1 (out of memory). */
 static int batch_setup(pass *p) {
-    p->batch = p->eng->ops == &lab_engine_builtin ? &lab_engine_builtin_batch : NULL;
-    p->batch_rows = p->batch ? p->batch->rows(p->inst) : 0;
-    if (p->batch_rows <= 0) return 0;
+    const lab_engine_ops *ops = p->eng->ops;
+    p->max_seqs = 1;
+    p->max_rows = 0;
+    if (ops->batch_limits && ops->batch_forward) ops->batch_limits(p->inst, &p->max_seqs, &p->max_rows);
+    if (p->max_seqs < 1) p->max_seqs = 1;
+    p->goff = malloc((size_t)(p->e->ds.n_seq + 1) * sizeof *p->goff);
+    if (!p->goff) return -1;
+    if (p->max_rows <= 0) return 0;
     const int64_t rows = logits_rows(p);
     float *l = realloc(p->logits, (size_t)(rows * p->V) * sizeof *l);
     if (!l) return -1;
     p->logits = l;
-    p->goff = malloc((size_t)(p->e->ds.n_seq + 1) * sizeof *p->goff);
-    return p->goff ? 0 : -1;
+    return 0;
 }
 
 /* Sets up p for a pass of e through eng. */

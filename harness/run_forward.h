@@ -28,27 +28,6 @@
 #include "experiment.h"
 #include "store.h"
 
-/* Batched forward (issue 32): several sequences of the dataset in one call,
- * each from an empty state, with the logits (and captures) of one forward
- * each. Only the builtin engine has it so far; when the protocol carries
- * batches (issue 32 item 3) it belongs in engine.h's ops table.
- *   rows      the most tokens the engine packs into one pass (0: it packs none;
- *             then the pass uses forward, one sequence per call)
- *   forward   sequences [0, n): tokens[off[i] .. off[i+1]) (off[0] = 0) ->
- *             logits [off[n], vocab] f32 (caller's); capture 1: keep every
- *             sequence's residual stream for residual()
- *   residual  sequence i's rows of the last forward's capture, as engine.h's
- *             residual gives one sequence's (*T its tokens), or NULL */
-typedef struct lab_engine_batch {
-    int64_t (*rows)(void *inst);
-    int (*forward)(void *inst, int64_t n, const int32_t *tokens, const int64_t *off, int capture, float *logits,
-                   char *err, size_t errlen);
-    const float *(*residual)(void *inst, int64_t i, int64_t layer, int site, int64_t *T);
-} lab_engine_batch;
-
-/* engine_builtin.c: vt_session_prefill_batch (VTLAB_BATCH_ROWS) */
-extern const lab_engine_batch lab_engine_builtin_batch;
-
 /* The reference arm's data kept for comparisons. */
 typedef struct lab_ref_cache {
     int      ready;

@@ -68,6 +68,8 @@ extern "C" {
 #define VTP_MAX_HEADER (1 << 20)
 /* The most tokens one forward request may carry. */
 #define VTP_MAX_TOKENS (1 << 20)
+/* The largest max_batch a hello may declare (sequences in one request). */
+#define VTP_MAX_BATCH (1 << 16)
 
 /* Probe modes (VTP_PROBE in the engine's environment). */
 enum { VTP_OFF = 0, VTP_ON = 1, VTP_AUDIT = 2 };
@@ -167,6 +169,11 @@ typedef struct vtp_hello {
     int         n_faults;
     int         deterministic;               /* 1: same request, same logits bit for bit */
     int         capture;                     /* 1: can return residual captures */
+    /* The most sequences one forward request may carry (docs/engine-protocol.md,
+     * "Several sequences in one request"); 0 or 1: one, and the hello leaves the
+     * member out. Last, so that an engine's hello written before it (zeroed, or
+     * initialised without it) declares none. At most VTP_MAX_BATCH. */
+    int         max_batch;
 } vtp_hello;
 
 /* The value of knob name in the environment, or def; *was_read = 1. */
@@ -216,10 +223,31 @@ int vtp_scope_env(const char *knob, int n_layers, int sites, vtp_layer_set *out,
 typedef int (*vtp_forward_fn)(void *user, const int32_t *tokens, int64_t T, float *logits, float *residuals,
                               vtp_probes *probes, char *err, size_t errlen);
 
+/* Runs n sequences of one request, each from an empty state: sequence i is
+ * tokens[off[i] .. off[i+1]) (off[0] = 0, each at least one token). logits:
+ * [off[n] * vocab] f32, sequence i's rows from logits + off[i] * vocab.
+ * residuals: NULL, or each sequence's [n_layers][2][T_i][hidden] f32 one
+ * after another (sequence i's from residuals + n_layers * 2 * hidden *
+ * off[i]). probes: cleared before the call; the records of all n sequences
+ * (what n calls of a vtp_forward_fn would record, summed). An engine that
+ * packs sequences into one pass of its own (a GPU's batch) gives each the
+ * bits it would have alone, or says deterministic false. Returns 0, or
+ * non-zero with err filled (the whole request gets an error response). */
+typedef int (*vtp_forward_batch_fn)(void *user, int64_t n, const int32_t *tokens, const int64_t *off,
+                                    float *logits, float *residuals, vtp_probes *probes, char *err, size_t errlen);
+
 /* Writes the hello to out, then answers forward requests from in until EOF.
  * Malformed requests get error responses. Returns 0 at a clean EOF, 1 when
- * in ended inside a frame, out failed, or memory ran out. */
+ * in ended inside a frame, out failed, or memory ran out. A hello with
+ * max_batch > 1 takes requests of several sequences: fn runs once per
+ * sequence and the probe records are merged (vtp_serve_batch with no batch
+ * callback). */
 int vtp_serve(FILE *in, FILE *out, const vtp_hello *h, vtp_forward_fn fn, void *user);
+/* vtp_serve with an optional batch callback bfn: a request of several
+ * sequences goes to bfn in one call (NULL: to fn, once per sequence); one of
+ * one sequence to fn (NULL: to bfn with n = 1). */
+int vtp_serve_batch(FILE *in, FILE *out, const vtp_hello *h, vtp_forward_fn fn, vtp_forward_batch_fn bfn,
+                    void *user);
 
 /* ---------------------------------------------------------------- pieces */
 
@@ -629,8 +657,10 @@ static void vtp__write_hello(FILE *f, const vtp_hello *h) {
         vtp_json_string(f, x->description);
         fputc('}', f);
     }
-    fprintf(f, "],\"deterministic\":%s,\"capture\":%s}\n", h->deterministic ? "true" : "false",
+    fprintf(f, "],\"deterministic\":%s,\"capture\":%s", h->deterministic ? "true" : "false",
             h->capture ? "true" : "false");
+    if (h->max_batch > 1) fprintf(f, ",\"max_batch\":%d", h->max_batch);
+    fputs("}\n", f);
 }
 
 /* ---------------------------------------------------------------- JSON in */
@@ -642,6 +672,11 @@ typedef struct vtp__req {
     int64_t id, tokens, payload;
     int     capture;
     int     type_set, id_set, tokens_set, payload_set;
+    /* "sequences": the lengths, the first seq_cap of them kept in seq (the
+     * caller's); n_seq counts them all; seq_bad: one was not an integer in
+     * 1..VTP_MAX_TOKENS, or the member was not an array */
+    int64_t *seq, seq_cap, n_seq;
+    int     seq_set, seq_bad;
 } vtp__req;
 
 typedef struct vtp__in { const char *p, *end; } vtp__in;
@@ -731,10 +766,45 @@ static int vtp__value(vtp__in *s, int depth) {
     return -1;
 }
 
-/* Parses a request header; 0 ok (members that were present are set), -1 not a JSON object. */
-static int vtp__parse_req(const char *text, size_t len, vtp__req *q) {
+/* The array of a "sequences" member into q (any other value: seq_bad). 0, or -1 not JSON. */
+static int vtp__seq_array(vtp__in *s, vtp__req *q) {
+    q->seq_set = 1;
+    q->n_seq = 0;
+    q->seq_bad = 0;
+    if (s->p >= s->end || *s->p != '[') {
+        q->seq_bad = 1;
+        return vtp__value(s, 1);
+    }
+    s->p++;
+    vtp__ws(s);
+    if (s->p < s->end && *s->p == ']') { s->p++; return 0; }
+    for (;;) {
+        vtp__ws(s);
+        int64_t v = 0;
+        int is_int = 0;
+        if (s->p < s->end && (*s->p == '-' || (*s->p >= '0' && *s->p <= '9'))) {
+            if (vtp__number(s, &v, &is_int)) return -1;
+        } else if (vtp__value(s, 2)) {
+            return -1;
+        }
+        if (!is_int || v < 1 || v > VTP_MAX_TOKENS) q->seq_bad = 1;
+        else if (q->n_seq < q->seq_cap) q->seq[q->n_seq] = v;
+        q->n_seq++;
+        vtp__ws(s);
+        if (s->p >= s->end) return -1;
+        if (*s->p == ',') { s->p++; continue; }
+        if (*s->p++ == ']') return 0;
+        return -1;
+    }
+}
+
+/* Parses a request header; 0 ok (members that were present are set), -1 not
+ * a JSON object. seq: room for seq_cap sequence lengths. */
+static int vtp__parse_req(const char *text, size_t len, vtp__req *q, int64_t *seq, int64_t seq_cap) {
     vtp__in s = {text, text + len};
     memset(q, 0, sizeof *q);
+    q->seq = seq;
+    q->seq_cap = seq_cap;
     vtp__ws(&s);
     if (s.p >= s.end || *s.p++ != '{') return -1;
     vtp__ws(&s);
@@ -761,6 +831,8 @@ static int vtp__parse_req(const char *text, size_t len, vtp__req *q) {
         } else if (!strcmp(key, "capture") && (size_t)(s.end - s.p) >= 4 && !memcmp(s.p, "true", 4)) {
             s.p += 4;
             q->capture = 1;
+        } else if (!strcmp(key, "sequences")) {
+            if (vtp__seq_array(&s, q)) return -1;
         } else if (vtp__value(&s, 1)) {
             return -1;
         }
@@ -824,13 +896,19 @@ static int vtp__skip(FILE *in, int64_t n) {
     return 0;
 }
 
+/* The response to a request: header, logits, residuals. seq: the request's
+ * sequence lengths when it named them (echoed), else NULL. */
 static int vtp__respond(FILE *out, const vtp_hello *h, int64_t id, int64_t T, const float *logits,
-                        const float *resid, const vtp_probes *pr) {
+                        const float *resid, const vtp_probes *pr, const int64_t *seq, int64_t n_seq) {
     int64_t lbytes = T * h->vocab * 4, rbytes = resid ? h->n_layers * 2 * T * h->hidden * 4 : 0;
-    fprintf(out, "{\"type\":\"logits\",\"id\":%lld,\"tokens\":%lld,\"vocab\":%lld,\"residuals\":%s,"
-                 "\"payload_bytes\":%lld,\"probes\":[",
-            (long long)id, (long long)T, (long long)h->vocab, resid ? "true" : "false",
-            (long long)(lbytes + rbytes));
+    fprintf(out, "{\"type\":\"logits\",\"id\":%lld,\"tokens\":%lld,", (long long)id, (long long)T);
+    if (seq) {
+        fputs("\"sequences\":[", out);
+        for (int64_t i = 0; i < n_seq; i++) fprintf(out, i ? ",%lld" : "%lld", (long long)seq[i]);
+        fputs("],", out);
+    }
+    fprintf(out, "\"vocab\":%lld,\"residuals\":%s,\"payload_bytes\":%lld,\"probes\":[", (long long)h->vocab,
+            resid ? "true" : "false", (long long)(lbytes + rbytes));
     for (int64_t i = 0; i < pr->n; i++) {
         if (i) fputc(',', out);
         vtp_json_record(out, &pr->recs[i]);
@@ -842,92 +920,161 @@ static int vtp__respond(FILE *out, const vtp_hello *h, int64_t id, int64_t T, co
     return fflush(out) == 0 ? 0 : 1;
 }
 
-int vtp_serve(FILE *in, FILE *out, const vtp_hello *h, vtp_forward_fn fn, void *user) {
-    char *line = NULL, err[512];
-    size_t cap = 0, len = 0;
-    int32_t *tok = NULL;
-    float *logits = NULL, *resid = NULL;
-    int64_t tcap = 0;
-    int rc = 0;
-    vtp_probes pr;
-    memset(&pr, 0, sizeof pr);
-    pr.mode = vtp_probe_mode_env();
-    /* One write per frame instead of one per stdio block (a pipe's is 4 KiB):
-     * the hello is the first byte on out, so the buffer can still be set. */
-    setvbuf(out, NULL, _IOFBF, 1 << 20);
-    vtp__write_hello(out, h);
-    if (fflush(out)) return 1;
-    for (;;) {
-        int got = vtp__read_line(in, &line, &cap, &len);
-        if (got == 0) break;
-        if (got == -2 || got == -3) { rc = 1; break; }
-        if (got == -1) {
-            if ((rc = vtp__error(out, 0, 0, "header longer than %d bytes", VTP_MAX_HEADER))) break;
-            continue;
-        }
-        vtp__req q;
-        if (vtp__parse_req(line, len, &q)) {
-            if ((rc = vtp__error(out, 0, 0, "header is not a JSON object"))) break;
-            continue;
-        }
-        int64_t skip = q.payload_set && q.payload > 0 ? q.payload : 0;
-        const char *bad = !q.id_set ? "id: expected an integer"
-                        : !q.type_set || strcmp(q.type, "forward") ? "type: expected \"forward\""
-                        : !q.tokens_set || q.tokens < 1 || q.tokens > VTP_MAX_TOKENS ? "tokens: expected 1..1048576"
-                        : !q.payload_set || q.payload != 4 * q.tokens ? "payload_bytes: expected 4 * tokens"
-                        : NULL;
-        if (bad) {
-            if (skip > (int64_t)1 << 32 || vtp__skip(in, skip)) { rc = 1; break; }
-            if ((rc = vtp__error(out, q.id, q.id_set, "%s", bad))) break;
-            continue;
-        }
-        int64_t T = q.tokens;
-        if (T > tcap) {
-            free(tok); free(logits); free(resid);
-            tok = (int32_t *)malloc((size_t)T * sizeof *tok);
-            logits = (float *)malloc((size_t)(T * h->vocab) * sizeof *logits);
-            resid = h->capture ? (float *)malloc((size_t)(h->n_layers * 2 * T * h->hidden) * sizeof *resid) : NULL;
-            tcap = T;
-            if (!tok || !logits || (h->capture && !resid)) {
-                tcap = 0;
-                if (vtp__skip(in, q.payload) || vtp__error(out, q.id, 1, "out of memory for %lld tokens", (long long)T)) {
-                    rc = 1;
-                    break;
-                }
-                continue;
-            }
-        }
-        if (fread(tok, 4, (size_t)T, in) != (size_t)T) { rc = 1; break; }
-        const char *range = NULL;
-        int64_t at = 0;
-        for (at = 0; at < T && !range; at++)
-            if (tok[at] < 0 || tok[at] >= h->vocab) range = "out of range";
-        if (range) {
-            if ((rc = vtp__error(out, q.id, 1, "tokens[%lld]: id %d not in [0, %lld)", (long long)(at - 1),
-                                 (int)tok[at - 1], (long long)h->vocab)))
-                break;
-            continue;
-        }
-        vtp_probes_clear(&pr);
-        err[0] = 0;
-        float *want = q.capture && h->capture ? resid : NULL;
-        if (fn(user, tok, T, logits, want, &pr, err, sizeof err)) {
-            if ((rc = vtp__error(out, q.id, 1, "%s", err[0] ? err : "forward failed"))) break;
-            continue;
-        }
-        if (pr.lost) {
-            if ((rc = vtp__error(out, q.id, 1, "%lld probe observations lost (out of memory)", (long long)pr.lost)))
-                break;
-            continue;
-        }
-        if ((rc = vtp__respond(out, h, q.id, T, logits, want, &pr))) break;
+/* What a request's header gets wrong (msg holds a formatted message), or NULL. */
+static const char *vtp__bad_req(const vtp__req *q, int64_t max_batch, char *msg, size_t cap) {
+    const char *bad = !q->id_set ? "id: expected an integer"
+                    : !q->type_set || strcmp(q->type, "forward") ? "type: expected \"forward\""
+                    : !q->tokens_set || q->tokens < 1 || q->tokens > VTP_MAX_TOKENS ? "tokens: expected 1..1048576"
+                    : !q->payload_set || q->payload != 4 * q->tokens ? "payload_bytes: expected 4 * tokens"
+                    : NULL;
+    if (bad || !q->seq_set) return bad;
+    if (q->n_seq == 0) return "sequences: expected an array of positive lengths";
+    if (q->n_seq > max_batch) {
+        snprintf(msg, cap, "sequences: %lld sequences, more than max_batch %lld", (long long)q->n_seq,
+                 (long long)max_batch);
+        return msg;
     }
+    if (q->seq_bad) return "sequences: expected an array of positive lengths";
+    int64_t sum = 0;
+    for (int64_t i = 0; i < q->n_seq; i++) sum += q->seq[i];
+    if (sum == q->tokens) return NULL;
+    snprintf(msg, cap, "sequences: lengths sum to %lld, expected tokens %lld", (long long)sum, (long long)q->tokens);
+    return msg;
+}
+
+/* A serve loop's state: the engine's callbacks and the buffers it reuses. */
+typedef struct vtp__srv {
+    FILE *in, *out;
+    const vtp_hello *h;
+    vtp_forward_fn fn;
+    vtp_forward_batch_fn bfn;
+    void *user;
+    int32_t *tok;
+    float *logits, *resid;
+    int64_t tcap;
+    int64_t max_batch, *seq, *off;   /* seq [max_batch] lengths; off [max_batch + 1] */
+    vtp_probes pr, one;              /* the request's records; one sequence's (fn per sequence) */
+    char err[512];
+} vtp__srv;
+
+/* Buffers for T tokens; 0, or -1 out of memory (then none). */
+static int vtp__grow(vtp__srv *v, int64_t T) {
+    const vtp_hello *h = v->h;
+    free(v->tok); free(v->logits); free(v->resid);
+    v->tok = (int32_t *)malloc((size_t)T * sizeof *v->tok);
+    v->logits = (float *)malloc((size_t)(T * h->vocab) * sizeof *v->logits);
+    v->resid = h->capture ? (float *)malloc((size_t)(h->n_layers * 2 * T * h->hidden) * sizeof *v->resid) : NULL;
+    v->tcap = T;
+    if (v->tok && v->logits && (!h->capture || v->resid)) return 0;
+    v->tcap = 0;
+    return -1;
+}
+
+/* Runs the n sequences at v->off: through bfn in one call, or through fn
+ * once per sequence with the records merged in order. 0, or 1 (v->err). */
+static int vtp__run(vtp__srv *v, int64_t n, float *resid) {
+    const vtp_hello *h = v->h;
+    if (v->bfn && (n > 1 || !v->fn)) return v->bfn(v->user, n, v->tok, v->off, v->logits, resid, &v->pr, v->err,
+                                                    sizeof v->err) != 0;
+    for (int64_t i = 0; i < n; i++) {
+        vtp_probes *p = n == 1 ? &v->pr : &v->one;
+        const int64_t a = v->off[i], T = v->off[i + 1] - a;
+        vtp_probes_clear(p);
+        if (v->fn(v->user, v->tok + a, T, v->logits + a * h->vocab,
+                  resid ? resid + h->n_layers * 2 * h->hidden * a : NULL, p, v->err, sizeof v->err)) {
+            if (n > 1) {
+                char e[sizeof v->err];
+                snprintf(e, sizeof e, "sequence %lld: %.480s", (long long)i, v->err[0] ? v->err : "forward failed");
+                memcpy(v->err, e, sizeof e);
+            }
+            return 1;
+        }
+        if (n == 1) break;
+        for (int64_t r = 0; r < v->one.n; r++) vtp_probes_merge(&v->pr, &v->one.recs[r]);   /* counts what it loses */
+        v->pr.lost += v->one.lost;
+    }
+    return 0;
+}
+
+/* A request whose header is good: reads its tokens, runs it, responds.
+ * 0, or 1 when in ended or out failed. */
+static int vtp__forward(vtp__srv *v, const vtp__req *q) {
+    const vtp_hello *h = v->h;
+    const int64_t T = q->tokens, n = q->seq_set ? q->n_seq : 1;
+    if (T > v->tcap && vtp__grow(v, T))
+        return vtp__skip(v->in, q->payload) || vtp__error(v->out, q->id, 1, "out of memory for %lld tokens", (long long)T);
+    if (fread(v->tok, 4, (size_t)T, v->in) != (size_t)T) return 1;
+    for (int64_t at = 0; at < T; at++)
+        if (v->tok[at] < 0 || v->tok[at] >= h->vocab)
+            return vtp__error(v->out, q->id, 1, "tokens[%lld]: id %d not in [0, %lld)", (long long)at, (int)v->tok[at],
+                              (long long)h->vocab);
+    v->off[0] = 0;
+    for (int64_t i = 0; i < n; i++) v->off[i + 1] = v->off[i] + (q->seq_set ? q->seq[i] : T);
+    vtp_probes_clear(&v->pr);
+    v->err[0] = 0;
+    float *want = q->capture && h->capture ? v->resid : NULL;
+    if (vtp__run(v, n, want)) return vtp__error(v->out, q->id, 1, "%s", v->err[0] ? v->err : "forward failed");
+    if (v->pr.lost)
+        return vtp__error(v->out, q->id, 1, "%lld probe observations lost (out of memory)", (long long)v->pr.lost);
+    return vtp__respond(v->out, h, q->id, T, v->logits, want, &v->pr, q->seq_set ? q->seq : NULL, n);
+}
+
+/* One frame from in, answered. 0 go on; 1 in ended inside a frame, out
+ * failed or memory ran out; 2 a clean EOF. */
+static int vtp__serve_one(vtp__srv *v, char **line, size_t *cap) {
+    size_t len = 0;
+    int got = vtp__read_line(v->in, line, cap, &len);
+    if (got == 0) return 2;
+    if (got == -2 || got == -3) return 1;
+    if (got == -1) return vtp__error(v->out, 0, 0, "header longer than %d bytes", VTP_MAX_HEADER);
+    vtp__req q;
+    if (vtp__parse_req(*line, len, &q, v->seq, v->max_batch)) return vtp__error(v->out, 0, 0, "header is not a JSON object");
+    char msg[160];
+    const char *bad = vtp__bad_req(&q, v->max_batch, msg, sizeof msg);
+    if (!bad) return vtp__forward(v, &q);
+    int64_t skip = q.payload_set && q.payload > 0 ? q.payload : 0;
+    if (skip > (int64_t)1 << 32 || vtp__skip(v->in, skip)) return 1;
+    return vtp__error(v->out, q.id, q.id_set, "%s", bad);
+}
+
+int vtp_serve_batch(FILE *in, FILE *out, const vtp_hello *h, vtp_forward_fn fn, vtp_forward_batch_fn bfn,
+                    void *user) {
+    vtp__srv v;
+    memset(&v, 0, sizeof v);
+    v.in = in;
+    v.out = out;
+    v.h = h;
+    v.fn = fn;
+    v.bfn = bfn;
+    v.user = user;
+    v.max_batch = h->max_batch <= 1 ? 1 : h->max_batch < VTP_MAX_BATCH ? h->max_batch : VTP_MAX_BATCH;
+    v.seq = (int64_t *)malloc((size_t)v.max_batch * sizeof *v.seq);
+    v.off = (int64_t *)malloc((size_t)(v.max_batch + 1) * sizeof *v.off);
+    v.pr.mode = v.one.mode = vtp_probe_mode_env();
+    int rc = !v.seq || !v.off || (!fn && !bfn);
+    if (!rc) {
+        /* One write per frame instead of one per stdio block (a pipe's is 4 KiB):
+         * the hello is the first byte on out, so the buffer can still be set. */
+        setvbuf(out, NULL, _IOFBF, 1 << 20);
+        vtp__write_hello(out, h);
+        rc = fflush(out) != 0;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (!rc) rc = vtp__serve_one(&v, &line, &cap);
     free(line);
-    free(tok);
-    free(logits);
-    free(resid);
-    vtp_probes_free(&pr);
-    return rc;
+    free(v.tok);
+    free(v.logits);
+    free(v.resid);
+    free(v.seq);
+    free(v.off);
+    vtp_probes_free(&v.pr);
+    vtp_probes_free(&v.one);
+    return rc == 2 ? 0 : rc;
+}
+
+int vtp_serve(FILE *in, FILE *out, const vtp_hello *h, vtp_forward_fn fn, void *user) {
+    return vtp_serve_batch(in, out, h, fn, NULL, user);
 }
 
 /* ---------------------------------------------------------------- scopes */

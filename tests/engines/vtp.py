@@ -4,11 +4,15 @@ Engine side:
     knobs = Knobs()                                   # reads knobs from the environment
     scale = knobs.int("FAKE_SCALE", 1, 4, default=1, numeric=True)
     hello = make_hello("myengine", "0.1", "", sha256, vocab, hidden, n_layers, "KM/DE",
-                       knobs=knobs.records, probe_sites=["logits"], capture=False)
+                       knobs=knobs.records, probe_sites=["logits"], capture=False,
+                       max_batch=8)                   # optional: up to 8 sequences per request
     serve(hello, forward_fn)                          # forward_fn(req) -> logits | dict
+    serve(hello, forward_fn, batch_fn=fn)             # optional: fn(req) for a request of several
+                                                      # sequences (else forward_fn per sequence)
 Client side (tests):
     with Client(["./engine.py"], env={...}, model=DIR) as c:
         c.hello; r = c.forward([5, 17, 3]); r.logits  # np.float32 [T, V]
+        r = c.forward_batch([[5, 17], [3]])           # several sequences in one request
         c.close()                                     # exit status
 
 Frames: HEADER (one line of JSON, <= 1 MiB) '\\n' PAYLOAD (payload_bytes raw bytes, little-endian).
@@ -27,6 +31,7 @@ import numpy as np
 
 PROTOCOL = 1
 MAX_HEADER = 1 << 20
+MAX_BATCH = 1 << 16          # the largest max_batch a hello may declare
 
 
 class FrameError(Exception):
@@ -170,13 +175,18 @@ class Knobs:
 
 
 def make_hello(name, version, commit, sha256, vocab, hidden, n_layers, layer_kinds="", knobs=(),
-               probe_sites=(), faults=(), deterministic=True, capture=False):
-    return {"type": "hello", "protocol": PROTOCOL,
-            "engine": {"name": name, "version": version, "commit": commit},
-            "model": {"sha256": sha256, "vocab": int(vocab), "hidden": int(hidden), "n_layers": int(n_layers),
-                      "layer_kinds": layer_kinds},
-            "knobs": list(knobs), "probe_sites": list(probe_sites), "faults": list(faults),
-            "deterministic": bool(deterministic), "capture": bool(capture)}
+               probe_sites=(), faults=(), deterministic=True, capture=False, max_batch=None):
+    """max_batch: the most sequences one forward request may carry (None: the member is left out,
+    which means 1)."""
+    h = {"type": "hello", "protocol": PROTOCOL,
+         "engine": {"name": name, "version": version, "commit": commit},
+         "model": {"sha256": sha256, "vocab": int(vocab), "hidden": int(hidden), "n_layers": int(n_layers),
+                   "layer_kinds": layer_kinds},
+         "knobs": list(knobs), "probe_sites": list(probe_sites), "faults": list(faults),
+         "deterministic": bool(deterministic), "capture": bool(capture)}
+    if max_batch is not None:
+        h["max_batch"] = int(max_batch)
+    return h
 
 
 def buffer_record(site, layer, dtype, rows, row_bytes, calls=1):
@@ -187,12 +197,50 @@ def buffer_record(site, layer, dtype, rows, row_bytes, calls=1):
             "detail": ""}
 
 
+RECORD_KEY = ("site", "layer", "dtype", "src_dtype", "bytes_per_row", "src_row_bytes", "dst_row_bytes", "converting")
+
+
+def merge_records(into, records):
+    """Adds probe records into the list `into` as vtp_probes_merge does (vtprobe.h): one record per
+    key (RECORD_KEY), in the order keys first appear; calls, rows and violations summed,
+    rows_unwritten summed over the audited ones (-1 while none is), the first detail kept.
+    Returns into."""
+    index = {tuple(r[k] for k in RECORD_KEY): r for r in into}
+    for rec in records:
+        key = tuple(rec[k] for k in RECORD_KEY)
+        r = index.get(key)
+        if r is None:
+            r = dict(rec, calls=0, rows=0, violations=0, rows_unwritten=-1, detail="")
+            index[key] = r
+            into.append(r)
+        for k in ("calls", "rows", "violations"):
+            r[k] += rec[k]
+        if rec["rows_unwritten"] >= 0:
+            r["rows_unwritten"] = max(r["rows_unwritten"], 0) + rec["rows_unwritten"]
+        if not r["detail"] and rec["detail"]:
+            r["detail"] = rec["detail"]
+    return into
+
+
 class Request:
-    def __init__(self, rid, tokens, capture, header):
+    """A forward request. sequences: the lengths of its sequences ([T] for a request of one);
+    batched: the header carried `sequences` (the response must echo it)."""
+
+    def __init__(self, rid, tokens, capture, header, sequences=None):
         self.id = rid
-        self.tokens = tokens          # np.int32 [T]
+        self.tokens = tokens          # np.int32 [T], the sequences one after another
         self.capture = capture
         self.header = header
+        self.batched = sequences is not None
+        self.sequences = list(sequences) if sequences is not None else [int(tokens.size)]
+
+    def split(self):
+        """One Request per sequence (same id and capture), in order."""
+        out, at = [], 0
+        for n in self.sequences:
+            out.append(Request(self.id, self.tokens[at:at + n], self.capture, self.header))
+            at += n
+        return out
 
 
 class BadRequest(Exception):
@@ -205,7 +253,22 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def check_request(h, payload, vocab, can_capture):
+def check_sequences(h, rid, T, max_batch):
+    """The `sequences` member of a request (None when absent); BadRequest when it is not a list of
+    at most max_batch positive lengths that sum to tokens."""
+    seqs = h.get("sequences")
+    if seqs is None:
+        return None
+    if not isinstance(seqs, list) or not seqs or not all(_is_int(n) and n >= 1 for n in seqs):
+        raise BadRequest(rid, "sequences: expected an array of positive lengths")
+    if len(seqs) > max_batch:
+        raise BadRequest(rid, "sequences: %d sequences, more than max_batch %d" % (len(seqs), max_batch))
+    if sum(seqs) != T:
+        raise BadRequest(rid, "sequences: lengths sum to %d, expected tokens %d" % (sum(seqs), T))
+    return seqs
+
+
+def check_request(h, payload, vocab, can_capture, max_batch=1):
     """A forward request -> Request; BadRequest(id or None, message) when it cannot be served."""
     rid = h.get("id") if _is_int(h.get("id")) and h.get("id") >= 0 else None
     if h.get("type") != "forward":
@@ -222,41 +285,78 @@ def check_request(h, payload, vocab, can_capture):
         raise BadRequest(rid, "capture: this engine's hello says capture false")
     if len(payload) != 4 * T:
         raise BadRequest(rid, "payload: %d bytes for %d tokens (expected %d)" % (len(payload), T, 4 * T))
+    seqs = check_sequences(h, rid, T, max_batch)
     ids = np.frombuffer(payload, dtype="<i4").astype(np.int32)
     bad = np.nonzero((ids < 0) | (ids >= vocab))[0]
     if bad.size:
         raise BadRequest(rid, "tokens: id %d >= vocab %d" % (int(ids[bad[0]]), vocab)
                          if ids[bad[0]] >= 0 else "tokens: negative id %d" % int(ids[bad[0]]))
-    return Request(rid, ids, capture, h)
+    return Request(rid, ids, capture, h, seqs)
+
+
+# A header override (forward_fn's "header") that leaves the member out (a test engine misbehaving).
+OMIT = object()
 
 
 def logits_frame(req, logits, residuals=None, probes=(), header=None):
-    """The logits response to req: header dict and payload bytes. header: members to override."""
+    """The logits response to req: header dict and payload bytes. header: members to override
+    (OMIT: leave the member out).
+    residuals: one array [n_layers][2][T][hidden], or, for a request of several sequences, a list
+    of them, one per sequence (the payload carries them one after another). A batched request's
+    response echoes its `sequences`."""
     lg = np.ascontiguousarray(logits, dtype="<f4")
     payload = lg.tobytes()
     if residuals is not None:
-        payload += np.ascontiguousarray(residuals, dtype="<f4").tobytes()
+        parts = residuals if isinstance(residuals, (list, tuple)) else [residuals]
+        payload += b"".join(np.ascontiguousarray(r, dtype="<f4").tobytes() for r in parts)
     h = {"type": "logits", "id": req.id, "tokens": int(lg.shape[0]), "vocab": int(lg.shape[1]),
          "residuals": residuals is not None, "payload_bytes": len(payload), "probes": list(probes)}
+    if req.batched:
+        h["sequences"] = list(req.sequences)
     if header:
         h.update(header)
+        for k in [k for k, v in h.items() if v is OMIT]:
+            del h[k]
     return h, payload
 
 
-def serve(hello, forward_fn, stdin=None, stdout=None, on_bad=None):
+def forward_each(req, forward_fn):
+    """A request of several sequences through a one-sequence forward_fn: the logits one after
+    another, residuals one array per sequence, probe records merged in sequence order (the same
+    records as one request per sequence would give, summed)."""
+    logits, resid, probes = [], [], []
+    for sub in req.split():
+        out = forward_fn(sub)
+        if not isinstance(out, dict):
+            out = {"logits": out}
+        logits.append(np.asarray(out["logits"]))
+        if out.get("residuals") is not None:
+            resid.append(out["residuals"])
+        merge_records(probes, out.get("probes", ()))
+    return {"logits": np.concatenate(logits, axis=0), "residuals": resid if req.capture and resid else None,
+            "probes": probes}
+
+
+def serve(hello, forward_fn, stdin=None, stdout=None, on_bad=None, batch_fn=None):
     """Writes hello, then answers forward requests until stdin closes; returns 0.
 
     forward_fn(req) returns the logits (array [T, V]) or a dict with "logits" and optionally
     "residuals" ([n_layers][2][T][hidden]), "probes" (records), "header" (header members to
     override). A malformed request, or an exception (not SystemExit) from forward_fn, is
     answered with an error frame and the loop goes on. on_bad(id, message), when given, is
-    called first (a test engine may use it to misbehave)."""
+    called first (a test engine may use it to misbehave).
+
+    A hello with max_batch > 1 accepts requests of several sequences (req.sequences): batch_fn(req)
+    answers them as forward_fn does (logits [T, V] of all sequences one after another, residuals
+    a list with one array per sequence, the probe records of all of them); without batch_fn,
+    forward_fn runs once per sequence (forward_each)."""
     fin = stdin if stdin is not None else sys.stdin.buffer
     fout = stdout if stdout is not None else sys.stdout.buffer
     if stdout is None:
         sys.stdout = sys.stderr          # stray prints must not corrupt the protocol stream
     vocab = hello["model"]["vocab"]
     can_capture = bool(hello.get("capture"))
+    max_batch = int(hello.get("max_batch", 1))
     write_frame(fout, hello)
 
     def error(rid, message):
@@ -278,12 +378,17 @@ def serve(hello, forward_fn, stdin=None, stdout=None, on_bad=None):
             return 0
         h, payload = fr
         try:
-            req = check_request(h, payload, vocab, can_capture)
+            req = check_request(h, payload, vocab, can_capture, max_batch)
         except BadRequest as e:
             error(e.id, str(e))
             continue
         try:
-            out = forward_fn(req)
+            if req.batched and batch_fn is not None:
+                out = batch_fn(req)
+            elif req.batched:
+                out = forward_each(req, forward_fn)
+            else:
+                out = forward_fn(req)
             if not isinstance(out, dict):
                 out = {"logits": out}
             rh, rp = logits_frame(req, out["logits"], out.get("residuals"), out.get("probes", ()),
@@ -321,8 +426,9 @@ class Result:
     def __init__(self, header, logits, residuals, payload):
         self.header = header
         self.logits = logits              # np.float32 [T, V]
-        self.residuals = residuals        # np.float32 [L, 2, T, H] or None
+        self.residuals = residuals        # np.float32 [L, 2, T, H] (a batch: a list of them) or None
         self.probes = header.get("probes")
+        self.sequences = header.get("sequences")
         self.payload = payload
 
 
@@ -424,13 +530,26 @@ class Client:
         """Sends one forward request and reads its response. check: raise EngineError for
         anything vtlab would fail the run for (error response, other id/type, wrong shape,
         payload size, NaN/Inf). Returns a Result."""
-        ids = np.asarray(tokens, dtype="<i4")
+        return self._forward(np.asarray(tokens, dtype="<i4"), None, capture, rid, check)
+
+    def forward_batch(self, sequences, capture=False, rid=None, check=True):
+        """One forward request carrying several sequences (docs/engine-protocol.md, "Several
+        sequences in one request"); the same checks as forward, and the response must echo the
+        request's sequences. Result.logits: [sum of lengths, V]; Result.residuals: a list with
+        one [L, 2, T_i, H] array per sequence, or None; Result.sequences: the lengths."""
+        seqs = [np.asarray(s, dtype="<i4") for s in sequences]
+        return self._forward(np.concatenate(seqs), [int(s.size) for s in seqs], capture, rid, check)
+
+    def _forward(self, ids, seqs, capture, rid, check):
         if rid is None:
             rid = self.next_id
         self.next_id = rid + 1
         payload = ids.tobytes()
-        self.send({"type": "forward", "id": rid, "tokens": int(ids.size), "capture": bool(capture),
-                   "payload_bytes": len(payload)}, payload)
+        head = {"type": "forward", "id": rid, "tokens": int(ids.size), "capture": bool(capture),
+                "payload_bytes": len(payload)}
+        if seqs is not None:
+            head["sequences"] = seqs
+        self.send(head, payload)
         h, p = self.read_frame()
         if not check:
             return Result(h, None, None, p)
@@ -443,6 +562,8 @@ class Client:
         T, V = int(ids.size), self.hello["model"]["vocab"]
         if h.get("tokens") != T or h.get("vocab") != V:
             raise EngineError("logits shape [%r, %r], expected [%d, %d]" % (h.get("tokens"), h.get("vocab"), T, V))
+        if seqs is not None and h.get("sequences") != seqs:
+            raise EngineError("sequences %r, expected %r" % (h.get("sequences"), seqs))
         n = 4 * T * V
         res = None
         want = n
@@ -453,7 +574,13 @@ class Client:
             raise EngineError("payload %d bytes, expected %d" % (len(p), want))
         logits = np.frombuffer(p, dtype="<f4", count=T * V).reshape(T, V)
         if h.get("residuals"):
-            res = np.frombuffer(p, dtype="<f4", offset=n).reshape(L, 2, T, H)
+            if seqs is None:
+                res = np.frombuffer(p, dtype="<f4", offset=n).reshape(L, 2, T, H)
+            else:
+                res, at = [], n
+                for t in seqs:
+                    res.append(np.frombuffer(p, dtype="<f4", offset=at, count=L * 2 * t * H).reshape(L, 2, t, H))
+                    at += 4 * L * 2 * t * H
         if not np.all(np.isfinite(logits)):
             raise EngineError("NaN or Inf among the logits")
         if not isinstance(h.get("probes"), list):

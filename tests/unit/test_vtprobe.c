@@ -95,7 +95,15 @@ static int fake_forward(void *user, const int32_t *tok, int64_t T, float *logits
 /* Serves the scripted input; the output text (headers and payloads). */
 static size_t g_outlen;   /* the length of serve()'s output (it holds binary payloads) */
 
-static char *serve(const char *in, size_t inlen, int *rc) {
+static char *serve_with(const char *in, size_t inlen, int *rc, int max_batch, vtp_forward_fn fn,
+                        vtp_forward_batch_fn bfn);
+
+static char *serve(const char *in, size_t inlen, int *rc) { return serve_with(in, inlen, rc, 0, fake_forward, NULL); }
+
+/* serve with a hello declaring max_batch, through vtp_serve_batch (fn, bfn);
+ * max_batch 0 and no bfn: vtp_serve itself, the API engines were written against. */
+static char *serve_with(const char *in, size_t inlen, int *rc, int max_batch, vtp_forward_fn fn,
+                        vtp_forward_batch_fn bfn) {
     static const char *const sites[] = {"logits"};
     vtp_hello h;
     memset(&h, 0, sizeof h);
@@ -103,12 +111,13 @@ static char *serve(const char *in, size_t inlen, int *rc) {
     h.model_sha256 = "0000000000000000000000000000000000000000000000000000000000000000";
     h.vocab = 4; h.hidden = 2; h.n_layers = 1; h.layer_kinds = "K/D";
     h.probe_sites = sites; h.n_probe_sites = 1; h.deterministic = 1;
+    h.max_batch = max_batch;
     setenv("VTP_PROBE", "on", 1);
     FILE *fi = fmemopen((void *)in, inlen, "r");
     char *out = NULL;
     size_t outlen = 0;
     FILE *fo = open_memstream(&out, &outlen);
-    *rc = vtp_serve(fi, fo, &h, fake_forward, NULL);
+    *rc = max_batch || bfn ? vtp_serve_batch(fi, fo, &h, fn, bfn, NULL) : vtp_serve(fi, fo, &h, fn, NULL);
     fclose(fi);
     fclose(fo);
     g_outlen = outlen;
@@ -163,12 +172,103 @@ static void test_serve(void **state) {
     free(out);
 }
 
+/* The batch callback: fake_forward's numbers over all rows at once, one
+ * buffer record per sequence, and what it was given (n, offsets). */
+static int64_t g_bn, g_boff[8];
+
+static int fake_forward_batch(void *user, int64_t n, const int32_t *tok, const int64_t *off, float *logits,
+                              float *resid, vtp_probes *pr, char *err, size_t errlen) {
+    (void)user; (void)resid; (void)err; (void)errlen;
+    g_bn = n;
+    for (int64_t i = 0; i <= n && i < 8; i++) g_boff[i] = off[i];
+    for (int64_t t = 0; t < off[n]; t++)
+        for (int v = 0; v < 4; v++) logits[t * 4 + v] = (float)(tok[t] + v);
+    for (int64_t i = 0; i < n; i++) vtp_probe_buffer(pr, "logits", -1, "f32", off[i + 1] - off[i], 16);
+    return 0;
+}
+
+/* Appends a forward request for tokens tok[0..T) with header member extra
+ * (e.g. ",\"sequences\":[2,1]") to in at *n. */
+static void request(char *in, size_t *n, int id, const int32_t *tok, int T, const char *extra) {
+    *n += (size_t)sprintf(in + *n, "{\"type\":\"forward\",\"id\":%d,\"tokens\":%d%s,\"payload_bytes\":%d}\n", id, T,
+                          extra, 4 * T);
+    memcpy(in + *n, tok, (size_t)T * 4);
+    *n += (size_t)T * 4;
+}
+
+/* Several sequences in one request (docs/engine-protocol.md): a hello that
+ * declares max_batch says so; a batch is answered with the bytes of one
+ * request per sequence (logits one after another, probe records summed) and
+ * echoes its sequences, through the one-sequence callback or a batch one;
+ * a batch that does not add up, has more sequences than max_batch, or goes
+ * to an engine that declared none, gets an error and serving goes on. */
+static void test_serve_batch(void **state) {
+    (void)state;
+    char in[2048];
+    size_t n = 0;
+    int32_t tok[3] = {3, 1, 2};
+    request(in, &n, 1, tok, 2, "");
+    request(in, &n, 2, tok + 2, 1, "");
+    request(in, &n, 3, tok, 3, ",\"sequences\":[2,1]");
+    request(in, &n, 4, tok, 3, ",\"sequences\":[1,1,1]");
+    request(in, &n, 5, tok, 3, ",\"sequences\":[1,1]");               /* sums to 2, not 3 */
+    request(in, &n, 6, tok, 3, ",\"sequences\":[3,0]");
+    request(in, &n, 7, tok, 3, ",\"sequences\":[1,1,1,0,0]");         /* 5 > max_batch 3 */
+    request(in, &n, 8, tok, 3, ",\"sequences\":[1,\"x\",1]");
+    for (int with_bfn = 0; with_bfn < 2; with_bfn++) {
+        int rc = 1;
+        g_bn = 0;
+        char *out = serve_with(in, n, &rc, 3, fake_forward, with_bfn ? fake_forward_batch : NULL);
+        assert_int_equal(rc, 0);
+        assert_non_null(find(out, "\"capture\":false,\"max_batch\":3}\n"));
+        const char *one = find(out, "{\"type\":\"logits\",\"id\":1,");
+        const char *two = find(out, "{\"type\":\"logits\",\"id\":2,");
+        const char *bat = find(out, "{\"type\":\"logits\",\"id\":3,\"tokens\":3,\"sequences\":[2,1],\"vocab\":4,"
+                                    "\"residuals\":false,\"payload_bytes\":48,\"probes\":[{\"site\":\"logits\",\"layer\":-1,"
+                                    "\"dtype\":\"f32\",\"src_dtype\":\"\",\"calls\":2,\"rows\":3,");
+        assert_non_null(one);
+        assert_non_null(two);
+        assert_non_null(bat);
+        /* the batch's logits are sequence 0's rows then sequence 1's, as requests 1 and 2 gave them */
+        float want[12];
+        memcpy(want, strchr(one, '\n') + 1, 8 * sizeof(float));
+        memcpy(want + 8, strchr(two, '\n') + 1, 4 * sizeof(float));
+        assert_memory_equal(strchr(bat, '\n') + 1, want, sizeof want);
+        assert_non_null(find(out, "{\"type\":\"logits\",\"id\":4,\"tokens\":3,\"sequences\":[1,1,1],"));
+        assert_non_null(find(out, "{\"type\":\"error\",\"id\":5,\"message\":\"sequences: lengths sum to 2, expected tokens 3\"}"));
+        assert_non_null(find(out, "{\"type\":\"error\",\"id\":6,\"message\":\"sequences: expected an array of positive lengths\"}"));
+        assert_non_null(find(out, "{\"type\":\"error\",\"id\":7,\"message\":\"sequences: 5 sequences, more than max_batch 3\"}"));
+        assert_non_null(find(out, "{\"type\":\"error\",\"id\":8,\"message\":\"sequences: expected an array of positive lengths\"}"));
+        if (with_bfn) {   /* the last batch served: [1,1,1] as offsets 0 1 2 3 */
+            assert_int_equal(g_bn, 3);
+            assert_int_equal(g_boff[0], 0);
+            assert_int_equal(g_boff[3], 3);
+        } else {
+            assert_int_equal(g_bn, 0);
+        }
+        free(out);
+    }
+    /* vtp_serve (no max_batch): the hello says nothing of batches; a request
+     * of one sequence that names it is served and echoed, two are refused */
+    n = 0;
+    request(in, &n, 1, tok, 3, ",\"sequences\":[3]");
+    request(in, &n, 2, tok, 3, ",\"sequences\":[2,1]");
+    int rc = 1;
+    char *out = serve(in, n, &rc);
+    assert_int_equal(rc, 0);
+    assert_null(find(out, "\"max_batch\":"));
+    assert_non_null(find(out, "{\"type\":\"logits\",\"id\":1,\"tokens\":3,\"sequences\":[3],"));
+    assert_non_null(find(out, "{\"type\":\"error\",\"id\":2,\"message\":\"sequences: 2 sequences, more than max_batch 1\"}"));
+    free(out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copy_invariant),
         cmocka_unit_test(test_sentinel),
         cmocka_unit_test(test_sha256_agrees),
         cmocka_unit_test(test_serve),
+        cmocka_unit_test(test_serve_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
