@@ -15,7 +15,6 @@
 #include "experiment.h"
 
 #include "model/vt.h"
-#include "model/vtprobe.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
