@@ -80,10 +80,17 @@ typedef struct lab_engine_req {
     const char  *model_dir;      /* the experiment's model (VTP_MODEL) */
 } lab_engine_req;
 
-/* One knob of a command engine's registry, as its hello declares it. */
+/* One knob of a command engine's registry, as its hello declares it. A
+ * scoped knob (its hello record says "scope": "layers" or "sites") gets its
+ * scope knob NAME_LAYERS added after the declared ones (docs/engine-protocol.md,
+ * "Scoped knobs"): type "layers", default "all", the value the engine reports
+ * in scope_value (else, unreported, the value the arm set: trusted). */
 typedef struct lab_engine_knob {
     char *name, *type, *values, *def, *value;   /* values: '|'-separated */
     int   numeric, read;
+    int   scope;                  /* a scoped knob: 1 "layers", 2 "sites"; 0 not scoped */
+    int64_t scope_of;             /* a scope knob: the index of the knob it scopes; -1 otherwise */
+    int   reported;               /* a scope knob: the hello reported scope_value */
 } lab_engine_knob;
 
 /* Hello, instance part: the engine, its model and knobs, where it runs. */

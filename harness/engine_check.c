@@ -301,6 +301,7 @@ static void check_knobs(checker *k, const lab_engine_hello *h, const float *base
         const lab_engine_knob *kn = &h->knobs[i];
         char err[1024] = "", *nm = kn->name, *val = alt[i];
         int st = 0, unread = 0;
+        if (kn->scope_of >= 0) continue;   /* a scope: check_scopes */
         if (is_fault_knob(h, kn->name)) { line(k, "skip", "knob %s: selects faults (each is replayed below, under audit)", kn->name); continue; }
         if (!other_value(kn, alt[i], sizeof alt[i])) { line(k, "skip", "knob %s: no other value to try (%s %s)", kn->name, kn->type, kn->values); continue; }
         lg[i] = knob_logits(k, 1, &nm, &val, V, &st, &unread, err, sizeof err);
@@ -334,6 +335,60 @@ done:
     free(lg);
     free(alt);
     free(noop);
+}
+
+/* The logits with lever p at value v and its scope knob sk at scope; NULL
+ * (and a FAIL line) when the engine did not run them or did not report the
+ * scope as set. */
+static float *scoped_logits(checker *k, const lab_engine_knob *p, const char *v, const lab_engine_knob *sk,
+                            const char *scope, int64_t V) {
+    char err[1024], *nm[2] = {p->name, sk->name}, *val[2] = {(char *)v, (char *)scope};
+    int st = 0, unread = 0;
+    float *lg = knob_logits(k, scope ? 2 : 1, nm, val, V, &st, &unread, err, sizeof err);
+    if (!lg) line(k, "FAIL", "scope of %s: %s=%s %s=%s: %s", p->name, p->name, v, sk->name, scope ? scope : "(unset)", err);
+    return lg;
+}
+
+/* One scoped knob's scope (docs/engine-protocol.md, "Scoped knobs"), with
+ * the knob at a value that changes the logits: "none" gives the default's
+ * logits, every layer the unscoped knob's, and the two halves of the layers
+ * not both the unscoped knob's (the scope ignored) nor both the default's
+ * (any scope switching it off). */
+static void check_scope(checker *k, const lab_engine_hello *h, const lab_engine_knob *sk, const float *base, int64_t V) {
+    const lab_engine_knob *p = &h->knobs[sk->scope_of];
+    const size_t bytes = (size_t)(CHECK_T * V) * sizeof(float);
+    const int64_t L = h->info.n_layers;
+    char alt[256], every[32], lo[32], hi[32];
+    if (!p->numeric || !other_value(p, alt, sizeof alt)) { line(k, "skip", "scope of %s: no numeric value to try", p->name); return; }
+    snprintf(every, sizeof every, L > 1 ? "0-%lld" : "0", (long long)(L - 1));
+    snprintf(lo, sizeof lo, L > 2 ? "0-%lld" : "0", (long long)(L / 2 - 1));
+    snprintf(hi, sizeof hi, L / 2 < L - 1 ? "%lld-%lld" : "%lld", (long long)(L / 2), (long long)(L - 1));
+    float *full = scoped_logits(k, p, alt, sk, NULL, V), *none = NULL, *all = NULL, *a = NULL, *b = NULL;
+    if (full && !memcmp(full, base, bytes)) {
+        line(k, "skip", "scope of %s: %s=%s alone leaves the logits as they are (nothing to scope)", p->name, p->name, alt);
+        goto done;
+    }
+    if (!full || !(none = scoped_logits(k, p, alt, sk, "none", V)) || !(all = scoped_logits(k, p, alt, sk, every, V)))
+        goto done;
+    if (memcmp(none, base, bytes)) { line(k, "FAIL", "scope of %s: %s=none changes the logits (the knob acts outside its scope)", p->name, sk->name); goto done; }
+    if (memcmp(all, full, bytes)) { line(k, "FAIL", "scope of %s: %s=%s (every layer) is not the unscoped %s=%s", p->name, sk->name, every, p->name, alt); goto done; }
+    if (L < 2) { line(k, "ok", "scope of %s: none = the default, every layer = unscoped (one layer: no halves)", p->name); goto done; }
+    if (!(a = scoped_logits(k, p, alt, sk, lo, V)) || !(b = scoped_logits(k, p, alt, sk, hi, V))) goto done;
+    if (!memcmp(a, full, bytes) && !memcmp(b, full, bytes))
+        line(k, "FAIL", "scope of %s: %s=%s and =%s both give the unscoped logits (the scope is ignored)", p->name, sk->name, lo, hi);
+    else if (!memcmp(a, base, bytes) && !memcmp(b, base, bytes))
+        line(k, "FAIL", "scope of %s: %s=%s and =%s both give the default's logits (a scope switches the knob off)", p->name, sk->name, lo, hi);
+    else line(k, "ok", "scope of %s=%s: none = the default, %s = unscoped, %s and %s change the logits apart", p->name, alt, every, lo, hi);
+done:
+    free(full); free(none); free(all); free(a); free(b);
+}
+
+static void check_scopes(checker *k, const lab_engine_hello *h, const float *base, int64_t V) {
+    for (int64_t i = 0; i < h->n_knobs; i++) {
+        if (h->knobs[i].scope_of < 0) continue;
+        if (k->nondeterministic) { line(k, "skip", "scope of %s: not compared (nondeterministic)", h->knobs[h->knobs[i].scope_of].name); continue; }
+        check_scope(k, h, &h->knobs[i], base, V);
+    }
 }
 
 /* The first record whose unwritten rows are counted inconsistently, in why:
@@ -539,6 +594,7 @@ static void run_checks(checker *k, void *inst, const lab_engine_hello *h) {
     check_probes(k, inst, h);
     check_bad_requests(k, inst, V);
     check_knobs(k, h, a, V);
+    check_scopes(k, h, a, V);
     check_audit(k, h, a, V);
     for (int64_t f = 0; f < h->n_faults; f++) check_fault_replay(k, h, f, V);
 done:

@@ -16,6 +16,7 @@
  * process it started may hold that pipe open after the engine is gone.
  */
 #include "engine.h"
+#include "model/vtprobe.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -365,15 +366,49 @@ static char *dup_or(const char *s, int *oom) {
     return d;
 }
 
+/* The scope knob NAME_LAYERS of each scoped knob NAME, after the declared
+ * ones (docs/engine-protocol.md, "Scoped knobs"): its value the hello's
+ * scope_value (canonical), or "all" until cmd_open puts in the value the arm
+ * set (an engine that does not report its scope is trusted). */
+static const char *add_scope_knobs(const cJSON *ks, lab_engine_hello *h, char *where, size_t wl, int *oom) {
+    const int64_t n = h->n_knobs;
+    for (int64_t i = 0; i < n; i++) {
+        const lab_engine_knob *p = &h->knobs[i];
+        if (!p->scope) continue;
+        char name[320], sv[VTP_LAYER_SET_TEXT] = "all", why[400];
+        snprintf(name, sizeof name, "%s_LAYERS", p->name);
+        snprintf(where, wl, "knobs[%lld]", (long long)i);
+        if (lab_engine_hello_knob(h, name)) return "a scoped knob's scope is NAME_LAYERS, which the hello declares too";
+        const cJSON *val = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ks, (int)i), "scope_value");
+        vtp_layer_set set;
+        if (val && (!cJSON_IsString(val) ||
+                    vtp_layer_set_parse(val->valuestring, (int)h->info.n_layers, p->scope == 2, &set, why, sizeof why) ||
+                    vtp_layer_set_format(&set, sv, sizeof sv)))
+            return "scope_value: expected the layer set in use, of this model's layers (\"all\" when unscoped)";
+        lab_engine_knob *o = &h->knobs[h->n_knobs++];
+        o->name = dup_or(name, oom);
+        o->type = dup_or("layers", oom);
+        o->values = dup_or("", oom);
+        o->def = dup_or("all", oom);
+        o->value = dup_or(sv, oom);
+        o->numeric = p->numeric;
+        o->read = o->reported = val != NULL;
+        o->scope_of = i;
+    }
+    return NULL;
+}
+
 /* The knob registry of a hello; a message naming the bad member, or NULL. */
 static const char *hello_knobs(const cJSON *ks, lab_engine_hello *h, char *where, size_t wl, int *oom) {
     static const char *const types[] = {"bool", "enum", "int", "string", NULL};
     int64_t n = cJSON_GetArraySize(ks);
-    if (!(h->knobs = calloc((size_t)n + 1, sizeof *h->knobs))) { *oom = 1; return "out of memory"; }
+    /* room for a scope knob per declared knob (add_scope_knobs) */
+    if (!(h->knobs = calloc(2 * (size_t)n + 1, sizeof *h->knobs))) { *oom = 1; return "out of memory"; }
     const cJSON *k;
     cJSON_ArrayForEach(k, ks) {
         snprintf(where, wl, "knobs[%lld]", (long long)h->n_knobs);
         lab_engine_knob *o = &h->knobs[h->n_knobs++];
+        o->scope_of = -1;
         const char *name = jstr(k, "name"), *type = jstr(k, "type"), *def = jstr(k, "default"), *val = jstr(k, "value");
         const cJSON *vals = cJSON_GetObjectItemCaseSensitive(k, "values");
         const cJSON *num = cJSON_GetObjectItemCaseSensitive(k, "numeric"), *rd = cJSON_GetObjectItemCaseSensitive(k, "read");
@@ -402,8 +437,12 @@ static const char *hello_knobs(const cJSON *ks, lab_engine_hello *h, char *where
         o->value = dup_or(val, oom);
         o->numeric = cJSON_IsTrue(num);
         o->read = cJSON_IsTrue(rd);
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(k, "scope");
+        if (sc && !(cJSON_IsString(sc) && (!strcmp(sc->valuestring, "layers") || !strcmp(sc->valuestring, "sites"))))
+            return "scope: expected \"layers\" or \"sites\" (docs/engine-protocol.md, \"Scoped knobs\")";
+        if (sc) o->scope = !strcmp(sc->valuestring, "layers") ? 1 : 2;
     }
-    return NULL;
+    return add_scope_knobs(ks, h, where, wl, oom);
 }
 
 static const char *hello_lists(const cJSON *root, lab_engine_hello *h, char *where, size_t wl, int *oom) {
@@ -565,6 +604,29 @@ static void cmd_unload(void *model) {
     free(m);
 }
 
+/* A scope knob whose value the engine did not report: the value the arm
+ * set, canonical (lab_engine_check_arm refuses one that is no layer set). */
+static void scope_from_request(lab_engine_hello *h, const lab_engine_req *r) {
+    for (int64_t j = 0; j < h->n_knobs; j++) {
+        lab_engine_knob *k = &h->knobs[j];
+        if (k->scope_of < 0 || k->reported) continue;
+        k->read = 1;
+        for (int64_t i = 0; i < r->n_knobs; i++) {
+            char canon[VTP_LAYER_SET_TEXT], *v;
+            vtp_layer_set set;
+            if (strcmp(r->knob_names[i], k->name)) continue;
+            const char *want = r->knob_values[i];
+            if (!vtp_layer_set_parse(want, (int)h->info.n_layers, 1, &set, NULL, 0) &&
+                !vtp_layer_set_format(&set, canon, sizeof canon))
+                want = canon;
+            if ((v = lab_strdup(want))) {
+                free(k->value);
+                k->value = v;
+            }
+        }
+    }
+}
+
 static int cmd_open(void *model, const lab_engine_req *req, void **inst, lab_engine_hello *hello, char *err,
                     size_t errlen) {
     cmd_model *m = model;
@@ -581,6 +643,7 @@ static int cmd_open(void *model, const lab_engine_req *req, void **inst, lab_eng
     r.model_dir = m->model_dir;
     int rc = spawn(c, &r, err, errlen);
     if (!rc) rc = read_hello(c, hello, err, errlen);
+    if (!rc) scope_from_request(hello, req);
     if (rc) {
         lab_engine_command.close(c);
         lab_engine_hello_free(hello);
@@ -940,11 +1003,25 @@ static int value_allowed(const lab_engine_knob *k, const char *value) {
     return 0;
 }
 
+/* name is NAME_LAYERS of a declared knob NAME that is not scoped: that knob. */
+static const lab_engine_knob *unscoped_parent(const lab_engine_hello *h, const char *name) {
+    size_t n = strlen(name);
+    if (n <= 7 || strcmp(name + n - 7, "_LAYERS")) return NULL;
+    for (int64_t k = 0; k < h->n_knobs; k++)
+        if (strlen(h->knobs[k].name) == n - 7 && !strncmp(h->knobs[k].name, name, n - 7) && !h->knobs[k].scope)
+            return &h->knobs[k];
+    return NULL;
+}
+
 int lab_engine_check_arm(const lab_engine_hello *h, const lab_experiment *e, int64_t arm, char *err, size_t errlen) {
     const lab_arm *a = &e->arms[arm];
     for (int64_t i = 0; i < a->n_knobs; i++) {
         const char *name = a->knob_names[i];
         const lab_engine_knob *k = lab_engine_hello_knob(h, name);
+        if (!k && unscoped_parent(h, name))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: engine %s does not declare %s scoped (its "
+                            "hello record has no \"scope\"; docs/engine-protocol.md, \"Scoped knobs\")", e->path,
+                            (long long)arm, name, h->info.engine, unscoped_parent(h, name)->name);
         if (!k) {
             int best = -1, bestd = 5;
             for (int64_t j = 0; j < h->n_knobs; j++) {
@@ -957,7 +1034,14 @@ int lab_engine_check_arm(const lab_engine_hello *h, const lab_experiment *e, int
             return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: engine %s declares no such knob "
                             "(its hello lists %lld)", e->path, (long long)arm, name, h->info.engine, (long long)h->n_knobs);
         }
-        if (!value_allowed(k, a->knob_values[i]))
+        if (k->scope_of >= 0) {
+            vtp_layer_set set;
+            char why[400];
+            if (vtp_layer_set_parse(a->knob_values[i], (int)h->info.n_layers, h->knobs[k->scope_of].scope == 2, &set,
+                                    why, sizeof why))
+                return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: \"%.80s\": %s (engine %s)", e->path,
+                                (long long)arm, name, a->knob_values[i], why, h->info.engine);
+        } else if (!value_allowed(k, a->knob_values[i]))
             return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: \"%s\" is not one of the engine's "
                             "values (%s)", e->path, (long long)arm, name, a->knob_values[i], k->values);
     }
@@ -979,7 +1063,9 @@ int lab_engine_knob_hash(const lab_engine_hello *h, char out[65]) {
     int64_t n = 0;
     if (!lines) return LAB_ENOMEM;
     for (int64_t k = 0; k < h->n_knobs; k++)
-        if (h->knobs[k].numeric) {
+        /* an unscoped lever's scope knob is left out: an engine that learns
+         * scopes keeps the identities of its unscoped runs */
+        if (h->knobs[k].numeric && !(h->knobs[k].scope_of >= 0 && !strcmp(h->knobs[k].value, "all"))) {
             lab_buf l = {0};
             lab_buf_printf(&l, "%s=%s\n", h->knobs[k].name, h->knobs[k].value);
             lines[n++] = l.data;

@@ -96,18 +96,27 @@ static const char *type_name(vt_knob_type t) {
     return t == VT_KNOB_BOOL ? "bool" : t == VT_KNOB_ENUM ? "enum" : t == VT_KNOB_INT ? "int" : "string";
 }
 
-/* The hello's knob registry and faults from the builtin tables. */
+/* The hello's knob registry and faults from the builtin tables; the count
+ * of knobs. A lever's scope knob (VT_KIMI_BF16_STREAM_LAYERS) is not a knob
+ * of the hello: the lever says "scope": "sites" and its scope_value, and the
+ * scope is read from LEVER_LAYERS as every scoped engine's is
+ * (docs/engine-protocol.md, "Scoped knobs"). */
 static int fill_registry(const vt_knobset *ks, vtp_knob *kn, vtp_fault *fl) {
+    int n = 0;
     for (int i = 0; i < vt_knob_count(); i++) {
         const vt_knob_info *k = vt_knob_at(i);
-        kn[i].name = k->name;
-        kn[i].type = type_name(k->type);
-        kn[i].values = k->type == VT_KNOB_STRING ? "" : k->allowed;
-        kn[i].def = k->def;
-        kn[i].numeric = k->numeric;
-        kn[i].value = vt_knobset_value(ks, (vt_knob_id)i);
+        if (vt_knob_scope_of(k->name)) continue;
+        kn[n].name = k->name;
+        kn[n].type = type_name(k->type);
+        kn[n].values = k->type == VT_KNOB_STRING || k->type == VT_KNOB_LAYERS ? "" : k->allowed;
+        kn[n].def = k->def;
+        kn[n].numeric = k->numeric;
+        kn[n].value = vt_knobset_value(ks, (vt_knob_id)i);
         /* the test-only knob is declared and never read: it exists to show R3 */
-        kn[i].read = i != VT_K_TEST_IGNORED;
+        kn[n].read = i != VT_K_TEST_IGNORED;
+        kn[n].scope = k->scope ? k->scope_kind : NULL;
+        kn[n].scope_value = k->scope ? vt_knobset_get(ks, k->scope) : NULL;
+        n++;
     }
     for (int i = 0; i < vt_fault_count(); i++) {
         const vt_fault_info *f = vt_fault_at(i);
@@ -116,7 +125,7 @@ static int fill_registry(const vt_knobset *ks, vtp_knob *kn, vtp_fault *fl) {
         fl[i].site = f->site;
         fl[i].description = f->doc;
     }
-    return 0;
+    return n;
 }
 
 int lab_engine_serve(const char *model_dir, FILE *in, FILE *out, char *err, size_t errlen) {
@@ -150,7 +159,7 @@ int lab_engine_serve(const char *model_dir, FILE *in, FILE *out, char *err, size
         c.L = mi.n_layers;
         c.H = mi.hidden_size;
         snprintf(kinds, sizeof kinds, "%s/%s", mi.layer_kind, mi.layer_ffn);
-        fill_registry(ks, kn, fl);
+        const int n_knobs = fill_registry(ks, kn, fl);
         for (int i = 0; i < vt_probe_site_count(); i++) sites[i] = vt_probe_site_at(i);
         vtp_hello h;
         memset(&h, 0, sizeof h);
@@ -163,7 +172,7 @@ int lab_engine_serve(const char *model_dir, FILE *in, FILE *out, char *err, size
         h.n_layers = mi.n_layers;
         h.layer_kinds = kinds;
         h.knobs = kn;
-        h.n_knobs = vt_knob_count();
+        h.n_knobs = n_knobs;
         h.probe_sites = sites;
         h.n_probe_sites = vt_probe_site_count();
         h.faults = fl;

@@ -83,10 +83,8 @@ static const vt_knob_info KNOBS[VT_K_COUNT] = {
      "sites only (L.attn: input norm, attention, its add, and layer 0's embedding; L.ffn: norm, MLP or experts, its "
      "add, and the last layer's final norm)", 1, 1},
     [VT_K_TEST_LOSSY_LAYERS] = {"VT_TEST_LOSSY_LAYERS", VT_KNOB_LAYERS, "none", LAYERS_ALLOWED,
-     "test-only: a planted per-site fault; at these sites the roundings the bf16 levers make keep "
-     "VT_TEST_LOSSY_BITS mantissa bits instead of bf16's 7 (where no lever acts it does nothing)", 1, 1},
-    [VT_K_TEST_LOSSY_BITS] = {"VT_TEST_LOSSY_BITS", VT_KNOB_INT, "1", "0..6",
-     "test-only: the mantissa bits VT_TEST_LOSSY_LAYERS keeps", 1, 1},
+     "test-only: a planted per-site fault; at these sites the roundings the bf16 levers make keep one mantissa "
+     "bit instead of bf16's 7 (where no lever acts it does nothing)", 1, 1},
 };
 #define N_KNOBS ((int)VT_K_COUNT)
 _Static_assert(sizeof KNOBS / sizeof KNOBS[0] == VT_K_COUNT, "one registry entry per vt_knob_id");
@@ -316,7 +314,9 @@ void vt_knobs_resolve(const vt_knobset *ks, vt_knobs *k) {
     vtp_layer_set_parse(vt_knobset_value(ks, VT_K_BF16_EXPERT_OUT_LAYERS), 0, 1, &k->expert_scope, NULL, 0);
     vtp_layer_set_parse(vt_knobset_value(ks, VT_K_BF16_ACT_LAYERS), 0, 1, &k->act_scope, NULL, 0);
     vtp_layer_set_parse(vt_knobset_value(ks, VT_K_TEST_LOSSY_LAYERS), 0, 1, &k->lossy, NULL, 0);
-    k->lossy_bits = atoi(vt_knobset_value(ks, VT_K_TEST_LOSSY_BITS));
+    /* one bit: alone at any one layer of the tiny model, the bf16 stream's
+     * top-1 agreement drops from 247/256 to 143-190/256 (test_localize.sh) */
+    k->lossy_bits = 1;
 }
 
 int vt_knobs_check_layers(const vt_knobset *ks, int64_t n_layers, char *err, size_t errlen) {

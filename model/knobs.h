@@ -30,7 +30,7 @@ typedef struct vt_knobs {
     vt_fault_id fault;
     int test_ignored;       /* VT_TEST_IGNORED_KNOB: declared, read by nothing (audit rule R3 fixture) */
     /* the levers' scopes (VT_KIMI_BF16_*_LAYERS) and the planted fault
-     * (VT_TEST_LOSSY_LAYERS, VT_TEST_LOSSY_BITS): docs/localize.md */
+     * (VT_TEST_LOSSY_LAYERS, keeping lossy_bits mantissa bits): docs/localize.md */
     vtp_layer_set stream_scope, expert_scope, act_scope, lossy;
     int lossy_bits;
 } vt_knobs;

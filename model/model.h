@@ -184,7 +184,7 @@ static inline void vt_site_enter(vt_session *s, int64_t layer, int site) {
  * planted fault's coarse rounding (NaN and infinities as they are). */
 float vt_round_mantissa(float x, int bits);
 /* A lever's bf16 rounding at the site in flight: bf16, or, where the planted
- * fault is, VT_TEST_LOSSY_BITS bits. */
+ * fault is, its one mantissa bit. */
 static inline float vt_lever_round(const vt_session *s, float x) {
     return s->lossy_cur ? vt_round_mantissa(x, s->k.lossy_bits) : vt_round_bf16(x);
 }

@@ -75,7 +75,6 @@ typedef enum vt_knob_id {
     VT_K_BF16_EXPERT_OUT_LAYERS, /* VT_KIMI_BF16_EXPERT_OUT_LAYERS */
     VT_K_BF16_ACT_LAYERS,      /* VT_KIMI_BF16_ACT_LAYERS */
     VT_K_TEST_LOSSY_LAYERS,    /* VT_TEST_LOSSY_LAYERS: test-only, a planted per-site fault (docs/localize.md) */
-    VT_K_TEST_LOSSY_BITS,      /* VT_TEST_LOSSY_BITS: the mantissa bits the planted fault keeps */
     VT_K_COUNT
 } vt_knob_id;
 

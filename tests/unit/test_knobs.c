@@ -99,7 +99,6 @@ static void test_ids_index_the_registry(void **state) {
         {VT_K_BF16_STREAM_LAYERS, "VT_KIMI_BF16_STREAM_LAYERS"},
         {VT_K_BF16_EXPERT_OUT_LAYERS, "VT_KIMI_BF16_EXPERT_OUT_LAYERS"},
         {VT_K_BF16_ACT_LAYERS, "VT_KIMI_BF16_ACT_LAYERS"}, {VT_K_TEST_LOSSY_LAYERS, "VT_TEST_LOSSY_LAYERS"},
-        {VT_K_TEST_LOSSY_BITS, "VT_TEST_LOSSY_BITS"},
     };
     assert_int_equal(vt_knob_count(), VT_K_COUNT);
     assert_int_equal(sizeof want / sizeof want[0], VT_K_COUNT);
