@@ -16,7 +16,6 @@
  * process it started may hold that pipe open after the engine is gone.
  */
 #include "engine.h"
-#include "model/vtprobe.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
