@@ -160,7 +160,12 @@ static lab_verdict verdict_of(const char *v) {
 
 /* ------------------------------------------------------------ one commit */
 
-static void print_step(bctx *c, const lab_bisect_step *s, int reused) {
+/* how: where the step's evidence came from, shown after its class: "stored"
+ * (a step of an earlier invocation), "built" (the commit built now and its
+ * runs made), "cached build" (its runs made now by the binary an earlier
+ * build left in the cache) or "runs reused" (its runs already in results.db:
+ * nothing built or run). */
+static void print_step(bctx *c, const lab_bisect_step *s, const char *how) {
     char subj[61];
     snprintf(subj, sizeof subj, "%.60s", s->subject);
     fprintf(c->out, "  %-12.12s %-3s x%-2lld %-60s ", s->commit, s->position == 0 ? "G" : s->position == c->n ? "B" : "",
@@ -174,8 +179,7 @@ static void print_step(bctx *c, const lab_bisect_step *s, int reused) {
         if (isfinite(s->p_bad))
             fprintf(c->out, "  vs bad: +%lld -%lld p=%.3g", (long long)s->lost_bad, (long long)s->gained_bad, s->p_bad);
     }
-    fprintf(c->out, "  -> %s%s%s%s\n", s->cls, reused ? " (stored)" : s->built ? " (built)" : " (runs reused)",
-            s->reason[0] ? ": " : "", s->reason);
+    fprintf(c->out, "  -> %s (%s)%s%s\n", s->cls, how, s->reason[0] ? ": " : "", s->reason);
     fflush(c->out);
 }
 
@@ -337,8 +341,13 @@ static int build_and_run(bctx *c, int64_t pos, int64_t scale, lab_bisect_step *s
      * provenance.c), or an engine that reports no commit of its own would
      * give every candidate the first one's identity, and its runs. */
     if (!c->default_build && setenv("VTLAB_TREE_REVISION", sh, 1)) return lab_oom(err, errlen);
+    /* A candidate's vtlab runs from the build cache, outside its tree: its
+     * shipped configs (an experiment's model.synth "model/configs/...") are
+     * those of the commit's tree, the worktree (paths.h). */
+    if (c->default_build && setenv("VTLAB_DATA_DIR", c->wt, 1)) return lab_oom(err, errlen);
     rc = lab_bx_run(argv, c->wt, NULL, log, c->pgid_file, &status, err, errlen);
     if (!c->default_build) unsetenv("VTLAB_TREE_REVISION");
+    else unsetenv("VTLAB_DATA_DIR");
     if (rc) return rc;
     if (lab_interrupted) return lab_errf(err, errlen, LAB_EIO, "interrupted during the runs of %.12s", c->shas[pos]);
     /* what the run made (or found) */
@@ -405,12 +414,14 @@ static int evaluate(bctx *c, int64_t pos, int64_t scale, char *err, size_t errle
                                            errlen);
         if (rc) return rc;
     }
+    const char *how = "runs reused";
     if (arm.run_id && ref.run_id) {
         s.arm_run_id = arm.run_id;
         s.ref_run_id = ref.run_id;
         snprintf(s.logits_sha256, sizeof s.logits_sha256, "%s", arm.logits_sha256);
-    } else if ((rc = build_and_run(c, pos, scale, &s, err, errlen))) {
-        return rc;
+    } else {
+        if ((rc = build_and_run(c, pos, scale, &s, err, errlen))) return rc;
+        how = s.built ? "built" : "cached build";
     }
     if (s.arm_run_id > 0) {
         if ((rc = classify(c, &s, err, errlen))) return rc;
@@ -423,7 +434,7 @@ static int evaluate(bctx *c, int64_t pos, int64_t scale, char *err, size_t errle
     if (!v) return lab_oom(err, errlen);
     c->steps = v;
     c->steps[c->nsteps++] = s;
-    print_step(c, &s, 0);
+    print_step(c, &s, how);
     return LAB_OK;
 }
 
@@ -742,7 +753,7 @@ int lab_bisect_run(const lab_bisect_opts *o, FILE *out, lab_bisection *res, char
         fprintf(out, "bisection %lld: %s/%s, %lld commit(s) after %.12s up to %.12s (%s mode, alpha %.3g, dataset up to x%lld)%s\n",
                 (long long)c.b.id, c.b.experiment, c.b.arm, (long long)c.n, c.shas[0], c.shas[c.n], c.b.mode, c.b.alpha,
                 (long long)c.b.max_scale, found ? (strcmp(c.b.status, "RUNNING") ? ", finished earlier" : ", resumed") : "");
-        for (int64_t i = 0; i < c.nsteps; i++) print_step(&c, &c.steps[i], 1);
+        for (int64_t i = 0; i < c.nsteps; i++) print_step(&c, &c.steps[i], "stored");
     }
     if (!rc && !strcmp(c.b.status, "RUNNING")) {
         rc = open_work(&c, err, errlen);

@@ -21,19 +21,24 @@
 
 #include "audit.h"
 #include "bisect.h"
+#include "localize.h"
 #include "bench_record.h"
 #include "claim.h"
 #include "cmd_query.h"
+#include "store_query.h"
 #include "ledger.h"
 #include "ledger_engines.h"
 #include "nightly.h"
 #include "report.h"
 #include "reopen.h"
 #include "experiment.h"
+#include "init.h"
+#include "rerun.h"
 #include "runner.h"
 #include "store.h"
 #include "merge.h"
 #include "slurm.h"
+#include "store_annot.h"
 #include "util.h"
 
 #define LAB_MAX_POS 4096
@@ -42,7 +47,7 @@ typedef struct lab_args {
     const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop, *reason;
     const char *good, *bad, *repo, *build, *workdir, *max_scale;
     const char *shard, *into, *results, *partition, *time, *gpus, *account, *shards, *slurm, *merge_into, *vtlab;
-    const char *claim_id, *hypothesis;
+    const char *claim_id, *hypothesis, *limit, *engine, *status, *knob, *tag, *since;
     int         force, json, no_plots, no_audit, exact, allow_dirty, keep, bisect, partial, dry_run, resume, use_slurm;
     const char *pos[LAB_MAX_POS];   /* positional arguments after the command */
     int         npos, maxpos;
@@ -60,6 +65,7 @@ static int parse_args_n(const char *cmd, int argc, char **argv, const char *allo
     memset(a, 0, sizeof *a);
     a->maxpos = maxpos;
     a->db = LAB_DEFAULT_DB;
+    const char *cache = NULL;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         const char **slot = NULL;
@@ -104,6 +110,13 @@ static int parse_args_n(const char *cmd, int argc, char **argv, const char *allo
         else if (!strcmp(s, "--vtlab") && strstr(allowed, "vtlab-path")) slot = &a->vtlab;
         else if (!strcmp(s, "--id") && strstr(allowed, "claim-id")) slot = &a->claim_id;
         else if (!strcmp(s, "--hypothesis") && strstr(allowed, "hypothesis")) slot = &a->hypothesis;
+        else if (!strcmp(s, "--limit") && strstr(allowed, "limit")) slot = &a->limit;
+        else if (!strcmp(s, "--status") && strstr(allowed, "status")) slot = &a->status;
+        else if (!strcmp(s, "--knob") && strstr(allowed, "knob")) slot = &a->knob;
+        else if (!strcmp(s, "--tag") && strstr(allowed, "tag")) slot = &a->tag;
+        else if (!strcmp(s, "--since") && strstr(allowed, "since")) slot = &a->since;
+        else if (!strcmp(s, "--engine") && strstr(allowed, "engine")) slot = &a->engine;
+        else if (!strcmp(s, "--cache") && strstr(allowed, "cache")) slot = &cache;
         else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
         if (slot) {
             if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
@@ -113,6 +126,9 @@ static int parse_args_n(const char *cmd, int argc, char **argv, const char *allo
         if (a->npos >= (a->maxpos ? a->maxpos : 4)) return usage_error(cmd, "unexpected argument %s", s);
         a->pos[a->npos++] = s;
     }
+    /* --cache DIR is VTLAB_CACHE for this process and what it starts (an
+     * engine, a bisection's candidates), so that all of them share one cache */
+    if (cache && setenv("VTLAB_CACHE", cache, 1)) return usage_error(cmd, "--cache %s: cannot set VTLAB_CACHE", cache);
     return 0;
 }
 
@@ -126,6 +142,16 @@ static int parse_run_id(const char *cmd, const char *s, int64_t *id) {
     long long v = strtoll(s, &end, 10);
     if (errno || *end || v <= 0) return usage_error(cmd, "RUN must be a run id (a positive integer), got \"%s\"", s);
     *id = v;
+    return 0;
+}
+
+/* A count > 0 (--limit N): 0, or -1 when s is not one. */
+static int parse_count(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v <= 0) return -1;
+    *out = v;
     return 0;
 }
 
@@ -153,22 +179,25 @@ static int finish_runs(int rc, const char *err, const lab_run_summary *sum) {
 
 static int cmd_run(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("run", argc, argv, "db arm force shard", &a);
+    int u = parse_args("run", argc, argv, "db arm force shard limit cache", &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("run", "expected one EXPERIMENT.json%s", "");
     lab_run_opts o = {a.db, a.arm, a.force, lab_progress_mode(), 0, 0};
+    lab_run_more m = {0};
     if (a.shard && lab_parse_shard(a.shard, &o.shard_index, &o.shard_count))
         return usage_error("run", "--shard must be I/N with 0 <= I < N (e.g. 0/4), got \"%s\"", a.shard);
+    if (a.limit && (parse_count(a.limit, &m.limit) || a.shard))
+        return usage_error("run", "--limit N takes a number of sequences > 0, and not with --shard; got \"%s\"", a.limit);
     lab_run_summary sum = {0};
     char err[2048] = "";
     lab_install_signals();
-    int rc = lab_run_experiment(a.pos[0], &o, &sum, err, sizeof err);
+    int rc = lab_run_experiment_more(a.pos[0], &o, &m, &sum, err, sizeof err);
     return finish_runs(rc, err, &sum);
 }
 
 static int cmd_sweep(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("sweep", argc, argv, "db force", &a);
+    int u = parse_args("sweep", argc, argv, "db force cache", &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("sweep", "expected at most one DIR, got %s", a.pos[1]);
     const char *dir = a.npos ? a.pos[0] : LAB_DEFAULT_EXPERIMENTS;
@@ -232,13 +261,51 @@ static int open_for_read(const char *cmd, const char *db, lab_store **st) {
     return 0;
 }
 
+/* NAME=VALUE of --knob or --tag into two fields (pointing into buf). */
+static int split_pair(const char *arg, char *buf, size_t n, const char **k, const char **v) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || strlen(arg) >= n)
+        return usage_error("runs", "--knob and --tag take NAME=VALUE, got \"%s\"", arg);
+    snprintf(buf, n, "%s", arg);
+    buf[eq - arg] = 0;
+    *k = buf;
+    *v = buf + (eq - arg) + 1;
+    return 0;
+}
+
+/* `vtlab runs` filters: a status vtlab writes, a date or UTC time, NAME=VALUE
+ * pairs; anything else is a usage error (exit 2) naming it. */
+static int runs_filter(const lab_args *a, lab_query_filter *f, char *kbuf, char *tbuf, size_t n) {
+    static const char *const statuses[] = {"RUNNING", "FINISHED", "FAILED", "KILLED", "PARTIAL", NULL};
+    memset(f, 0, sizeof *f);
+    f->experiment = a->experiment;
+    f->arm = a->arm;
+    f->status = a->status;
+    f->engine = a->engine;
+    f->since = a->since;
+    int known = !a->status;
+    for (int i = 0; statuses[i] && !known; i++) known = !strcmp(a->status, statuses[i]);
+    if (!known) return usage_error("runs", "--status must be RUNNING, FINISHED, FAILED, KILLED or PARTIAL, got \"%s\"", a->status);
+    int y, mo, d, h, mi, sec;
+    char z;
+    if (a->since && !(strlen(a->since) == 10 && sscanf(a->since, "%4d-%2d-%2d", &y, &mo, &d) == 3) &&
+        !(strlen(a->since) == 20 && sscanf(a->since, "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &sec, &z) == 7 && z == 'Z'))
+        return usage_error("runs", "--since takes a date YYYY-MM-DD or a UTC time YYYY-MM-DDTHH:MM:SSZ, got \"%s\"", a->since);
+    if (a->knob && split_pair(a->knob, kbuf, n, &f->knob_name, &f->knob_value)) return 2;
+    if (a->tag && split_pair(a->tag, tbuf, n, &f->tag_key, &f->tag_value)) return 2;
+    return 0;
+}
+
 static int cmd_read(const char *cmd, int argc, char **argv) {
     lab_args a;
     int u;
     int64_t id = 0, id2 = 0;
+    lab_query_filter f;
+    char kbuf[512], tbuf[512];
     if (!strcmp(cmd, "runs")) {
-        if ((u = parse_args(cmd, argc, argv, "db experiment json", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, "db experiment json arm status engine knob tag since", &a))) return u;
         if (a.npos) return usage_error(cmd, "unexpected argument %s", a.pos[0]);
+        if ((u = runs_filter(&a, &f, kbuf, tbuf, sizeof kbuf))) return u;
     } else if (!strcmp(cmd, "show")) {
         if ((u = parse_args(cmd, argc, argv, "db json", &a))) return u;
         if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
@@ -260,7 +327,7 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     if ((u = open_for_read(cmd, a.db, &st))) return u;
     char err[1024] = "";
     int rc;
-    if (!strcmp(cmd, "runs")) rc = lab_cmd_runs(st, a.experiment, a.json, err, sizeof err);
+    if (!strcmp(cmd, "runs")) rc = lab_cmd_runs_filtered(st, &f, a.json, err, sizeof err);
     else if (!strcmp(cmd, "show") && a.json) rc = lab_cmd_export(st, id, "json", stdout, err, sizeof err);
     else if (!strcmp(cmd, "show")) rc = lab_cmd_show(st, id, err, sizeof err);
     else if (!strcmp(cmd, "compare")) rc = lab_cmd_compare(st, id, id2, a.json, err, sizeof err);
@@ -330,7 +397,7 @@ static int cmd_audit(int argc, char **argv) {
 
 static int cmd_reopen(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("reopen", argc, argv, "db specs defect", &a);
+    int u = parse_args("reopen", argc, argv, "db specs defect cache", &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("reopen", "expected one CLAIM_ID%s", "");
     lab_reopen_opts o = {a.pos[0], a.db, a.specs ? a.specs : LAB_DEFAULT_SPECS, a.defect, LAB_DEFAULT_REOPEN_DIR};
@@ -388,17 +455,32 @@ static int parse_fraction(const char *cmd, const char *opt, const char *s, doubl
     return 0;
 }
 
+/* `vtlab ack KEY --reason TEXT`, `ack --list`, `ack --remove KEY` (nightly.h).
+ * --list and --remove are taken out of argv before the common parser sees it. */
 static int cmd_ack(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("ack", argc, argv, "db reason", &a);
+    int list = 0, rm = 0, n = 0;
+    char *rest[argc + 1];
+    for (int i = 0; i < argc; i++) {
+        if (i && !strcmp(argv[i], "--list")) list = 1;
+        else if (i && !strcmp(argv[i], "--remove")) rm = 1;
+        else rest[n++] = argv[i];
+    }
+    rest[n] = NULL;
+    int u = parse_args("ack", n, rest, list || rm ? "db" : "db reason", &a);
     if (u) return u;
-    if (a.npos > 1) return usage_error("ack", "unexpected argument %s (one finding at most)", a.pos[1]);
-    if (!a.npos || !a.pos[0][0]) return usage_error("ack", "which finding? (EXPERIMENT/ARM/KIND, as in nightly.md)%s", "");
-    if (!a.reason) return usage_error("ack", "--reason TEXT is required (why this regression is known and accepted)%s", "");
+    if (list && rm) return usage_error("ack", "--list and --remove do not go together%s", "");
+    if (a.npos > (list ? 0 : 1)) return usage_error("ack", "unexpected argument %s", a.pos[list ? 0 : 1]);
+    if (!list && (!a.npos || !a.pos[0][0]))
+        return usage_error("ack", "which confound or regression? (its key, as in nightly.md)%s", "");
+    if (!list && !rm && !a.reason)
+        return usage_error("ack", "--reason TEXT is required (why this confound or regression is known and accepted)%s", "");
     if (!lab_path_exists(a.db)) {
         fprintf(stderr, "vtlab ack: %s: no such database\n", a.db);
         return 2;
     }
+    if (list) return lab_cmd_ack_list(a.db);
+    if (rm) return lab_cmd_ack_remove(a.db, a.pos[0]);
     return lab_cmd_ack(a.db, a.pos[0], a.reason);
 }
 
@@ -412,7 +494,7 @@ static int cmd_report(int argc, char **argv) {
 
 static int cmd_nightly(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots bisect", &a);
+    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots bisect cache", &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("nightly", "unexpected argument %s (one experiments DIR at most)", a.pos[1]);
     lab_nightly_opts o;
@@ -541,6 +623,75 @@ static int cmd_status(int argc, char **argv) {
     return complete ? 0 : 1;
 }
 
+/* ------------------------------------------------ a user's project: init, rerun, tag, note */
+
+static int cmd_init(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args("init", argc, argv, "", &a);
+    if (u) return u;
+    if (a.npos > 1) return usage_error("init", "unexpected argument %s (one DIR at most)", a.pos[1]);
+    char err[4600] = "";
+    int rc = lab_init(a.npos ? a.pos[0] : ".", stdout, err, sizeof err);
+    if (rc) fprintf(stderr, "vtlab init: %s\n", err);
+    return lab_exit_code(rc);
+}
+
+static int cmd_rerun(int argc, char **argv) {
+    lab_args a;
+    int u = parse_args_n("rerun", argc, argv, "db experiment engine force cache", LAB_MAX_POS, &a);
+    if (u) return u;
+    if (!a.npos == !a.experiment)
+        return usage_error("rerun", "expected RUN... (run ids, see `vtlab runs`) or --experiment ID, not both%s", "");
+    int64_t *ids = calloc((size_t)a.npos + 1, sizeof *ids), failed = 0;
+    if (!ids) return usage_error("rerun", "out of memory%s", "");
+    for (int i = 0; i < a.npos && !u; i++) u = parse_run_id("rerun", a.pos[i], &ids[i]);
+    if (u) { free(ids); return u; }
+    lab_rerun_opts o = {a.db, ids, a.npos, a.experiment, a.engine, a.force};
+    char err[4096] = "";
+    lab_install_signals();
+    int rc = lab_rerun(&o, stdout, &failed, err, sizeof err);
+    free(ids);
+    if (rc) {
+        fprintf(stderr, "vtlab rerun: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    if (failed) fprintf(stderr, "vtlab rerun: %lld rerun(s) did not finish\n", (long long)failed);
+    return failed ? 1 : 0;
+}
+
+/* `vtlab tag RUN key=value...` and `vtlab note RUN TEXT`: a write to an
+ * existing database (never created here), every argument checked first. */
+static int cmd_annotate(const char *cmd, int argc, char **argv) {
+    lab_args a;
+    int64_t run = 0;
+    int tag = !strcmp(cmd, "tag");
+    int u = parse_args_n(cmd, argc, argv, "db", LAB_MAX_POS, &a);
+    if (u) return u;
+    if (a.npos < 2) return usage_error(cmd, tag ? "expected RUN KEY=VALUE...%s" : "expected RUN TEXT%s", "");
+    if (!tag && a.npos > 2) return usage_error(cmd, "expected one TEXT (quote it), got also \"%s\"", a.pos[2]);
+    if ((u = parse_run_id(cmd, a.pos[0], &run))) return u;
+    int64_t n = a.npos - 1;
+    char **keys = calloc((size_t)n, sizeof *keys), **vals = calloc((size_t)n, sizeof *vals), err[1024] = "";
+    int rc = keys && vals ? LAB_OK : lab_oom(err, sizeof err);
+    for (int64_t i = 0; tag && !rc && i < n; i++) rc = lab_annot_parse_tag(a.pos[i + 1], &keys[i], &vals[i], err, sizeof err);
+    if (!tag && !rc) rc = lab_annot_check_note(a.pos[1], err, sizeof err);
+    if (!rc && !lab_path_exists(a.db))
+        rc = lab_errf(err, sizeof err, LAB_EINPUT, "%s: no such database (pass --db PATH)", a.db);
+    lab_store *st = NULL;
+    if (!rc) rc = lab_store_open(&st, a.db, err, sizeof err);
+    if (!rc) rc = tag ? lab_store_tag(st, run, n, keys, vals, err, sizeof err) : lab_store_note(st, run, a.pos[1], err, sizeof err);
+    lab_store_close(st);
+    for (int64_t i = 0; keys && i < n; i++) free(keys[i]);   /* a value lives in its key's copy */
+    free(keys);
+    free(vals);
+    if (rc) {
+        fprintf(stderr, "vtlab %s: %s\n", cmd, err);
+        return lab_exit_code(rc);
+    }
+    printf("run %lld: %s\n", (long long)run, tag ? "tagged" : "note added");
+    return 0;
+}
+
 int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     *handled = 1;
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
@@ -560,16 +711,32 @@ int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "report")) return cmd_report(argc, argv);
     if (!strcmp(cmd, "nightly")) return cmd_nightly(argc, argv);
     if (!strcmp(cmd, "bisect")) return cmd_bisect(argc, argv);
+    if (!strcmp(cmd, "localize")) return lab_localize_main(argc, argv);   /* its options: localize.c */
+    if (!strcmp(cmd, "init")) return cmd_init(argc, argv);
+    if (!strcmp(cmd, "rerun")) return cmd_rerun(argc, argv);
+    if (!strcmp(cmd, "tag") || !strcmp(cmd, "note")) return cmd_annotate(cmd, argc, argv);
     *handled = 0;
     return 0;
 }
 
 void lab_usage(FILE *out) {
     fprintf(out,
+            "a project (docs/experiments.md: paths in a file are relative to that file):\n"
+            "  init     [DIR]                       scaffold experiments/, specs/, .gitignore and nightly CI\n"
+            "                                       (GitHub Actions, GitLab CI) in DIR (default .); never overwrites\n"
             "lab commands (default database: results.db in the current directory):\n"
-            "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force]\n"
-            "                                       run the arms (reference first); finished runs are skipped\n"
+            "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force] [--limit N] [--cache DIR]\n"
+            "                                       run the arms (reference first); finished runs are skipped;\n"
+            "                                       --limit N: the first N sequences, as PARTIAL runs that never\n"
+            "                                       count as an arm's finished run; synthetic models are built once\n"
+            "                                       into --cache DIR ($VTLAB_CACHE, else $XDG_CACHE_HOME/vtlab,\n"
+            "                                       else ~/.cache/vtlab; run, sweep, rerun, reopen, nightly take it)\n"
             "  sweep    [DIR] [--db PATH] [--force] run every DIR/*.json (default experiments/)\n"
+            "  rerun    RUN... [--db PATH] [--engine CMD] [--force], rerun --experiment ID\n"
+            "                                       run a recorded run again from the spec stored with it (the model\n"
+            "                                       found by its hash; --force: on the spec's model when not) and\n"
+            "                                       compare: identical, or the deltas, McNemar and what changed;\n"
+            "                                       --experiment: every arm's latest run; --engine builtin|CMD\n"
             "  run      EXPERIMENT.json --shard I/N [--arm NAME] --db SHARD.db\n"
             "                                       sequences [I*n/N, (I+1)*n/N) of the arm (and its reference)\n"
             "cluster sweeps (docs/slurm.md):\n"
@@ -579,9 +746,14 @@ void lab_usage(FILE *out) {
             "  merge    SHARD.db... --into RESULTS.db [--partial]\n"
             "                                       shard databases into whole runs (one transaction, idempotent)\n"
             "  status   [--results DIR] [--slurm]   tasks pending/running/done/failed, what to resubmit\n"
-            "  runs     [--db PATH] [--experiment ID] [--json]\n"
-            "                                       list runs: status, assertions, top-1 k/n, verdict\n"
+            "  runs     [--db PATH] [--experiment ID] [--arm NAME] [--status S] [--engine NAME] [--knob NAME=VALUE]\n"
+            "           [--tag KEY=VALUE] [--since DATE] [--json]\n"
+            "                                       list runs: status, assertions, top-1 k/n, verdict; the filters\n"
+            "                                       all apply (--engine: the engine's name, or builtin; --json: with tags)\n"
             "  show     RUN [--db PATH] [--json]    everything recorded about one run (--json: as export)\n"
+            "  tag      RUN KEY=VALUE... [--db PATH]\n"
+            "                                       tag a run (a later value of a key replaces it)\n"
+            "  note     RUN TEXT [--db PATH]        add a note to a run\n"
             "  compare  RUN_A RUN_B [--db PATH] [--json]\n"
             "                                       side by side, B-A and B/A, agreement, McNemar's exact test\n"
             "  export   RUN [--format json|csv|positions|positions-csv] [--out FILE] [--db PATH]\n"
@@ -610,6 +782,13 @@ void lab_usage(FILE *out) {
             "                                       find the commit that made the arm regress: each candidate built in\n"
             "                                       a worktree and run; good/bad/undecided/skip by McNemar against the\n"
             "                                       ends (or, --exact, a changed logits hash); resumable (docs/bisect.md)\n"
-            "  ack      EXPERIMENT/ARM/KIND --reason TEXT [--db PATH]\n"
-            "                                       acknowledge a known regression: later nightlies note it, not alert\n");
+            "  localize EXPERIMENT.json --arm NAME [--by layer|site] [--goal minimal-failing|largest-passing]\n"
+            "           [--db PATH] [--max-runs N] [--alpha A] [--max-scale N] [--workdir DIR] [--no-sensitivity]\n"
+            "                                       where a REFUTED arm's scoped lever breaks: the fewest layers (or\n"
+            "                                       sites) it fails on, or the most it can stay on (a plan), each set a\n"
+            "                                       stored run judged by the decision rule; a table of each layer alone;\n"
+            "                                       undecided when inside the noise; resumable (docs/localize.md)\n"
+            "  ack      KEY --reason TEXT [--db PATH], ack --list, ack --remove KEY\n"
+            "                                       acknowledge an open confound or a known regression (KEY as in\n"
+            "                                       nightly.md): later nightlies list it, not fail on it\n");
 }

@@ -278,6 +278,11 @@ static const char *type_name(vt_knob_type t) {
     }
 }
 
+/* A test fixture (VT_TEST_*, e.g. VT_TEST_IGNORED_KNOB, audit rule R3's
+ * knob that never takes effect): accepted like any knob, so that tests can
+ * set it, but not offered to users in `vtlab knobs` or docs/knobs.md. */
+static int test_only(const vt_knob_info *k) { return !strncmp(k->name, "VT_TEST_", 8); }
+
 static int cmd_knobs(int argc, char **argv) {
     int md = argc > 1 && !strcmp(argv[1], "--markdown");
     if (argc > 1 && !md) return lab_cli_usage_error("knobs", argv[1]);
@@ -285,11 +290,14 @@ static int cmd_knobs(int argc, char **argv) {
         printf("# Knob reference\n\n"
                "Generated from the knob registry (`model/knobs.c`) by `make knobs-doc`; do not edit by hand.\n\n"
                "Knobs are `VT_*` environment variables, or the `knobs` of an experiment arm. Any `VT_*`\n"
-               "variable that no knob declares is an error (exit 2) with a did-you-mean. \"Numerics\" says\n"
-               "whether the knob may change the model's numbers; only those enter a run's knob hash.\n\n"
+               "variable that no knob declares is an error (exit 2) with a did-you-mean. A bool knob is `0`\n"
+               "or `1` and nothing else (`yes`, `true`, `on`, `off`... are errors that name the value they\n"
+               "mean). \"Numerics\" says whether the knob may change the model's numbers; only those enter a\n"
+               "run's knob hash. Knobs named `VT_TEST_*` are test fixtures: accepted, not listed here.\n\n"
                "| knob | type | default | allowed | numerics | what it does |\n|---|---|---|---|---|---|\n");
         for (int i = 0; i < vt_knob_count(); i++) {
             const vt_knob_info *k = vt_knob_at(i);
+            if (test_only(k)) continue;
             printf("| `%s` | %s | `%s` | `%s` | %s | %s |\n", k->name, type_name(k->type), k->def, k->allowed,
                    k->numeric ? "yes" : "no", k->doc);
         }
@@ -303,6 +311,7 @@ static int cmd_knobs(int argc, char **argv) {
     printf("%-26s %-6s %-14s %-8s %s\n", "KNOB", "TYPE", "DEFAULT", "NUMERIC", "ALLOWED / DOC");
     for (int i = 0; i < vt_knob_count(); i++) {
         const vt_knob_info *k = vt_knob_at(i);
+        if (test_only(k)) continue;
         printf("%-26s %-6s %-14s %-8s %s\n%-58s %s\n", k->name, type_name(k->type), k->def, k->numeric ? "yes" : "no",
                k->allowed, "", k->doc);
     }
@@ -383,8 +392,8 @@ static void wait_passively(char **argv) {
     /* only the commands that run forward passes have threads to wait: the
      * others (runs, show, report, --help, ...) would pay the second start
      * (about 28 ms of a 33 ms start measured) for nothing */
-    static const char *const computing[] = {"run", "sweep", "nightly", "reopen", "logits", "generate", "synth",
-                                               "engine", NULL};
+    static const char *const computing[] = {"run", "sweep", "nightly", "reopen", "rerun", "logits", "generate",
+                                               "synth", "engine", NULL};
     int computes = 0;
     for (int i = 0; argv[1] && computing[i]; i++) computes |= !strcmp(argv[1], computing[i]);
     if (computes) vt_openmp_wait_passively(argv);

@@ -34,6 +34,7 @@
 #include "cli.h"
 #include "experiment.h"
 #include "metrics.h"
+#include "nightly_confounds.h"
 #include "model/vt.h"
 #include "report.h"
 #include "runner.h"
@@ -597,42 +598,6 @@ static int compare_repeats(lab_store *st, int64_t nightly, const char *eid, cons
     return LAB_OK;
 }
 
-/* New confounds: open, unexpected audit flags that the previous nightly did
- * not have. A flag on a run of this nightly is new unless a run of the same
- * experiment and arm in the previous nightly had the same rule and key; any
- * other flag (claims, older runs) is new when first seen after the previous
- * nightly finished. With no previous nightly, only flags on tonight's runs
- * count (everything else is the baseline). */
-static int compare_audit(lab_store *st, int64_t nightly, int64_t prev_overall, int64_t *n_reg, char *err, size_t errlen) {
-    lab_nightly_flag *fl = NULL;
-    int64_t nfl = 0;
-    int rc = lab_store_nightly_open_flags(st, nightly, prev_overall, &fl, &nfl, err, errlen);
-    for (int64_t i = 0; !rc && i < nfl; i++) {
-        const lab_nightly_flag *g = &fl[i];
-        int is_new;
-        if (g->tonight) is_new = !g->had_before;
-        else is_new = prev_overall && g->prev_finished[0] && strcmp(g->first_seen, g->prev_finished) > 0;
-        if (!is_new) continue;
-        char eid[128], arm[128];
-        if (g->on_run) {
-            snprintf(eid, sizeof eid, "%s", g->experiment);
-            snprintf(arm, sizeof arm, "%s", g->arm);
-        } else {
-            snprintf(eid, sizeof eid, "%s", "");
-            snprintf(arm, sizeof arm, "%s %s", g->subject_kind, g->subject);
-        }
-        finding f;
-        finding_init(&f, eid, arm, "audit", 1);
-        if (g->tonight) f.run_id = atoll(g->subject);
-        snprintf(f.message, sizeof f.message, "new confound %s on %s %s: %s", g->rule, g->subject_kind, g->subject,
-                 g->reason);
-        snprintf(f.evidence, sizeof f.evidence, "{\"audit_flag\":%lld}", (long long)g->id);
-        rc = put_finding(st, nightly, &f, n_reg, err, errlen);
-    }
-    lab_nightly_flags_free(fl, nfl);
-    return rc;
-}
-
 /* Once per arm of tonight's runs cs (r: its first run): the repeats agree,
  * and against the previous nightly's ps: accuracy, numerics, throughput. */
 static int compare_arm(lab_store *st, int64_t cur, int64_t prev, const char *eid, const nrun *r, const nset *cs,
@@ -680,17 +645,16 @@ static int compare_experiment(lab_store *st, int64_t cur, const char *eid, const
     return rc;
 }
 
-/* The comparison inside the caller's batch. */
+/* The comparison inside the caller's batch. (Confounds are not findings:
+ * nightly_confounds.c judges them by cause.) */
 static int compare_all(lab_store *st, int64_t cur, const lab_nightly_opts *o, int64_t *n_reg, char *err,
                        size_t errlen) {
     char **exps = NULL, now[32];
-    int64_t ne = 0, prev_overall = 0;
+    int64_t ne = 0;
     int rc = lab_store_nightly_clear_findings(st, cur, err, errlen);
     if (!rc) rc = lab_store_nightly_experiments(st, cur, &exps, &ne, err, errlen);
     for (int64_t e = 0; e < ne && !rc; e++) rc = compare_experiment(st, cur, exps[e], o, n_reg, err, errlen);
     lab_nightly_strings_free(exps, ne);
-    if (!rc) rc = lab_store_nightly_previous(st, cur, NULL, &prev_overall, err, errlen);
-    if (!rc) rc = compare_audit(st, cur, prev_overall, n_reg, err, errlen);
     /* An acknowledgement ends when a nightly of its experiment no longer has
      * the finding (fixed, or the baseline moved): a recurrence alerts again. */
     lab_now_iso(now);
@@ -734,14 +698,14 @@ static int case_findings(lab_store *st, int64_t id, const char *eid, const char 
 static void x(lab_buf *b, const char *s) { lab_esc_html(b, s); }
 
 /* What junit.xml shows of a nightly: its row, its test cases with their
- * regressions and notes, and the audit regressions of no case (ledger). */
+ * regressions and notes, and the suite of its confounds. */
 typedef struct junit_data {
     nightly_row nr;
     tcase      *cs;
     int64_t     nc;
     int        *fail;
-    lab_buf    *reg, *notes, ledger;
-    int         failures;
+    lab_buf    *reg, *notes, confounds;
+    int         failures, n_confounds, confound_failures;
     double      time;
 } junit_data;
 
@@ -752,7 +716,7 @@ static void junit_free(junit_data *d) {
     free(d->notes);
     free(d->fail);
     free(d->cs);
-    lab_buf_free(&d->ledger);
+    lab_buf_free(&d->confounds);
 }
 
 static int junit_load(lab_store *st, int64_t id, junit_data *d, char *err, size_t errlen) {
@@ -760,17 +724,15 @@ static int junit_load(lab_store *st, int64_t id, junit_data *d, char *err, size_
     int rc = lab_store_nightly_get(st, id, &d->nr, err, errlen);
     if (!rc) rc = lab_store_nightly_cases(st, id, &d->cs, &d->nc, err, errlen);
     if (rc) return rc;
-    /* Audit findings that belong to no arm of the nightly get a test case of their own. */
-    lab_nightly_shown_list l;
-    if ((rc = lab_store_nightly_stray_audit(st, id, &l, err, errlen))) return rc;
-    for (int64_t i = 0; i < l.n; i++) lab_buf_printf(&d->ledger, "%s%s", d->ledger.len ? "\n" : "", l.r[i].message);
-    lab_nightly_shown_free(&l);
+    /* one test case per confound key, a failure per open one */
+    if ((rc = lab_nightly_junit_confounds(st, id, &d->confounds, &d->n_confounds, &d->confound_failures, err, errlen)))
+        return rc;
     size_t m = (size_t)(d->nc ? d->nc : 1);
     d->fail = calloc(m, sizeof *d->fail);
     d->reg = calloc(m, sizeof *d->reg);
     d->notes = calloc(m, sizeof *d->notes);
     if (!d->fail || !d->reg || !d->notes) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
-    d->failures = d->ledger.len ? 1 : 0;
+    d->failures = d->confound_failures;
     for (int64_t i = 0; i < d->nc && !rc; i++) {
         int n = 0;
         rc = case_findings(st, id, d->cs[i].eid, d->cs[i].arm, 1, &d->reg[i], &n, err, errlen);
@@ -870,24 +832,23 @@ static int64_t junit_suite(lab_buf *b, const junit_data *d, int64_t id, int64_t 
     return j;
 }
 
-/* The last <testsuite>: the audit, and the new confounds of no case. */
+/* The last <testsuite>s: that the audit ran to the end (an error when it
+ * did not), and the confounds (nightly_confounds.c). */
 static void junit_audit(lab_buf *b, const junit_data *d, int audit_failed) {
-    lab_buf_printf(b, "  <testsuite name=\"audit\" tests=\"1\" failures=\"%d\" errors=\"%d\" skipped=\"0\" time=\"0\">\n"
-                      "    <testcase classname=\"audit\" name=\"no new confounds outside the nightly's arms\" time=\"0\">\n",
-                   d->failures && d->ledger.len ? 1 : 0, audit_failed);
+    lab_buf_printf(b, "  <testsuite name=\"audit\" tests=\"1\" failures=\"0\" errors=\"%d\" skipped=\"0\" time=\"0\">\n"
+                      "    <testcase classname=\"audit\" name=\"the audit ran to the end\" time=\"0\">\n", audit_failed);
     if (audit_failed) {
         lab_buf_printf(b, "      <error type=\"audit\" message=\"the audit did not run to the end\">");
         x(b, d->nr.audit);
         lab_buf_printf(b, "</error>\n");
     }
-    if (d->ledger.len) {
-        lab_buf_printf(b, "      <failure type=\"audit\" message=\"new confound flags\">");
-        x(b, d->ledger.data);
-        lab_buf_printf(b, "</failure>\n");
-    }
-    lab_buf_printf(b, "      <system-out>audit: ");
+    lab_buf_printf(b, "      <system-out>nightly %lld: ", (long long)d->nr.id);
+    x(b, d->nr.status);
+    lab_buf_printf(b, "\naudit: ");
     x(b, d->nr.audit);
     lab_buf_printf(b, "</system-out>\n    </testcase>\n  </testsuite>\n");
+    if (d->confounds.len) lab_buf_append(b, d->confounds.data, d->confounds.len);
+    if (d->confounds.oom) b->oom = 1;
 }
 
 int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *err, size_t errlen) {
@@ -897,8 +858,8 @@ int lab_nightly_write_junit(lab_store *st, int64_t id, const char *path, char *e
     int audit_failed = !strncmp(d.nr.audit, "failed:", 7);
     lab_buf b = {0};
     lab_buf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"vtlab nightly %lld\" tests=\"%d\" "
-                       "failures=\"%d\" errors=\"%d\" time=\"%.3f\">\n", (long long)id, (int)d.nc + 1, d.failures,
-                   audit_failed, d.time);
+                       "failures=\"%d\" errors=\"%d\" time=\"%.3f\">\n", (long long)id, (int)d.nc + 1 + d.n_confounds,
+                   d.failures, audit_failed, d.time);
     for (int64_t i = 0; i < d.nc;) i = junit_suite(&b, &d, id, i);
     junit_audit(&b, &d, audit_failed);
     lab_buf_printf(&b, "</testsuites>\n");
@@ -935,21 +896,6 @@ static int md_cases(lab_store *st, int64_t id, const tcase *cs, int64_t nc, lab_
     return rc;
 }
 
-/* The new confounds on claims (no experiment), under a heading of their own. */
-static int md_ledger(lab_store *st, int64_t id, lab_buf *b, char *err, size_t errlen) {
-    lab_nightly_shown_list l;
-    int rc = lab_store_nightly_ledger_findings(st, id, &l, err, errlen);
-    if (rc) return rc;
-    for (int64_t i = 0; i < l.n; i++) {
-        if (!i) lab_buf_printf(b, "\n## New confounds in the ledger\n\n");
-        lab_buf_printf(b, "- ");
-        lab_esc_md(b, l.r[i].message);
-        lab_buf_printf(b, "\n");
-    }
-    lab_nightly_shown_free(&l);
-    return LAB_OK;
-}
-
 int lab_nightly_write_md(lab_store *st, int64_t id, const char *path, char *err, size_t errlen) {
     nightly_row nr;
     int rc = lab_store_nightly_get(st, id, &nr, err, errlen);
@@ -958,8 +904,11 @@ int lab_nightly_write_md(lab_store *st, int64_t id, const char *path, char *err,
     int64_t nc = 0;
     if ((rc = lab_store_nightly_cases(st, id, &cs, &nc, err, errlen))) return rc;
     lab_buf b = {0};
+    lab_confound_counts cc;
+    if ((rc = lab_nightly_confound_counts(st, id, &cc, err, errlen))) { free(cs); return rc; }
     lab_buf_printf(&b, "# vtlab nightly %lld: %s\n\n", (long long)id,
-                   !strcmp(nr.status, "PASSED") ? "passed" : !strcmp(nr.status, "REGRESSED") ? "**REGRESSED**" : nr.status);
+                   !strcmp(nr.status, "PASSED") ? "passed" : !strcmp(nr.status, "REGRESSED") ? "**REGRESSED**"
+                   : !strcmp(nr.status, "CONFOUNDED") ? "**CONFOUNDED**" : nr.status);
     lab_buf_printf(&b, "- started ");
     lab_esc_md(&b, nr.started);
     lab_buf_printf(&b, ", finished ");
@@ -968,11 +917,13 @@ int lab_nightly_write_md(lab_store *st, int64_t id, const char *path, char *err,
     lab_esc_md(&b, nr.host);
     lab_buf_printf(&b, "\n- code `");
     lab_esc_md_code(&b, nr.code_version);
-    lab_buf_printf(&b, "`\n- %lld run(s), %lld regression(s)\n- audit: ", (long long)nr.n_runs, (long long)nr.n_reg);
+    lab_buf_printf(&b, "`\n- %lld run(s), %lld regression(s), %lld open confound(s) (%lld new), %lld acknowledged, "
+                       "%lld resolved\n- audit: ", (long long)nr.n_runs, (long long)nr.n_reg, (long long)cc.open,
+                   (long long)cc.fresh, (long long)cc.acknowledged, (long long)cc.resolved);
     lab_esc_md(&b, nr.audit);
     lab_buf_printf(&b, "\n- full report: `index.html`; JUnit: `junit.xml`; feed: `regressions.atom`\n\n");
-    rc = md_cases(st, id, cs, nc, &b, err, errlen);
-    if (!rc) rc = md_ledger(st, id, &b, err, errlen);
+    rc = lab_nightly_md_confounds(st, id, &b, err, errlen);
+    if (!rc) rc = md_cases(st, id, cs, nc, &b, err, errlen);
     if (!rc) rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory")
                         : lab_cli_write_file_atomic(path, b.data, b.len, err, errlen);
     lab_buf_free(&b);
@@ -1011,13 +962,15 @@ int lab_nightly_write_atom(lab_store *st, const char *path, char *err, size_t er
     if ((rc = lab_store_nightly_feed(st, 20, &l, err, errlen))) return rc;
     lab_buf b = {0};
     lab_buf_printf(&b, "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<feed xmlns=\"http://www.w3.org/2005/Atom\">\n"
-                       "  <title>vtlab nightly regressions</title>\n  <id>urn:vtlab:feed:");
+                       "  <title>vtlab nightly regressions and confounds</title>\n  <id>urn:vtlab:feed:");
     x(&b, feed);
     lab_buf_printf(&b, "</id>\n  <updated>%s</updated>\n  <author><name>vtlab nightly</name></author>\n"
                        "  <link rel=\"self\" href=\"regressions.atom\"/>\n"
                        "  <link rel=\"alternate\" href=\"index.html\"/>\n", now);
     for (int64_t i = 0; i < l.n; i++) atom_entry(&b, feed, &l.r[i]);
     lab_nightly_shown_free(&l);
+    rc = lab_nightly_atom_confounds(st, feed, 20, &b, err, errlen);   /* the new confounds: they fail a night too */
+    if (rc) { lab_buf_free(&b); return rc; }
     lab_buf_printf(&b, "</feed>\n");
     rc = b.oom ? lab_errf(err, errlen, LAB_ENOMEM, "out of memory") : lab_cli_write_file_atomic(path, b.data, b.len, err, errlen);
     lab_buf_free(&b);
@@ -1265,9 +1218,11 @@ static int sweep(night *n, char *sweep_err, size_t selen, int *rc, char *err, si
 }
 
 /* The audit: flags for every run, ours included. audit: the one line the
- * nightly records; a failure (the night is then FAILED) is returned with its
+ * nightly records; *ran: 1 when it ran to the end (then the night judges its
+ * confounds); a failure (the night is then FAILED) is returned with its
  * message in audit_err. */
-static int run_audit(const lab_nightly_opts *o, char *audit, size_t alen, char *audit_err, size_t aelen) {
+static int run_audit(const lab_nightly_opts *o, char *audit, size_t alen, char *audit_err, size_t aelen, int *ran) {
+    *ran = 0;
     snprintf(audit, alen, "not run (--no-audit)");
     if (!o->audit || lab_interrupted) return 0;
     int arc = 0;
@@ -1283,9 +1238,14 @@ static int run_audit(const lab_nightly_opts *o, char *audit, size_t alen, char *
             /* a nightly whose audit failed is not green: FAILED, with the reason */
             snprintf(audit, alen, "failed: %.200s", aerr);
             snprintf(audit_err, aelen, "audit failed: %.1024s", aerr);
-        } else
-            snprintf(audit, alen, "%lld open confound(s), %lld expected (replays), %lld new, %lld resolved",
-                     (long long)ar.n_open, (long long)ar.n_expected, (long long)ar.n_new, (long long)ar.n_resolved);
+        } else {
+            /* flags, not confounds: one cause is one flag per run it is on (the
+             * nightly's confounds, by cause, are counted on their own line) */
+            snprintf(audit, alen, "%lld open flag(s) on all runs and claims, %lld expected (replays), %lld new, "
+                     "%lld resolved", (long long)ar.n_open, (long long)ar.n_expected, (long long)ar.n_new,
+                     (long long)ar.n_resolved);
+            *ran = 1;
+        }
     }
     printf("audit: %s\n", audit);
     return arc;
@@ -1384,34 +1344,47 @@ static int bisect_regressions(night *n, char *err, size_t errlen) {
 
 /* After the sweep: the runs this process made belong to this nightly; drops
  * re-measured; the audit; the comparison; the status and the outputs. */
-static int judge_nightly(night *n, int sweep_rc, const char *sweep_err, int64_t *n_reg, char *err, size_t errlen) {
+static int judge_nightly(night *n, int sweep_rc, const char *sweep_err, int64_t *n_reg, int64_t *n_conf, char *err,
+                         size_t errlen) {
     int rc = lab_store_nightly_attach_runs(n->st, n->id, n->before, n->host, n->pid, 0, err, errlen);
     if (!rc) rc = plant_slowdown(n->st, n->before, n->host, n->pid, 0, err, errlen);
     if (rc) return rc;
     /* A throughput drop is confirmed by a second measurement before it is flagged. */
     if (!lab_interrupted) remeasure_suspects(n->st, n->id, n->files, n->ids, n->nf, n->o, n->host, n->pid);
     char audit[256], audit_err[1100] = "", now[32];
-    int audit_rc = run_audit(n->o, audit, sizeof audit, audit_err, sizeof audit_err);
+    int audited = 0, audit_rc = run_audit(n->o, audit, sizeof audit, audit_err, sizeof audit_err, &audited);
     int64_t nreg = 0;
     if ((rc = lab_nightly_compare(n->st, n->id, n->o, &nreg, err, errlen))) return rc;
     *n_reg = nreg;
+    lab_confound_counts cc = {0};
+    if (audited && (rc = lab_nightly_judge_confounds(n->st, n->id, &cc, err, errlen))) return rc;
+    if (audited) printf("confounds: %lld open (%lld new), %lld acknowledged, %lld resolved\n", (long long)cc.open,
+                        (long long)cc.fresh, (long long)cc.acknowledged, (long long)cc.resolved);
     if (nreg && n->o->bisect && !lab_interrupted && (rc = bisect_regressions(n, err, errlen))) return rc;
     lab_now_iso(now);
     /* A sweep error that produced no failed run (e.g. a model that cannot be
-     * built) fails the night, and it is then never used as a baseline. */
-    const char *status = lab_interrupted || audit_rc || (sweep_rc && !nreg) ? "FAILED" : nreg ? "REGRESSED" : "PASSED";
+     * built) fails the night, and it is then never used as a baseline. An
+     * open confound no one acknowledged fails it too, as CONFOUNDED (a
+     * baseline: its runs are complete). */
+    const char *status = lab_interrupted || audit_rc || (sweep_rc && !nreg) ? "FAILED" : nreg ? "REGRESSED"
+                       : cc.open ? "CONFOUNDED" : "PASSED";
     char error[2100] = "";
     if (sweep_rc) snprintf(error, sizeof error, "%s", sweep_err);
     else if (audit_rc) snprintf(error, sizeof error, "%s", audit_err);
     if (lab_interrupted) snprintf(error, sizeof error, "interrupted by a signal");
     lab_nightly_end e = {n->id, now, status, nreg, audit, error[0] ? error : NULL};
     if ((rc = finish_nightly(n, &e, err, errlen))) return rc;
+    *n_conf = cc.open;
+    char aerr[256];
+    if (cc.open && lab_nightly_confound_advice(n->st, n->id, stderr, aerr, sizeof aerr))
+        fprintf(stderr, "vtlab nightly: %s\n", aerr);
     if (sweep_rc && !nreg) { snprintf(err, errlen, "%s", sweep_err); return sweep_rc; }
     if (audit_rc) { snprintf(err, errlen, "%s", audit_err); return audit_rc; }
     return LAB_OK;
 }
 
-static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_reg, char *err, size_t errlen) {
+static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_reg, int64_t *n_conf, char *err,
+                       size_t errlen) {
     night n;
     memset(&n, 0, sizeof n);
     n.o = o;
@@ -1426,7 +1399,7 @@ static int run_nightly(const lab_nightly_opts *o, int64_t *id_out, int64_t *n_re
         lab_install_signals();
         char sweep_err[2048] = "";
         int sweep_rc = sweep(&n, sweep_err, sizeof sweep_err, &rc, err, errlen);
-        if (!rc) rc = judge_nightly(&n, sweep_rc, sweep_err, n_reg, err, errlen);
+        if (!rc) rc = judge_nightly(&n, sweep_rc, sweep_err, n_reg, n_conf, err, errlen);
     }
     if (rc && n.st && n.id) {
         char e2[256];
@@ -1451,7 +1424,7 @@ int lab_nightly_cmd(const lab_nightly_opts *opts, int specs_given) {
             return 2;
         }
     }
-    int64_t id = 0, nreg = 0;
+    int64_t id = 0, nreg = 0, nconf = 0;
     char err[2048] = "";
     /* The ledger is checked before anything runs: a malformed one (or a
      * --specs that names nothing) is bad input, and the audit at the end of
@@ -1466,21 +1439,21 @@ int lab_nightly_cmd(const lab_nightly_opts *opts, int specs_given) {
         }
         lab_ledger_free(&l);
     }
-    int rc = run_nightly(&o, &id, &nreg, err, sizeof err);
+    int rc = run_nightly(&o, &id, &nreg, &nconf, err, sizeof err);
     if (rc) {
         fprintf(stderr, "vtlab nightly: %s\n", err);
         return lab_exit_code(rc);
     }
     printf("nightly %lld: %s; %s/junit.xml, %s/nightly.md, %s/regressions.atom, %s/index.html\n", (long long)id,
-           nreg ? "REGRESSED" : "passed", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
-    if (nreg) {
+           nreg ? "REGRESSED" : nconf ? "CONFOUNDED" : "passed", o.out_dir, o.out_dir, o.out_dir, o.out_dir);
+    if (nreg)
         fprintf(stderr, "vtlab nightly: %lld regression(s) against the previous nightly (see %s/nightly.md)\n",
                 (long long)nreg, o.out_dir);
-        return 1;
-    }
-    return 0;
+    if (nconf)
+        fprintf(stderr, "vtlab nightly: %lld open confound(s) no one acknowledged: the night is not green until each "
+                        "is fixed, its claim reopened, or acknowledged (see %s/nightly.md)\n", (long long)nconf, o.out_dir);
+    return nreg || nconf ? 1 : 0;
 }
-/* The arguments of `vtlab ack`: 0, or the exit status 2 (said on stderr). */
 
 /* Records the acknowledgement of t and says so on stdout. */
 static int ack_record(lab_store *st, const lab_nightly_target *t, const char *reason, char *err, size_t errlen) {
@@ -1500,32 +1473,102 @@ static int ack_record(lab_store *st, const lab_nightly_target *t, const char *re
     return LAB_OK;
 }
 
-/* `vtlab ack FINDING --reason TEXT [--db PATH]`, argv[0] = "ack". FINDING is
- * EXPERIMENT/ARM/KIND (kind: check, accuracy, numerics, performance, audit),
- * or the id of a row of nightly_findings; it must name a regression some
- * nightly found. The acknowledgement (nightly_acks) turns later regressions
- * of that key into notes until a nightly of the experiment no longer has it;
- * a performance one holds only down to the throughput acknowledged (a
- * further drop beyond the noise alerts again). Exit 0, or 2 on bad input
- * (nothing written). */
+/* Records the acknowledgement of confound `key`, open or acknowledged last in
+ * nightly `nightly`, and says so on stdout. */
+static int ack_confound(lab_store *st, const char *key, int64_t nightly, const char *reason, char *err,
+                        size_t errlen) {
+    char now[32];
+    lab_now_iso(now);
+    lab_nightly_ack_row a = {key, "", "", "confound", reason, now, nightly, NAN};
+    int rc = lab_store_nightly_put_ack(st, &a, err, errlen);
+    if (rc) return rc;
+    printf("acknowledged confound %s (nightly %lld): later nightlies list it as acknowledged and do not fail on it, "
+           "until a nightly no longer has it (`vtlab ack --remove %s` ends it sooner): %s\n", key, (long long)nightly,
+           key, reason);
+    return LAB_OK;
+}
+
+/* `vtlab ack KEY --reason TEXT [--db PATH]` (lab.c checks the arguments and
+ * that the database exists). KEY is a confound key as nightly.md shows it
+ * (nightly_confounds.h: the acknowledged confound is listed and no longer
+ * fails a night, until a nightly no longer has it), or a regression:
+ * EXPERIMENT/ARM/KIND (kind: check, accuracy, numerics, performance) or the
+ * id of a nightly_findings row; it must name one some nightly found. The
+ * acknowledgement of a regression (nightly_acks) turns later regressions of
+ * that key into notes until a nightly of the experiment no longer has it; a
+ * performance one holds only down to the throughput acknowledged (a further
+ * drop beyond the noise alerts again). Exit 0, or 2 on bad input (nothing
+ * written). */
 int lab_cmd_ack(const char *db, const char *key, const char *reason) {
     lab_store *st = NULL;
     char err[1024] = "";
-    lab_nightly_target t;
-    /* The latest regression with that key (or that id). */
+    lab_nightly_target t = {0};
+    int64_t confound_night = 0;
+    /* A confound key, else the latest regression with that key (or that id). */
     int rc = lab_store_open(&st, db, err, sizeof err);
+    if (!rc) rc = lab_store_nightly_find_confound(st, key, &confound_night, err, sizeof err);
+    if (!rc && confound_night) {
+        rc = ack_confound(st, key, confound_night, reason, err, sizeof err);
+        goto done;
+    }
     if (!rc) rc = lab_store_nightly_find_regression(st, key, key[strspn(key, "0123456789")] == 0, &t, err, sizeof err);
     if (!rc && !t.found) {
-        fprintf(stderr, "vtlab ack: %s: no regression found by a nightly in %s (name it EXPERIMENT/ARM/KIND, as in "
-                        "nightly.md, or by the id of its nightly_findings row)\n", key, db);
+        fprintf(stderr, "vtlab ack: %s: no confound or regression found by a nightly in %s (name a confound by its key "
+                        "and a regression EXPERIMENT/ARM/KIND, as nightly.md shows them, or a regression by the id of its "
+                        "nightly_findings row)\n", key, db);
         lab_store_close(st);
         return 2;
     }
     if (!rc) rc = ack_record(st, &t, reason, err, sizeof err);
+done:
     lab_store_close(st);
     if (rc) {
         fprintf(stderr, "vtlab ack: %s\n", err);
         return lab_exit_code(rc);
     }
+    return 0;
+}
+
+int lab_cmd_ack_list(const char *db) {
+    lab_store *st = NULL;
+    lab_nightly_ack_listed *a = NULL;
+    int64_t n = 0;
+    char err[1024] = "";
+    int rc = lab_store_open_readonly(&st, db, err, sizeof err);
+    if (!rc) rc = lab_store_nightly_list_acks(st, &a, &n, err, sizeof err);
+    lab_store_close(st);
+    if (rc) {
+        fprintf(stderr, "vtlab ack: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    if (!n) printf("no active acknowledgement in %s\n", db);
+    for (int64_t i = 0; i < n; i++) {
+        printf("%s  %s, acknowledged %s (nightly %lld)", a[i].key,
+               strcmp(a[i].kind, "confound") ? "regression" : "confound", a[i].acked_at, (long long)a[i].nightly);
+        if (!isnan(a[i].value)) printf(" at %.4g tokens/s", a[i].value);
+        printf(": %s\n", a[i].reason);
+    }
+    free(a);
+    return 0;
+}
+
+int lab_cmd_ack_remove(const char *db, const char *key) {
+    lab_store *st = NULL;
+    char err[1024] = "", now[32];
+    int removed = 0;
+    lab_now_iso(now);
+    int rc = lab_store_open(&st, db, err, sizeof err);
+    if (!rc) rc = lab_store_nightly_remove_ack(st, key, now, &removed, err, sizeof err);
+    lab_store_close(st);
+    if (rc) {
+        fprintf(stderr, "vtlab ack: %s\n", err);
+        return lab_exit_code(rc);
+    }
+    if (!removed) {
+        fprintf(stderr, "vtlab ack --remove: %s: no active acknowledgement of that key in %s (`vtlab ack --list` "
+                        "shows them)\n", key, db);
+        return 2;
+    }
+    printf("acknowledgement of %s removed: the next nightly that has it fails on it again\n", key);
     return 0;
 }

@@ -28,6 +28,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -135,6 +136,8 @@ static int write_derived(const lab_claim *c, const lab_defect *d, const char *wo
         cJSON_AddItemToArray(new_arms, replay);
     }
     cJSON_ReplaceItemInObjectCaseSensitive(j, "arms", new_arms);
+    /* written to the work dir: its paths must still name the claim's files */
+    if ((rc = lab_experiment_rebase(j, c->experiment_path, 0, err, errlen))) { cJSON_Delete(j); return rc; }
     char *out = cJSON_Print(j);
     cJSON_Delete(j);
     if (!out) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
@@ -675,6 +678,31 @@ out:
     return rc;
 }
 
+/* 1 when git tracks file (its directory's repository has it): the ledger is
+ * a checkout's, and what reopen wrote there is to be committed. A copy of
+ * the ledger outside git (build/demo/specs is ignored) has nothing to
+ * commit. git is asked without a shell (the path is the user's). */
+static int git_tracks(const char *file) {
+    char dir[4400];   /* print_result's paths are at most 4300 bytes */
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : file;
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    fflush(NULL);
+    pid_t p = fork();
+    if (p < 0) return 0;
+    if (p == 0) {
+        int fd = open("/dev/null", O_RDWR);
+        if (fd >= 0) { dup2(fd, 0); dup2(fd, 1); dup2(fd, 2); }
+        execlp("git", "git", "-C", dir, "ls-files", "--error-unmatch", "--", base, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    while (waitpid(p, &st, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 /* (d) before and after, side by side. */
 static void print_result(FILE *out, const lab_claim *c, const lab_defect *d, const reopen_measure *m, const char *id,
                          const char *file, const char *old_file) {
@@ -700,6 +728,10 @@ static void print_result(FILE *out, const lab_claim *c, const lab_defect *d, con
     if (m->replay.run) fprintf(out, "\nreplay (run %lld): %s\n", (long long)m->replay.run, m->explanation);
     else fprintf(out, "\nno replay: %s\n", m->explanation);
     fprintf(out, "written: %s (new), %s (superseded_by set)\n", file, old_file);
+    if (git_tracks(old_file))
+        fprintf(out, "the ledger is in git: commit the reopened claim with the new one:\n  git add %s %s && git commit "
+                     "-m \"reopen %s: %s\"\n", file, old_file, c->id, id);
+    else fprintf(out, "(git does not track %s: a ledger copy, nothing to commit)\n", old_file);
 }
 
 int lab_reopen(const lab_reopen_opts *o, FILE *out, char new_claim[128], char *err, size_t errlen) {

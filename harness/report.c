@@ -754,9 +754,10 @@ static void page_head(page *pg, const lab_rp_page_view *v) {
         lab_buf_printf(ht, "</a>");
     }
     /* links only to the sections this page has */
-    lab_buf_printf(ht, "<a href=\"#summary\">summary</a>%s%s%s</nav>\n",
+    lab_buf_printf(ht, "<a href=\"#summary\">summary</a>%s%s%s%s</nav>\n",
                    v->n_claims ? "<a href=\"#ledger\">ledger</a>" : "", v->n_nightlies ? "<a href=\"#nightly\">nightly</a>" : "",
-                   pg->has_bisect ? "<a href=\"#bisect\">bisections</a>" : "");
+                   pg->has_bisect ? "<a href=\"#bisect\">bisections</a>" : "",
+                   pg->has_localize ? "<a href=\"#localize\">localizations</a>" : "");
 }
 
 /* The experiment's heading: its spec, reference, decision rule, description
@@ -818,6 +819,7 @@ static void section_experiment(page *pg, const exp_view *e, int i) {
 static int build_page(lab_store *st, page *pg, const lab_rp_page_view *v, char *err, size_t errlen) {
     lab_buf *ht = &pg->html;
     int rc0 = lab_rp_has_bisections(st, &pg->has_bisect, err, errlen);
+    if (!rc0) rc0 = lab_rp_has_localizations(st, &pg->has_localize, err, errlen);
     if (rc0) return rc0;
     page_head(pg, v);
     section_summary(pg, v);
@@ -840,6 +842,7 @@ static int build_page(lab_store *st, page *pg, const lab_rp_page_view *v, char *
     section_claims(pg, v);
     section_nightlies(pg, v);
     int brc = lab_rp_section_bisections(st, pg, err, errlen);
+    if (!brc) brc = lab_rp_section_localizations(st, pg, err, errlen);
     if (brc) return brc;
     lab_buf_printf(ht, "<hr><p class=\"meta\">Every number here is a row of the database; <code>vtlab show RUN</code> "
                        "prints everything recorded about a run. Schema: docs/schema.md.</p>\n</body></html>\n");

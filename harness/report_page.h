@@ -22,6 +22,7 @@ typedef struct page {
     char plot_dir[4096];
     int  plots_on;
     int  has_bisect;        /* the page has a bisections section (the navigation links only what exists) */
+    int  has_localize;      /* ... and a localizations section */
     lab_buf html, md;
 } page;
 
@@ -44,5 +45,11 @@ int lab_rp_has_bisections(lab_store *st, int *has, char *err, size_t errlen);
  * steps and a chart of top-1 agreement over the commit range. Nothing when
  * the database has none (or no bisections table: an older read-only file). */
 int lab_rp_section_bisections(lab_store *st, page *pg, char *err, size_t errlen);
+
+/* report_localize.c: *has = 1 when the database has a localization to show;
+ * the localizations of `vtlab localize`, each with a chart of its units alone
+ * and a table of its steps (nothing without any, or without the table). */
+int lab_rp_has_localizations(lab_store *st, int *has, char *err, size_t errlen);
+int lab_rp_section_localizations(lab_store *st, page *pg, char *err, size_t errlen);
 
 #endif

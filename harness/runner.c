@@ -19,6 +19,7 @@
  */
 #include "runner.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@
 #include "run_forward.h"
 #include "run_record.h"
 #include "store.h"
+#include "store_annot.h"
 #include "store_runs.h"
 #include "util.h"
 
@@ -56,6 +58,7 @@ void lab_install_signals(void) {
 typedef struct exp_ctx {
     const lab_experiment *e;
     const lab_run_opts   *o;
+    const lab_run_more   *m;           /* never NULL (a zero one for plain runs) */
     lab_run_summary      *sum;
     lab_store            *st;
     lab_engine           *engs;        /* [n_arms] each arm's engine; builtin arms share one model */
@@ -69,6 +72,7 @@ typedef struct exp_ctx {
     uint8_t              *tried;       /* [n_arms * repeats] done (or given up) by this process */
     int64_t              *arm_run;     /* [n_arms] FINISHED run of repeat 0, for pair tests */
     int                   any_new, busy_noted;
+    int                   partial;     /* --limit cut the dataset: runs are stored PARTIAL */
     /* --shard: the whole dataset, kept while e->ds is the shard's view */
     int64_t              *full_offsets, full_n_seq, full_n_tokens, full_n_scored;
     int32_t              *full_tokens;
@@ -133,6 +137,7 @@ static int record_run(exp_ctx *x, int64_t arm, int64_t run_id, const char *label
     int with_verdict = compare && arm != e->ref_index && e->has_decision;
     lab_run_result_fill(&res, e, arm, x->engs[arm].info.vocab, acc, rec, compare, with_verdict);
     res.wall_s = lab_mono() - t0;
+    res.partial = x->partial;
     lab_shard_info sh = x->shard;
     if (x->full_offsets) {
         sh.n_layers = x->engs[arm].info.n_layers;
@@ -275,6 +280,22 @@ static int reference_available(exp_ctx *x, int64_t arm, int64_t rep, int *busy, 
     return 1;
 }
 
+/* Whether run (arm, rep) is one `vtlab rerun` asked for. */
+static int is_rerun(const exp_ctx *x, int64_t arm, int64_t rep) {
+    const lab_run_more *m = x->m;
+    return m->rerun_of && m->rerun_of[arm] > 0 && m->rerun_rep[arm] == rep;
+}
+
+/* Whether run_pass does run (arm, rep): every run of the arm --arm names (or
+ * of every arm), and the reference's; under `vtlab rerun` the runs asked for
+ * and the reference's repeat 0 (found FINISHED, or run). */
+static int wanted(const exp_ctx *x, int64_t arm, int64_t rep) {
+    const lab_experiment *e = x->e;
+    const lab_run_opts *o = x->o;
+    if (x->m->rerun_of) return is_rerun(x, arm, rep) || (arm == e->ref_index && rep == 0);
+    return !o->only_arm || arm == e->ref_index || !strcmp(e->arms[arm].name, o->only_arm);
+}
+
 /* Claims run (arm, rep): *kind LAB_LEASED, LAB_LEASE_DONE or LAB_LEASE_BUSY (see
  * lab_store_lease_ex), saying on stderr what it found left behind. */
 static int lease_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, int *kind, int64_t *run_id,
@@ -289,8 +310,12 @@ static int lease_run(exp_ctx *x, int64_t arm, int64_t rep, lab_provenance *pv, i
     pv->engine_hello = x->hello[arm].json;
     pv->expected_assertions = a->expect_fail ? "fail" : "pass";
     pv->layer_kinds = x->engs[arm].info.layer_kinds;
+    /* a rerun is run even when its identity has a FINISHED run: that run is
+     * usually the very one it repeats */
+    int rerun = is_rerun(x, arm, rep);
     int64_t stale = 0, redone = 0;
-    int rc = lab_store_lease_ex(x->st, &id, pv, x->o->force, kind, run_id, &stale, &redone, err, errlen);
+    int rc = lab_store_lease_ex(x->st, &id, pv, x->o->force || rerun, kind, run_id, &stale, &redone, err, errlen);
+    if (!rc && rerun && *kind == LAB_LEASED) rc = lab_store_set_rerun_of(x->st, *run_id, x->m->rerun_of[arm], err, errlen);
     if (rc) return rc;
     if (redone) {
         x->sum->stale_redone++;
@@ -371,9 +396,8 @@ static int run_pass(exp_ctx *x, int *busy, char *err, size_t errlen) {
     /* The reference arm first, then the others in file order. */
     for (int64_t k = 0; k < e->n_arms && !rc; k++) {
         int64_t arm = k == 0 ? e->ref_index : (k <= e->ref_index ? k - 1 : k);
-        if (x->o->only_arm && arm != e->ref_index && strcmp(e->arms[arm].name, x->o->only_arm)) continue;
         for (int64_t rep = 0; rep < e->repeats && !rc; rep++) {
-            if (x->tried[arm * e->repeats + rep]) continue;
+            if (x->tried[arm * e->repeats + rep] || !wanted(x, arm, rep)) continue;
             if (lab_interrupted) return lab_errf(err, errlen, LAB_EINTERNAL, "interrupted by a signal");
             rc = one_run(x, arm, rep, &pv, busy, err, errlen);
         }
@@ -469,6 +493,19 @@ static int load_engines(exp_ctx *x, const char *dir, char *err, size_t errlen) {
     return LAB_OK;
 }
 
+/* --limit N: the dataset becomes its first N sequences, before the identity
+ * is made (its dataset hash is then the hash of what was run), and the runs
+ * are PARTIAL. N at or beyond the dataset changes nothing. */
+static void apply_limit(exp_ctx *x, lab_experiment *e) {
+    lab_dataset *ds = &e->ds;
+    if (x->m->limit <= 0 || x->m->limit >= ds->n_seq) return;
+    ds->n_seq = x->m->limit;
+    ds->max_len = 0;
+    for (int64_t q = 0; q < ds->n_seq; q++)
+        if (ds->offsets[q + 1] - ds->offsets[q] > ds->max_len) ds->max_len = ds->offsets[q + 1] - ds->offsets[q];
+    x->partial = 1;
+}
+
 /* Everything that can be bad input, before the database: the arm name,
  * the model, every arm's engine, knobs and backend, the dataset against the
  * vocabulary, and the identity shared by the runs. */
@@ -476,7 +513,8 @@ static int prepare(exp_ctx *x, lab_experiment *e, const char *path, char *err, s
     char *dir = NULL, device[128] = "";
     if (x->o->only_arm && lab_experiment_arm(e, x->o->only_arm) < 0)
         return lab_errf(err, errlen, LAB_EINPUT, "%s: --arm %s: no arm of that name", path, x->o->only_arm);
-    int rc = lab_model_dir(e, &dir, err, errlen);
+    int rc = x->m->model_dir ? ((dir = lab_strdup(x->m->model_dir)) ? LAB_OK : lab_oom(err, errlen))
+                             : lab_model_dir(e, &dir, err, errlen);
     if (rc) return rc;
     rc = load_engines(x, dir, err, errlen);
     free(dir);
@@ -484,6 +522,7 @@ static int prepare(exp_ctx *x, lab_experiment *e, const char *path, char *err, s
         return rc;
     const lab_engine_info *ri = &x->engs[e->ref_index].info;
     if ((rc = lab_dataset_prepare(e, ri->vocab, err, errlen))) return rc;
+    apply_limit(x, e);
     if ((rc = lab_exp_ident_init(&x->id, e, x->ks, ri->model_sha256, device, err, errlen))) return rc;
     for (int64_t i = 0; i < e->n_arms; i++) {
         if (!x->hello[i].json) continue;
@@ -584,10 +623,14 @@ int lab_arm_knob_hash(const lab_experiment *e, int64_t i, char out[65], char *er
     return rc;
 }
 
-/* Opens results.db, records the spec, marks runs of dead processes KILLED. */
+/* Opens results.db, records the spec, marks runs of dead processes KILLED.
+ * The spec's file is recorded as an absolute path: the paths inside it are
+ * relative to it (paths.h), so `vtlab rerun` finds them from anywhere. */
 static int open_store(exp_ctx *x, const char *path, char *err, size_t errlen) {
+    char real[PATH_MAX];
     int rc = lab_store_open(&x->st, x->o->db_path, err, errlen);
-    if (!rc) rc = lab_store_put_spec(x->st, x->id.spec_sha, x->e->id, path, x->e->spec_json, err, errlen);
+    if (!rc) rc = lab_store_put_spec(x->st, x->id.spec_sha, x->e->id, realpath(path, real) ? real : path,
+                                     x->e->spec_json, err, errlen);
     int64_t reaped = 0;
     if (!rc) rc = lab_store_reap(x->st, x->id.host, &reaped, err, errlen);
     if (!rc && reaped) {
@@ -619,11 +662,30 @@ static int run_all(exp_ctx *x, const char *path, char *err, size_t errlen) {
 }
 
 int lab_run_experiment(const char *path, const lab_run_opts *o, lab_run_summary *sum, char *err, size_t errlen) {
+    return lab_run_experiment_more(path, o, NULL, sum, err, errlen);
+}
+
+int lab_run_experiment_more(const char *path, const lab_run_opts *o, const lab_run_more *m, lab_run_summary *sum,
+                            char *err, size_t errlen) {
+    lab_experiment *e = NULL;
+    double t0 = lab_mono();
+    int rc = lab_experiment_load(&e, path, err, errlen);
+    if (rc) {
+        sum->wall_s += lab_mono() - t0;
+        return rc;
+    }
+    rc = lab_run_parsed(e, path, o, m, sum, err, errlen);
+    lab_experiment_free(e);
+    return rc;
+}
+
+int lab_run_parsed(lab_experiment *e, const char *path, const lab_run_opts *o, const lab_run_more *m,
+                   lab_run_summary *sum, char *err, size_t errlen) {
+    static const lab_run_more none;
     double t0 = lab_mono();
     exp_ctx x = {0};
-    lab_experiment *e = NULL;
-    int rc = lab_experiment_load(&e, path, err, errlen);
-    if (rc) return rc;
+    int rc;
+    x.m = m ? m : &none;
     x.e = e;
     x.o = o;
     x.sum = sum;
@@ -655,7 +717,6 @@ done:
     free(x.hello);
     lab_exp_ident_free(&x.id);
     lab_store_close(x.st);
-    lab_experiment_free(e);
     sum->wall_s += lab_mono() - t0;
     return rc;
 }

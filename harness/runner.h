@@ -34,6 +34,21 @@ typedef struct lab_run_opts {
     int64_t     shard_index, shard_count;   /* --shard I/N: sequences [I*n/N, (I+1)*n/N); count 0: the whole run */
 } lab_run_opts;
 
+/* What `vtlab run --limit` and `vtlab rerun` add to lab_run_opts (a struct of
+ * its own: the many plain callers' initialisers stay as they are). */
+typedef struct lab_run_more {
+    int64_t     limit;       /* --limit N: the first N sequences only, recorded as PARTIAL runs (never
+                              * FINISHED: never the arm's finished run); 0, or N >= the dataset: all */
+    /* `vtlab rerun`: [n_arms] the run each arm's new run repeats (0: the arm is
+     * not rerun) and its repeat index. Only those arms run (the reference too,
+     * where it has no FINISHED run to compare with), each even when a FINISHED
+     * run of its identity exists, and its new run records rerun_of. NULL: a
+     * plain run. */
+    const int64_t *rerun_of, *rerun_rep;
+    const char  *model_dir;  /* NULL: the experiment's model; else this directory (a rerun's model,
+                              * found in the cache by the run's model hash) */
+} lab_run_more;
+
 typedef struct lab_run_summary {
     int64_t runs_done;       /* executed and FINISHED by this process */
     int64_t runs_skipped;    /* FINISHED already (same identity) */
@@ -61,6 +76,14 @@ int lab_arm_knob_hash(const lab_experiment *e, int64_t i, char out[65], char *er
  * into *sum (not cleared), so a sweep can sum over files. */
 int lab_run_experiment(const char *path, const lab_run_opts *o, lab_run_summary *sum,
                        char *err, size_t errlen);
+/* The same with more options (m may be NULL). */
+int lab_run_experiment_more(const char *path, const lab_run_opts *o, const lab_run_more *m, lab_run_summary *sum,
+                            char *err, size_t errlen);
+/* The same for an experiment already parsed (`vtlab rerun` parses the spec
+ * stored with a run); e stays the caller's, and is changed (its dataset
+ * prepared, or cut to --limit). path is what results.db records as its file. */
+int lab_run_parsed(lab_experiment *e, const char *path, const lab_run_opts *o, const lab_run_more *m,
+                   lab_run_summary *sum, char *err, size_t errlen);
 
 /* The progress mode for stderr: 1 (redrawn line) on a terminal, 2 (plain
  * lines, rate-limited, for CI logs) otherwise. */

@@ -21,6 +21,16 @@
  *       meta (key, value): the database's feed_id; runs.layer_kinds.
  *   v7  runs.engine_hello: the hello of the command engine a run went
  *       through (docs/engine-protocol.md); NULL for the builtin model.
+ *   v8  bisections, bisect_steps; runs.shard, run_sequences, run_shards,
+ *       merged_shards (sequence shards, docs/slurm.md).
+ *   v9  run_tags, run_notes (`vtlab tag`, `vtlab note`), runs.rerun_of
+ *       (`vtlab rerun`), the PARTIAL status (`vtlab run --limit N`); the
+ *       views run_summary and latest_verdicts again, with tags, notes and
+ *       rerun_of.
+ *   v10 nightly_confounds (a nightly's confounds, one row per cause) and the
+ *       CONFOUNDED status of nightlies (migrate_v10_status).
+ *   v11 localizations, localize_steps (`vtlab localize`; the migration is
+ *       store_localize.c's lab_store_localize_migrate).
  * A schema change appends a migration to migrations[]; old ones never change.
  *
  * Durability: WAL with synchronous=NORMAL. A committed transaction survives
@@ -39,6 +49,7 @@
 #include <unistd.h>
 
 #include "store_internal.h"
+#include "store_localize.h"
 #include "store_merge.h"
 #include "util.h"
 
@@ -480,12 +491,102 @@ static const char *const migration_v8_shards =
     "  logits_sha256 TEXT NOT NULL, started_at TEXT, finished_at TEXT, merged_at TEXT NOT NULL,"
     "  PRIMARY KEY (run_id, shard_index));";
 
+/* v9: what people add to runs (tags: one value per key, set again by a
+ * later `vtlab tag`; notes: free text, kept in order), the run a rerun
+ * repeats (`vtlab rerun`), and PARTIAL: a run of the first N sequences
+ * (`vtlab run --limit N`), written like a FINISHED run but never one — every
+ * query for "the arm's finished run" asks for status 'FINISHED'. The views
+ * are made again with the new columns appended (their old columns as in v6). */
+static const char *const migration_v9 =
+    "ALTER TABLE runs ADD COLUMN rerun_of INTEGER;"
+    "CREATE TABLE run_tags ("
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  key TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  set_at TEXT NOT NULL,"
+    "  PRIMARY KEY (run_id, key));"
+    "CREATE INDEX run_tags_kv ON run_tags(key, value);"
+    "CREATE TABLE run_notes ("
+    "  id INTEGER PRIMARY KEY,"
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+    "  text TEXT NOT NULL,"
+    "  at TEXT NOT NULL);"
+    "CREATE INDEX run_notes_run ON run_notes(run_id);"
+    "DROP TRIGGER runs_status_insert;"
+    "DROP TRIGGER runs_status_update;"
+    "CREATE TRIGGER runs_status_insert BEFORE INSERT ON runs"
+    "  WHEN NEW.status NOT IN ('RUNNING','FINISHED','FAILED','KILLED','PARTIAL')"
+    "  BEGIN SELECT RAISE(ABORT, 'runs.status must be RUNNING, FINISHED, FAILED, KILLED or PARTIAL'); END;"
+    "CREATE TRIGGER runs_status_update BEFORE UPDATE OF status ON runs"
+    "  WHEN NEW.status NOT IN ('RUNNING','FINISHED','FAILED','KILLED','PARTIAL')"
+    "  BEGIN SELECT RAISE(ABORT, 'runs.status must be RUNNING, FINISHED, FAILED, KILLED or PARTIAL'); END;"
+    "DROP VIEW latest_verdicts;"
+    "DROP VIEW run_summary;"
+    "CREATE VIEW run_summary AS SELECT"
+    "  r.id AS run_id, r.experiment, r.arm, r.repeat_idx, r.is_reference, r.status, r.error,"
+    "  r.started_at, r.finished_at, r.code_version, r.git_commit, r.backend, r.device, r.host,"
+    "  r.knob_hash, r.model_sha256, r.dataset_sha256, r.logits_sha256, r.score,"
+    "  r.n_sequences, r.n_tokens, r.n_scored, r.wall_s, r.forward_s,"
+    "  r.assertions_ok, r.expected_assertions, r.assertion_reason,"
+    "  c.reference_run_id, c.top1_k, c.top1_n, c.top1_lo, c.top1_hi,"
+    "  CAST(c.top1_k AS REAL) / c.top1_n AS top1_agreement,"
+    "  c.kl_mean, c.kl_p99, c.kl_max, c.max_abs_dlogit, c.rms_dp, c.mcnemar_p,"
+    "  c.first_div_layer, c.first_div_value,"
+    "  v.verdict, v.metric AS decision_metric, v.threshold AS decision_threshold, v.direction AS decision_direction,"
+    "  (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'tokens_per_s') AS tokens_per_s,"
+    "  (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'perplexity') AS perplexity,"
+    "  (SELECT value FROM metrics m WHERE m.run_id = r.id AND m.name = 'nll_mean') AS nll_mean,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_BF16_STREAM') AS VT_KIMI_BF16_STREAM,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_BF16_EXPERT_OUT') AS VT_KIMI_BF16_EXPERT_OUT,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_BF16_ACT') AS VT_KIMI_BF16_ACT,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_ROUTER_WEIGHTS') AS VT_KIMI_ROUTER_WEIGHTS,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_ROUTER_RENORM') AS VT_KIMI_ROUTER_RENORM,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_KIMI_MLA_KV_NORM_EPS') AS VT_KIMI_MLA_KV_NORM_EPS,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_BACKEND') AS VT_BACKEND,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_FAULT') AS VT_FAULT,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_THREADS') AS VT_THREADS,"
+    "  (SELECT value FROM run_knobs k WHERE k.run_id = r.id AND k.name = 'VT_PROBE') AS VT_PROBE,"
+    "  (SELECT json_group_object(name, value) FROM run_knobs k WHERE k.run_id = r.id) AS knobs,"
+    "  r.rerun_of,"
+    "  (SELECT CASE WHEN count(*) THEN json_group_object(t.key, t.value) END FROM (SELECT key, value FROM run_tags"
+    "   WHERE run_id = r.id ORDER BY key) t) AS tags,"
+    "  (SELECT CASE WHEN count(*) THEN json_group_array(n.text) END FROM (SELECT text FROM run_notes"
+    "   WHERE run_id = r.id ORDER BY id) n) AS notes"
+    "  FROM runs r LEFT JOIN comparisons c ON c.run_id = r.id"
+    "  LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id;"
+    "CREATE VIEW latest_verdicts AS SELECT"
+    "  s.experiment, s.arm, s.run_id, s.verdict, s.top1_k, s.top1_n, s.top1_lo, s.top1_hi,"
+    "  s.decision_metric, s.decision_threshold, s.decision_direction, s.code_version, s.started_at,"
+    "  s.tags, s.notes"
+    "  FROM run_summary s WHERE s.verdict IS NOT NULL AND s.run_id = (SELECT max(r2.id) FROM runs r2"
+    "  JOIN verdicts v2 ON v2.run_id = r2.id WHERE r2.experiment = s.experiment AND r2.arm = s.arm"
+    "  AND r2.status = 'FINISHED');";
+
+/* v10: the nightly's confounds (issue 33). A nightly with an open confound
+ * that no one acknowledged is CONFOUNDED, not PASSED; each confound is one
+ * row per cause (its key, confound_key.h) with the nightly it has been open
+ * since, the night's runs it is on, and whether it is new, acknowledged or
+ * resolved that night. The status's CHECK is widened by migrate_v10_status. */
+static const char *const migration_v10 =
+    "CREATE TABLE nightly_confounds ("
+    "  nightly_id INTEGER NOT NULL REFERENCES nightlies(id) ON DELETE CASCADE,"
+    "  key TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('open','acknowledged','resolved')),"
+    "  is_new INTEGER NOT NULL,"
+    "  since_nightly INTEGER NOT NULL,"
+    "  subject TEXT NOT NULL,"
+    "  rule TEXT NOT NULL,"
+    "  runs TEXT NOT NULL DEFAULT '',"
+    "  reason TEXT NOT NULL,"
+    "  ack_reason TEXT,"
+    "  PRIMARY KEY (nightly_id, key));";
+
 /* A version's migration: its script, then its second part where it has one
  * (v8 was written as two, the bisection's and the shards', applied in this
  * order in one transaction). */
 static const char *const migrations[LAB_SCHEMA_VERSION] = {migration_v1, migration_v2, migration_v3, migration_v4,
                                                            migration_v5, migration_v6, migration_v7,
-                                                           migration_v8_bisect};
+                                                           migration_v8_bisect, migration_v9, migration_v10};
 static const char *const migrations_part2[LAB_SCHEMA_VERSION] = {[7] = migration_v8_shards};
 
 /* ------------------------------------------------------------ helpers */
@@ -677,6 +778,31 @@ static int read_version(lab_store *st, int *v, char *err, size_t errlen) {
     return LAB_OK;
 }
 
+/* v10's second step: 'CONFOUNDED' joins the CHECK of nightlies.status. A
+ * CHECK cannot be altered, and rebuilding the table would need foreign keys
+ * off (DROP TABLE cascades into nightly_runs and findings), which a
+ * migration's transaction cannot turn off; so the table's SQL text is edited
+ * as SQLite documents for loosening a constraint (lang_altertable.html,
+ * "Making Other Kinds Of Table Schema Changes"): writable_schema, the
+ * schema_version bumped so that every connection reloads it. Every existing
+ * row satisfies the wider CHECK. */
+static int migrate_v10_status(lab_store *st, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int rc = lab_sq_prep(st, "PRAGMA schema_version", &s, err, errlen);
+    if (rc) return rc;
+    int v = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+    sqlite3_finalize(s);
+    if (v < 0) return lab_sq_error(st, err, errlen, "schema_version");
+    char bump[64];
+    snprintf(bump, sizeof bump, "PRAGMA schema_version = %d", v + 1);
+    rc = lab_sq_exec(st, "PRAGMA writable_schema = ON", err, errlen);
+    if (!rc) rc = lab_sq_exec(st, "UPDATE sqlite_master SET sql = replace(sql, '''FAILED''))',"
+                                  " '''FAILED'',''CONFOUNDED''))') WHERE type = 'table' AND name = 'nightlies'", err, errlen);
+    if (!rc) rc = lab_sq_exec(st, bump, err, errlen);
+    int off = lab_sq_exec(st, "PRAGMA writable_schema = OFF", err, rc ? 0 : errlen);
+    return rc ? rc : off;
+}
+
 /* Migrates to target, one transaction per step. The version is re-read
  * inside BEGIN IMMEDIATE, so two processes opening a fresh file at once do
  * not both create the schema. */
@@ -694,6 +820,8 @@ static int migrate(lab_store *st, int target, char *err, size_t errlen) {
         if (v >= target) { lab_sq_rollback(st); st->version = v; return LAB_OK; }
         rc = exec_script(st, migrations[v], err, errlen);
         if (!rc && migrations_part2[v]) rc = exec_script(st, migrations_part2[v], err, errlen);
+        if (!rc && v + 1 == 10) rc = migrate_v10_status(st, err, errlen);
+        if (!rc && v + 1 == 11) rc = lab_store_localize_migrate(st, err, errlen);   /* v11: store_localize.c */
         if (rc) {
             lab_sq_rollback(st);
             return lab_err_prefix(err, errlen, rc, "migration to version %d", v + 1);
@@ -751,6 +879,25 @@ static int switch_to_wal(lab_store *st, char *err, size_t errlen) {
     }
 }
 
+/* A database that does not exist yet is created in its directory. A
+ * directory that is missing, not a directory or not writable is bad input
+ * (exit 2), said with the directory and the system's reason: SQLite's own
+ * "unable to open database file" names neither. */
+static int check_db_dir(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 || (errno != ENOENT && errno != ENOTDIR)) return LAB_OK;
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    const char *why = NULL;
+    if (stat(dir, &sb) != 0) why = strerror(errno);
+    else if (!S_ISDIR(sb.st_mode)) why = strerror(ENOTDIR);
+    else if (access(dir, W_OK | X_OK) != 0) why = strerror(errno);
+    if (!why) return LAB_OK;
+    return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot create the database in directory %s: %s", path, dir, why);
+}
+
 int lab_store_open_version(lab_store **out, const char *path, int version, char *err, size_t errlen) {
     *out = NULL;
     if (version < 1 || version > LAB_SCHEMA_VERSION)
@@ -758,6 +905,8 @@ int lab_store_open_version(lab_store **out, const char *path, int version, char 
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return lab_errf(err, errlen, LAB_EINPUT, "%s: is a directory, not a database file", path);
+    int drc = check_db_dir(path, err, errlen);
+    if (drc) return drc;
     lab_store *st = calloc(1, sizeof *st);
     if (!st) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     st->path = lab_strdup(path);
@@ -1098,10 +1247,12 @@ int lab_store_run_missing(lab_store *st, int64_t run_id, char *what, size_t what
     }
     if (is_ref && rep == 0) return LAB_OK;   /* the reference's repeat 0 is what the others compare with */
     /* Every other run is compared with the FINISHED repeat 0 of its
-     * experiment's reference arm. */
+     * experiment's reference arm (a PARTIAL run with the PARTIAL one over
+     * the same sequences: the reference ran with the same --limit). */
     int64_t ref = 0;
     if ((rc = q_count(st, "SELECT c.reference_run_id FROM comparisons c JOIN runs f ON f.id = c.reference_run_id"
-                          " JOIN runs r ON r.id = c.run_id WHERE c.run_id = ?1 AND f.status = 'FINISHED'"
+                          " JOIN runs r ON r.id = c.run_id WHERE c.run_id = ?1 AND (f.status = 'FINISHED'"
+                          " OR (f.status = 'PARTIAL' AND f.dataset_sha256 = r.dataset_sha256))"
                           " AND f.is_reference = 1 AND f.repeat_idx = 0 AND f.experiment = r.experiment"
                           " ORDER BY c.reference_run_id DESC LIMIT 1", run_id, &ref, err, errlen))) return rc;
     if (!ref) {
@@ -1577,9 +1728,10 @@ int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, cha
         goto fail;
     char now[32];
     lab_now_iso(now);
-    if ((rc = lab_sq_prep(st, "UPDATE runs SET status = 'FINISHED', finished_at = ?2, n_sequences = ?3, n_tokens = ?4,"
+    if ((rc = lab_sq_prep(st, "UPDATE runs SET status = ?11, finished_at = ?2, n_sequences = ?3, n_tokens = ?4,"
                        " n_scored = ?5, wall_s = ?6, forward_s = ?7, logits_sha256 = ?8, assertions_ok = ?9,"
                        " assertion_reason = ?10 WHERE id = ?1", &s, err, errlen))) goto fail;
+    lab_sq_bind_text(s, 11, r->partial ? "PARTIAL" : "FINISHED");
     sqlite3_bind_int64(s, 1, run_id);
     lab_sq_bind_text(s, 2, now);
     sqlite3_bind_int64(s, 3, r->n_sequences);

@@ -35,7 +35,10 @@
 
 /* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store.c has the history). */
 /* v8: bisections, bisect_steps (`vtlab bisect`); runs.shard, run_sequences, run_shards, merged_shards. */
-#define LAB_SCHEMA_VERSION 8
+/* v9: run_tags, run_notes, runs.rerun_of, the PARTIAL status (`vtlab run --limit`). */
+/* v10: nightly_confounds, the CONFOUNDED status of nightlies. */
+/* v11: localizations, localize_steps (`vtlab localize`). */
+#define LAB_SCHEMA_VERSION 11
 
 typedef struct lab_store lab_store;
 
@@ -279,10 +282,13 @@ typedef struct lab_run_result {
     const double *seq_kl, *seq_dp, *seq_dnll;   /* [n_scored] per scored position when compared */
     int64_t  n_layers;               /* sizes lab_seq_stat.div */
     const lab_shard_info *shard;     /* NULL: not a shard */
+    int      partial;                /* 1: the first sequences only (`vtlab run --limit N`): the run is
+                                        stored as PARTIAL, never FINISHED, so it never counts as the
+                                        arm's finished run */
 } lab_run_result;
 
-/* Writes every row of the result and sets status FINISHED, in one
- * transaction. On failure nothing of it is visible. A run the rows would
+/* Writes every row of the result and sets status FINISHED (PARTIAL for a
+ * partial result), in one transaction. On failure nothing of it is visible. A run the rows would
  * leave incomplete (lab_store_run_missing: e.g. no cmp for a run that must
  * be compared with its reference) is refused: LAB_EINTERNAL, still RUNNING. */
 int lab_store_finish(lab_store *st, int64_t run_id, const lab_run_result *r, char *err, size_t errlen);

@@ -118,7 +118,7 @@ int lab_store_nightly_create(lab_store *st, const lab_nightly_start *ns, int64_t
     if (rc) return rc;
     rc = lab_sq_prep(st, "INSERT INTO nightlies (started_at, status, git_commit, code_version, host, pid, pid_start,"
                          " experiments_dir, previous_id) VALUES (?1, 'RUNNING', ?2, ?3, ?4, ?5, ?6, ?7,"
-                         " (SELECT max(id) FROM nightlies WHERE status IN ('PASSED','REGRESSED')))", &s, err, errlen);
+                         " (SELECT max(id) FROM nightlies WHERE status IN ('PASSED','CONFOUNDED','REGRESSED')))", &s, err, errlen);
     if (!rc) {
         lab_sq_bind_text(s, 1, ns->started_at);
         lab_sq_bind_text(s, 2, ns->git_commit);
@@ -314,10 +314,10 @@ int lab_store_nightly_previous(lab_store *st, int64_t cur, const char *eid, int6
     sqlite3_stmt *s;
     *prev = 0;
     int rc = lab_sq_prep(st, eid ?
-                         "SELECT n.id FROM nightlies n WHERE n.id < ?1 AND n.status IN ('PASSED', 'REGRESSED') AND EXISTS"
+                         "SELECT n.id FROM nightlies n WHERE n.id < ?1 AND n.status IN ('PASSED','CONFOUNDED','REGRESSED') AND EXISTS"
                          " (SELECT 1 FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = n.id"
                          "  AND r.experiment = ?2 AND r.status = 'FINISHED') ORDER BY n.id DESC LIMIT 1" :
-                         "SELECT coalesce(max(id), 0) FROM nightlies WHERE id < ?1 AND status IN ('PASSED','REGRESSED')",
+                         "SELECT coalesce(max(id), 0) FROM nightlies WHERE id < ?1 AND status IN ('PASSED','CONFOUNDED','REGRESSED')",
                          &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, cur);
@@ -333,11 +333,11 @@ int lab_store_nightly_night_means(lab_store *st, int64_t cur, const char *eid, c
         "SELECT n.id, avg(ln(m.value) - ln(h.value)) FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id"
         " JOIN runs r ON r.id = nr.run_id JOIN metrics m ON m.run_id = r.id AND m.name = 'tokens_per_s'"
         " JOIN metrics h ON h.run_id = r.id AND h.name = 'host_sgemm_gflops' AND h.value > 0"
-        " WHERE n.id < ?1 AND n.status IN ('PASSED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
+        " WHERE n.id < ?1 AND n.status IN ('PASSED','CONFOUNDED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
         " AND r.status = 'FINISHED' AND m.value > 0 GROUP BY n.id ORDER BY n.id DESC LIMIT ?4" :
         "SELECT n.id, avg(ln(m.value)) FROM nightlies n JOIN nightly_runs nr ON nr.nightly_id = n.id"
         " JOIN runs r ON r.id = nr.run_id JOIN metrics m ON m.run_id = r.id AND m.name = 'tokens_per_s'"
-        " WHERE n.id < ?1 AND n.status IN ('PASSED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
+        " WHERE n.id < ?1 AND n.status IN ('PASSED','CONFOUNDED','REGRESSED') AND r.experiment = ?2 AND r.arm = ?3"
         " AND r.status = 'FINISHED' AND m.value > 0 GROUP BY n.id ORDER BY n.id DESC LIMIT ?4", &s, err, errlen);
     if (rc) return rc;
     sqlite3_bind_int64(s, 1, cur);
@@ -398,70 +398,6 @@ int lab_store_nightly_put_finding(lab_store *st, int64_t nightly, const lab_nigh
     return write_one(st, s, err, errlen, "store finding");
 }
 
-void lab_nightly_flags_free(lab_nightly_flag *f, int64_t n) {
-    for (int64_t i = 0; f && i < n; i++) {
-        free(f[i].subject_kind);
-        free(f[i].subject);
-        free(f[i].rule);
-        free(f[i].reason);
-        free(f[i].first_seen);
-        free(f[i].experiment);
-        free(f[i].arm);
-        free(f[i].prev_finished);
-    }
-    free(f);
-}
-
-static int read_flag(sqlite3_stmt *s, lab_nightly_flag *f) {
-    int oom = 0;
-    f->id = sqlite3_column_int64(s, 0);
-    f->subject_kind = dup_col(s, 1, &oom);
-    f->subject = dup_col(s, 2, &oom);
-    f->rule = dup_col(s, 3, &oom);
-    f->reason = dup_col(s, 5, &oom);
-    f->first_seen = dup_col(s, 6, &oom);
-    f->on_run = !strcmp(lab_col_text(s, 1), "run") && sqlite3_column_type(s, 7) != SQLITE_NULL;
-    f->experiment = lab_strdup(f->on_run ? lab_col_text(s, 7) : "");
-    f->arm = lab_strdup(f->on_run ? lab_col_text(s, 8) : "");
-    f->tonight = sqlite3_column_int(s, 9);
-    f->had_before = sqlite3_column_int(s, 10);
-    f->prev_finished = dup_col(s, 11, &oom);
-    return oom || !f->experiment || !f->arm;
-}
-
-int lab_store_nightly_open_flags(lab_store *st, int64_t nightly, int64_t prev_overall, lab_nightly_flag **out,
-                                 int64_t *n, char *err, size_t errlen) {
-    *out = NULL;
-    *n = 0;
-    sqlite3_stmt *s;
-    int have = 0, rc = lab_store_has_table(st, "audit_flags", &have, err, errlen);
-    if (rc || !have) return rc;
-    if ((rc = lab_sq_prep(st,
-                   "SELECT f.id, f.subject_kind, f.subject, f.rule, f.key, f.reason, f.first_seen, r.experiment, r.arm,"
-                   " nr.run_id IS NOT NULL,"
-                   " EXISTS (SELECT 1 FROM audit_flags g JOIN runs pr ON g.subject_kind = 'run'"
-                   "   AND pr.id = CAST(g.subject AS INTEGER) JOIN nightly_runs pn ON pn.run_id = pr.id"
-                   "   WHERE pn.nightly_id = (SELECT max(n2.id) FROM nightlies n2 JOIN nightly_runs x ON x.nightly_id = n2.id"
-                   "     JOIN runs xr ON xr.id = x.run_id WHERE n2.id < ?1 AND n2.status IN ('PASSED','REGRESSED')"
-                   "     AND xr.experiment = r.experiment)"
-                   "   AND pr.experiment = r.experiment AND pr.arm = r.arm AND g.rule = f.rule AND g.key = f.key),"
-                   " (SELECT finished_at FROM nightlies WHERE id = ?2)"
-                   " FROM audit_flags f LEFT JOIN runs r ON f.subject_kind = 'run' AND r.id = CAST(f.subject AS INTEGER)"
-                   " LEFT JOIN nightly_runs nr ON nr.nightly_id = ?1 AND nr.run_id = r.id"
-                   " WHERE f.resolved_at IS NULL AND f.expected = 0 ORDER BY f.id", &s, err, errlen))) return rc;
-    sqlite3_bind_int64(s, 1, nightly);
-    sqlite3_bind_int64(s, 2, prev_overall);
-    int row;
-    int64_t cap = 0;
-    while ((row = next_row(st, s, err, errlen, "open audit flags")) > 0) {
-        lab_nightly_flag *f = lab_sq_append((void **)out, n, &cap, sizeof *f);
-        if (!f || read_flag(s, f)) { row = -lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); break; }
-    }
-    sqlite3_finalize(s);
-    if (row < 0) { lab_nightly_flags_free(*out, *n); *out = NULL; *n = 0; }
-    return row < 0 ? -row : LAB_OK;
-}
-
 /* ------------------------------------------------------------ acknowledgements */
 
 int lab_store_nightly_find_ack(lab_store *st, const char *eid, const char *arm, const char *kind, lab_nightly_ack *a,
@@ -489,7 +425,8 @@ int lab_store_nightly_find_ack(lab_store *st, const char *eid, const char *arm, 
 int lab_store_nightly_clear_acks(lab_store *st, int64_t nightly, const char *now, char *err, size_t errlen) {
     sqlite3_stmt *s;
     int rc = lab_sq_prep(st,
-                         "UPDATE nightly_acks SET cleared_at = ?2, cleared_by = ?1 WHERE cleared_at IS NULL AND experiment IN"
+                         "UPDATE nightly_acks SET cleared_at = ?2, cleared_by = ?1 WHERE cleared_at IS NULL"
+                         " AND kind != 'confound' AND experiment IN"
                          " (SELECT DISTINCT r.experiment FROM nightly_runs nr JOIN runs r ON r.id = nr.run_id"
                          "  WHERE nr.nightly_id = ?1) AND NOT EXISTS (SELECT 1 FROM nightly_findings f WHERE"
                          "  f.nightly_id = ?1 AND f.experiment = nightly_acks.experiment AND f.arm = nightly_acks.arm"
@@ -659,29 +596,6 @@ int lab_store_nightly_case_findings(lab_store *st, int64_t id, const char *eid, 
     sqlite3_bind_int(s, 4, arm[0] != 0 && !regression);
     sqlite3_bind_int(s, 5, regression);
     return read_shown(st, s, out, err, errlen, "a test case's findings");
-}
-
-int lab_store_nightly_stray_audit(lab_store *st, int64_t id, lab_nightly_shown_list *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    sqlite3_stmt *s;
-    int rc = lab_sq_prep(st, SHOWN_COLUMNS ", NULL, NULL FROM nightly_findings f WHERE f.nightly_id = ?1"
-                             " AND f.regression = 1 AND f.kind = 'audit' AND NOT EXISTS (SELECT 1 FROM nightly_runs nr"
-                             " JOIN runs r ON r.id = nr.run_id WHERE nr.nightly_id = ?1 AND r.experiment = f.experiment"
-                             " AND r.arm = f.arm)", &s, err, errlen);
-    if (rc) return rc;
-    sqlite3_bind_int64(s, 1, id);
-    return read_shown(st, s, out, err, errlen, "junit.xml: the audit's findings");
-}
-
-int lab_store_nightly_ledger_findings(lab_store *st, int64_t id, lab_nightly_shown_list *out, char *err,
-                                     size_t errlen) {
-    memset(out, 0, sizeof *out);
-    sqlite3_stmt *s;
-    int rc = lab_sq_prep(st, SHOWN_COLUMNS ", NULL, NULL FROM nightly_findings f WHERE f.nightly_id = ?1"
-                             " AND f.kind = 'audit' AND f.experiment = ''", &s, err, errlen);
-    if (rc) return rc;
-    sqlite3_bind_int64(s, 1, id);
-    return read_shown(st, s, out, err, errlen, "the ledger's findings");
 }
 
 int lab_store_nightly_feed(lab_store *st, int64_t nights, lab_nightly_shown_list *out, char *err, size_t errlen) {

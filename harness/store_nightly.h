@@ -1,6 +1,7 @@
 /*
  * store_nightly.h — the nightly's rows in results.db (tables nightlies,
- * nightly_runs, nightly_findings, nightly_acks, nightly_remeasure_runs; see
+ * nightly_runs, nightly_findings, nightly_confounds, nightly_acks,
+ * nightly_remeasure_runs; see
  * docs/schema.md), behind typed functions: nightly.c decides what is a
  * regression, this file's store_nightly.c reads and writes the rows.
  *
@@ -38,8 +39,8 @@ typedef struct lab_nightly_start {
  * pid alone). *n (may be NULL) receives how many were marked. */
 int lab_store_nightly_reap(lab_store *st, const char *host, int64_t *n, char *err, size_t errlen);
 
-/* Inserts the RUNNING row of a new nightly (previous_id: the latest PASSED or
- * REGRESSED one) and reads the largest run id so far, in one transaction:
+/* Inserts the RUNNING row of a new nightly (previous_id: the latest PASSED,
+ * CONFOUNDED or REGRESSED one) and reads the largest run id so far, in one transaction:
  * *id is the new nightly's, *max_run_id the runs before it (0 when none). */
 int lab_store_nightly_create(lab_store *st, const lab_nightly_start *ns, int64_t *id, int64_t *max_run_id, char *err,
                              size_t errlen);
@@ -66,7 +67,7 @@ int lab_store_nightly_scale_throughput(lab_store *st, int64_t after, const char 
 /* How a nightly ended. */
 typedef struct lab_nightly_end {
     int64_t     id;
-    const char *finished_at, *status;   /* PASSED, REGRESSED or FAILED */
+    const char *finished_at, *status;   /* PASSED, CONFOUNDED, REGRESSED or FAILED */
     int64_t     n_regressions;
     const char *audit, *error;          /* error: NULL when none */
 } lab_nightly_end;
@@ -114,12 +115,12 @@ int lab_store_nightly_runs(lab_store *st, int64_t nightly, const char *eid, int 
 int lab_store_nightly_experiments(lab_store *st, int64_t nightly, char ***ids, int64_t *n, char *err, size_t errlen);
 void lab_nightly_strings_free(char **v, int64_t n);
 
-/* The latest PASSED or REGRESSED nightly before cur: with eid, one that has
+/* The latest finished nightly (PASSED, CONFOUNDED or REGRESSED) before cur: with eid, one that has
  * a FINISHED run of that experiment; with eid NULL, any. *prev = 0: none. */
 int lab_store_nightly_previous(lab_store *st, int64_t cur, const char *eid, int64_t *prev, char *err, size_t errlen);
 
 /* Per-night mean of log(tokens/s) of one arm (norm 1: of log(tokens/s) -
- * log(host_sgemm_gflops)) over the latest PASSED or REGRESSED nightlies
+ * log(host_sgemm_gflops)) over the latest finished nightlies
  * before cur, newest first, only the nights' own runs (not their
  * re-measurements): v[*n], *n <= max. */
 int lab_store_nightly_night_means(lab_store *st, int64_t cur, const char *eid, const char *arm, int norm, double *v,
@@ -145,24 +146,76 @@ int lab_store_nightly_clear_findings(lab_store *st, int64_t nightly, char *err, 
 int lab_store_nightly_put_finding(lab_store *st, int64_t nightly, const lab_nightly_finding *f, char *err,
                                   size_t errlen);
 
-/* An open, unexpected audit flag, with what the nightly comparison needs to
- * tell whether it is new. */
-typedef struct lab_nightly_flag {
-    int64_t id;
-    char   *subject_kind, *subject, *rule, *reason, *first_seen;   /* owned */
-    int     on_run;              /* a flag on a run that exists: experiment and arm are its */
-    char   *experiment, *arm;    /* owned; "" when !on_run */
-    int     tonight;             /* the flagged run is one of this nightly's */
-    int     had_before;          /* a run of the same experiment and arm in the previous nightly of that
-                                  * experiment had a flag of the same rule and key */
-    char   *prev_finished;       /* finished_at of nightly prev_overall; "" when none */
-} lab_nightly_flag;
+/* ------------------------------------------------------------ confounds (store_nightly_confounds.c) */
 
-/* The open flags with expected = 0, by id, for nightly `nightly`; none when
- * the database has no audit_flags table. Freed with lab_nightly_flags_free. */
-int lab_store_nightly_open_flags(lab_store *st, int64_t nightly, int64_t prev_overall, lab_nightly_flag **out,
-                                 int64_t *n, char *err, size_t errlen);
-void lab_nightly_flags_free(lab_nightly_flag *f, int64_t n);
+/* An open, unexpected audit flag a nightly judges: one on a claim of the
+ * ledger, or on one of the nightly's own runs (flags on older runs were
+ * judged by the night they belong to). */
+typedef struct lab_nightly_cflag {
+    int     claim;                 /* 1: subject is a claim id; 0: a run id */
+    int64_t run_id;                /* the run (0 for a claim) */
+    char    subject[128], rule[4], key[128], experiment[128], arm[128];   /* experiment, arm: "" when none */
+    char    reason[1024];          /* cut to fit */
+} lab_nightly_cflag;
+
+/* The flags nightly `nightly` judges, by id: (*out)[*n], owned (free()); none
+ * when the database has no audit_flags table. */
+int lab_store_nightly_confound_flags(lab_store *st, int64_t nightly, lab_nightly_cflag **out, int64_t *n, char *err,
+                                     size_t errlen);
+
+/* A row of nightly_confounds: one confound key (confound_key.h) as a nightly
+ * saw it. */
+typedef struct lab_nightly_confound {
+    int64_t id;                    /* rowid (the feed's entry id) */
+    int64_t nightly, since;        /* since: the first nightly of the unbroken stretch it has been open */
+    int     is_new;                /* 1: the previous nightly did not have it open or acknowledged */
+    char    key[400], state[16];   /* state: open, acknowledged or resolved */
+    char    subject[300], rule[4];
+    char    runs[256];             /* the nightly's runs it is on ("33, 37"); "" for a claim */
+    char    reason[1024];          /* one flag's reason (cut to fit) */
+    char    ack_reason[512];       /* acknowledged: why ("" otherwise) */
+    char    at[32], commit[64], status[16];   /* the feed only (else ""): the nightly's finished_at (or
+                                                 started_at), commit and status */
+} lab_nightly_confound;
+
+typedef struct lab_nightly_confounds {
+    lab_nightly_confound *r;       /* [n], owned (free(r)) */
+    int64_t               n;
+} lab_nightly_confounds;
+
+/* The confounds of nightly `nightly`: open, then acknowledged, then resolved,
+ * each by key. */
+int lab_store_nightly_get_confounds(lab_store *st, int64_t nightly, lab_nightly_confounds *out, char *err,
+                                    size_t errlen);
+/* Deletes the confounds of a nightly (before they are judged again). */
+int lab_store_nightly_clear_confounds(lab_store *st, int64_t nightly, char *err, size_t errlen);
+int lab_store_nightly_put_confound(lab_store *st, const lab_nightly_confound *c, char *err, size_t errlen);
+/* The new open confounds of the last `nights` nightlies, newest first (with at and commit). */
+int lab_store_nightly_confound_feed(lab_store *st, int64_t nights, lab_nightly_confounds *out, char *err,
+                                    size_t errlen);
+
+/* The active acknowledgement of a confound key: *found, and its reason. */
+int lab_store_nightly_find_confound_ack(lab_store *st, const char *key, int *found, char *reason, size_t reasonlen,
+                                        char *err, size_t errlen);
+/* Ends the acknowledgements of confounds that nightly `nightly` judged and no
+ * longer has (resolved): a recurrence alerts again. */
+int lab_store_nightly_clear_confound_acks(lab_store *st, int64_t nightly, const char *now, char *err, size_t errlen);
+/* The latest nightly that had confound `key` open or acknowledged (0: none). */
+int lab_store_nightly_find_confound(lab_store *st, const char *key, int64_t *nightly, char *err, size_t errlen);
+
+/* An active acknowledgement, as `vtlab ack --list` shows it. */
+typedef struct lab_nightly_ack_listed {
+    char    key[400], kind[32], reason[512], acked_at[32];
+    int64_t nightly;
+    double  value;                 /* performance: tokens/s acknowledged (NaN: none) */
+} lab_nightly_ack_listed;
+
+/* Every active acknowledgement, oldest first: (*out)[*n], owned (free()). */
+int lab_store_nightly_list_acks(lab_store *st, lab_nightly_ack_listed **out, int64_t *n, char *err, size_t errlen);
+/* Ends the active acknowledgement of key (a confound key, EXPERIMENT/ARM/KIND,
+ * as --list shows it) by hand: *removed 1, or 0 when there is none. */
+int lab_store_nightly_remove_ack(lab_store *st, const char *key, const char *now, int *removed, char *err,
+                                 size_t errlen);
 
 /* ------------------------------------------------------------ acknowledgements */
 
@@ -244,11 +297,6 @@ void lab_nightly_shown_free(lab_nightly_shown_list *l);
  * that belong to no arm. */
 int lab_store_nightly_case_findings(lab_store *st, int64_t id, const char *eid, const char *arm, int regression,
                                     lab_nightly_shown_list *out, char *err, size_t errlen);
-/* Audit regressions of a nightly that belong to none of its (experiment, arm) pairs. */
-int lab_store_nightly_stray_audit(lab_store *st, int64_t id, lab_nightly_shown_list *out, char *err, size_t errlen);
-/* Audit findings of a nightly on no experiment (confounds on claims). */
-int lab_store_nightly_ledger_findings(lab_store *st, int64_t id, lab_nightly_shown_list *out, char *err,
-                                     size_t errlen);
 /* New regressions (no persistent_since) of the last `nights` nightlies,
  * newest nightly first, then by id. */
 int lab_store_nightly_feed(lab_store *st, int64_t nights, lab_nightly_shown_list *out, char *err, size_t errlen);

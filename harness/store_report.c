@@ -609,10 +609,17 @@ int lab_rp_read_history(lab_store *st, exp_view *e, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------ the whole page */
 
+/* The experiments with runs, but those a localization derived (ID.loc: its
+ * sets' arms are the localization section's, not an experiment's). */
 static int experiments(lab_store *st, lab_rp_page_view *v, char *err, size_t errlen) {
     sqlite3_stmt *s;
     const char *what = "report: the experiments";
-    int rc = lab_sq_prep_as(st, "SELECT DISTINCT experiment FROM runs ORDER BY experiment", &s, what, err, errlen), last;
+    int loc = 0, last, rc = lab_store_has_table(st, "localize_steps", &loc, err, errlen);
+    if (!rc) rc = lab_sq_prep_as(st, loc ? "SELECT DISTINCT experiment FROM runs WHERE experiment NOT IN (SELECT"
+                                           " r.experiment FROM localize_steps l JOIN runs r ON r.id = l.arm_run_id)"
+                                           " ORDER BY experiment"
+                                         : "SELECT DISTINCT experiment FROM runs ORDER BY experiment",
+                                 &s, what, err, errlen);
     if (rc) return rc;
     while ((last = sqlite3_step(s)) == SQLITE_ROW) {
         char **q = realloc(v->experiments, (size_t)(v->n_experiments + 1) * sizeof *q);

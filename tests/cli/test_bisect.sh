@@ -106,6 +106,14 @@ if [ "$(grep '^result' "$T/b1.out")" = "$(grep '^result' "$T/b1b.out")" ] && ! g
 "$VTLAB" bisect "$T/exp.json" --arm bf16 --good "$GOOD" --bad "$BAD" --db "$T/r.db" --workdir "$T/work" --exact > "$T/b3.out" 2>&1
 grep -q "^result: culprit ${PLANTED:0:12}" "$T/b3.out" && ok "--exact names the planted commit" || not_ok "--exact names the planted commit" "$(tail -3 "$T/b3.out")"
 grep -q building "$T/b3.out" && not_ok "--exact reuses the runs already in results.db" "$(grep -c building "$T/b3.out") builds" || ok "--exact reuses the runs already in results.db (no build)"
+# each step says where its evidence came from (issue 33 item 6): here the
+# runs already in results.db, or the broken commit's build failure from the
+# cache; nothing built or run
+STEP=' -> (good|bad|skip|undecided) '
+if grep -Eq "$STEP" "$T/b3.out" && grep -Eq "$STEP\(runs reused\)" "$T/b3.out" \
+   && ! grep -E "$STEP" "$T/b3.out" | grep -v '(runs reused)' | grep -vq 'skip (cached build): build failed'; then
+  ok "--exact: each step labelled (runs reused), the broken commit (cached build)"; else
+  not_ok "--exact: each step labelled (runs reused), the broken commit (cached build)" "$(grep -E "$STEP" "$T/b3.out" | head -3)"; fi
 
 # ---- vtlab report: each bisection as a table and a chart
 "$VTLAB" report --db "$T/r.db" --out "$T/rep" > "$T/rep.out" 2>&1
@@ -134,6 +142,12 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "resumed" "$T/k2.out" && ok "the same command resumes it" || not_ok "the same command resumes it" "exit $rc: $(tail -3 "$T/k2.out")"
 if [ "$(grep '^result' "$T/k2.out" | cut -d: -f1-2)" = "$(grep '^result' "$T/b1.out" | cut -d: -f1-2)" ]; then ok "the resumed bisection has the same answer"; else
   not_ok "the resumed bisection has the same answer" "$(grep '^result' "$T/k2.out")"; fi
+# k.db is new and the build cache is full: every step of the killed run made
+# new runs with a cached binary, and says so, never "(runs reused)" (issue 33
+# item 6: it did, though the stored built column was right)
+if grep -Eq "$STEP" "$T/k1.out" && ! grep -q '(runs reused)' "$T/k1.out" && grep -q '(cached build)' "$T/k1.out"; then
+  ok "a step that ran new runs with a cached binary is labelled (cached build)"; else
+  not_ok "a step with new runs from a cached binary is labelled (cached build)" "$(grep -E "$STEP" "$T/k1.out" | head -3)"; fi
 STORED=$(grep -c '(stored)' "$T/k2.out")
 [ "$STORED" -eq "$DONE_BEFORE" ] && ok "finished commits are not redone ($STORED shown from the store)" || not_ok "finished commits not redone" "$STORED stored, $DONE_BEFORE before"
 DUP=$(sqlite3 "$T/k.db" "SELECT count(*) FROM (SELECT commit_sha, scale FROM bisect_steps GROUP BY 1, 2 HAVING count(*) > 1)")

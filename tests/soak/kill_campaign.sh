@@ -34,7 +34,7 @@
 #                  reference). Every count equals the baseline's run of the same
 #                  identity. A run that is not FINISHED has no result rows;
 #       nightly-outputs  nightly-out/junit.xml and nightly.md are not older than
-#                  the newest nightly recorded PASSED/REGRESSED (else CI publishes
+#                  the newest nightly recorded PASSED/CONFOUNDED/REGRESSED (else CI publishes
 #                  an earlier night's results under its status);
 #       outputs    no file a consumer would read as real (report/nightly output,
 #                  ledger claims, derived experiments) is truncated or invalid;
@@ -489,11 +489,11 @@ def check_db(db, base, expdirs, nightly_out=None):
     bad += partial
     check_new("complete", bad, "%d FINISHED" % n)
     # a nightly recorded as done has written its outputs: junit.xml and
-    # nightly.md are not older than the newest PASSED or REGRESSED nightly
+    # nightly.md are not older than the newest PASSED, CONFOUNDED or REGRESSED nightly
     # (a newer, interrupted nightly's may have replaced them: noted, not failed)
     if nightly_out:
         import re
-        last = c.execute("SELECT max(id) FROM nightlies WHERE status IN ('PASSED', 'REGRESSED')").fetchone()[0]
+        last = c.execute("SELECT max(id) FROM nightlies WHERE status IN ('PASSED', 'CONFOUNDED', 'REGRESSED')").fetchone()[0]
         prob, note = [], ""
         if last:
             try:
@@ -619,7 +619,7 @@ def check_nightlies(db):
     rows = c.execute("SELECT id, status FROM nightlies ORDER BY id").fetchall()
     last = rows[-1] if rows else None
     left = [r for r in rows[:-1] if r[1] == "RUNNING"]
-    ok = last is not None and last[1] in ("PASSED", "REGRESSED") and not left
+    ok = last is not None and last[1] in ("PASSED", "CONFOUNDED", "REGRESSED") and not left
     check("nightlies", ok, "%d nightlies; the last %s; %d FAILED (killed), none left RUNNING" %
           (len(rows), last[1] if last else "-", sum(1 for r in rows if r[1] == "FAILED")) if ok else
           "last %s; left RUNNING: %s" % (last, left))

@@ -59,19 +59,22 @@ static void test_fresh_schema(void **state) {
                                                        "logits_topk", "logits_full", "comparisons", "layer_divergence",
                                                        "pair_tests", "verdicts", "experiment_specs", "nightlies",
                                                        "nightly_runs", "nightly_findings", "nightly_acks",
-                                                       "nightly_remeasure_runs", NULL};
+                                                       "nightly_remeasure_runs", "run_tags", "run_notes", NULL};
          *t; t++) {
         char sql[200];
         snprintf(sql, sizeof sql, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", *t);
         if (q_int(st, sql) != 1) fail_msg("table %s missing", *t);
     }
-    /* The status trigger rejects anything but the four statuses (raw SQL on
-     * purpose: a row the store's API would never write). */
+    /* The status trigger rejects anything but the five statuses (raw SQL on
+     * purpose: a row the store's API would never write); PARTIAL (v9) is one. */
     const char *bad[] = {"x"};
     assert_int_not_equal(lab_store_exec(st, "INSERT INTO runs (experiment, arm, status, knob_hash, model_sha256,"
                                             " dataset_sha256, code_version, started_at) VALUES (?1,'a','done','k','m','d','c','t')",
                                         1, bad, err, sizeof err), 0);
-    VT_ASSERT_CONTAINS(err, "RUNNING, FINISHED, FAILED or KILLED");
+    VT_ASSERT_CONTAINS(err, "RUNNING, FINISHED, FAILED, KILLED or PARTIAL");
+    assert_int_equal(lab_store_exec(st, "INSERT INTO runs (experiment, arm, status, knob_hash, model_sha256,"
+                                        " dataset_sha256, code_version, started_at) VALUES ('e','a','PARTIAL','k','m','d','c','t')",
+                                    0, NULL, err, sizeof err), 0);
     lab_store_close(st);
     /* Reopening an up-to-date database changes nothing. */
     assert_int_equal(lab_store_open(&st, dbpath, err, sizeof err), 0);
