@@ -36,6 +36,7 @@
 #include "metrics.h"
 #include "nightly_confounds.h"
 #include "model/vt.h"
+#include "plot.h"
 #include "report.h"
 #include "runner.h"
 #include "store_nightly.h"
@@ -1187,7 +1188,10 @@ static int start_nightly(night *n, char *err, size_t errlen) {
     fflush(stdout);
     /* --out must be writable before the sweep, and last night's files must
      * not look like tonight's while it runs (or if it dies). */
-    if ((rc = lab_mkdirs(n->o->out_dir, err, errlen)) ||
+    rc = lab_mkdirs(n->o->out_dir, err, errlen);
+    /* temporary files a killed nightly or report left in --out: removed now */
+    if (!rc) lab_sweep_stale_tmp_tree(n->o->out_dir, 2);
+    if (rc ||
         (rc = write_unfinished(n->o->out_dir, n->id, "RUNNING", "the nightly is running, or died before it finished",
                                err, errlen)))
         lab_err_prefix(err, errlen, rc, "outputs");

@@ -868,6 +868,9 @@ int lab_report_write(lab_store *st, const lab_report_opts *o, lab_report_result 
     const char *out = o->out_dir ? o->out_dir : LAB_DEFAULT_REPORT;
     int rc = lab_mkdirs(out, err, errlen);
     if (rc) return rc;
+    /* the page's own temporary files (index.html.PID.tmp, ...) that a killed
+     * report left: removed at the next start (docs/reliability.md) */
+    lab_sweep_stale_tmp_tree(out, 2);
     snprintf(pg.plot_dir, sizeof pg.plot_dir, "%s/plots", out);
     pg.plots_on = o->plots;
     if (pg.plots_on && !lab_plot_available(res->plots_skipped, sizeof res->plots_skipped)) pg.plots_on = 0;

@@ -112,9 +112,16 @@ left=$(find "$R" -name "*.$dead.tmp")
 check "  ... they are removed" '[ -z "$left" ]' "$left"
 check "  ... a live process's is kept" '[ -e "$R/plots/e0-y.png.$$.tmp" ]'
 rm -f "$R/plots/e0-y.png.$$.tmp"
+# the pages' own temporary files (a report or nightly SIGKILLed while writing
+# index.html or junit.xml): removed at the next start, charts or not
+: > "$R/index.html.$dead.tmp"; : > "$R/summary.md.$dead.tmp"
+expect_exit "report --no-plots with a dead process's index.html/summary.md temporaries" 0 "$VTLAB" report --db "$W/r.db" --out "$R" --no-plots
+left=$(find "$R" -name "*.$dead.tmp")
+check "  ... they are removed at its start" '[ -z "$left" ]' "$left"
 
 # ------------------------------------------------------------ nightly: interrupted, no further chart
 N=$W/nout
+mkdir -p "$N"; : > "$N/junit.xml.$dead.tmp"; : > "$N/nightly.md.$dead.tmp"
 export GP_HOLD=3
 if start_held "$N/plots" "$VTLAB" nightly "$W/nexp" --db "$W/n.db" --out "$N" --specs "$W/specs"; then
   n0=$(wc -l < "$W/starts")
@@ -126,7 +133,7 @@ if start_held "$N/plots" "$VTLAB" nightly "$W/nexp" --db "$W/n.db" --out "$N" --
   n1=$(wc -l < "$W/starts")
   check "  ... no chart started after the signal" '[ "$n1" = "$n0" ]' "$n0 gnuplot(s) before the signal, $n1 after"
   left=$(find "$N" -name '*.tmp')
-  check "  ... no temporary file left" '[ -z "$left" ]' "$left"
+  check "  ... no temporary file left (a dead nightly's junit.xml/nightly.md temporaries removed at its start)" '[ -z "$left" ]' "$left"
 else
   not_ok "nightly (TERM): a held gnuplot seen under vtlab" "$(tail -3 "$W/held.out")"; kill -KILL "$V" 2>/dev/null
 fi
