@@ -126,6 +126,30 @@ static void print_finished(int64_t run_id, const char *label, const lab_run_reco
     fflush(stdout);
 }
 
+/* Records that run_id ended as status (FAILED, KILLED) and prints its line.
+ * When even that cannot be written (a full disk), the line and stderr say
+ * so: the screen must not claim what results.db does not hold (the run stays
+ * RUNNING there, and the next command that leases it marks it KILLED and
+ * redoes it). Returns the store's status; err then holds why. */
+static int record_unfinished(exp_ctx *x, int64_t run_id, const char *label, const char *status, const char *why,
+                             char *err, size_t errlen) {
+    /* test hook (tests/cli/test_reliability_store.sh): the store refuses this
+     * write as a full disk would, which a real tmpfs does only by chance */
+    int rc = getenv("VTLAB_TEST_UNRECORDED")
+                 ? lab_errf(err, errlen, LAB_EIO, "%s: the disk is full (VTLAB_TEST_UNRECORDED)", x->o->db_path)
+                 : lab_store_abort(x->st, run_id, status, why, err, errlen);
+    if (!rc) {
+        printf("run %-4lld %-34s %s  %s\n", (long long)run_id, label, status, why);
+        return LAB_OK;
+    }
+    printf("run %-4lld %-34s %s (not recorded)  %s\n", (long long)run_id, label, status, why);
+    char cause[512];
+    snprintf(cause, sizeof cause, "%s", err);
+    lab_errf(err, errlen, rc, "run %lld (%s): could not record %s: %s; the run stays RUNNING in %s and the next "
+             "command will mark it KILLED", (long long)run_id, label, status, cause, x->o->db_path);
+    return rc;
+}
+
 /* Writes the rows of a finished pass. Returns LAB_OK, or the store's
  * status when the database failed (the run is then marked FAILED, best
  * effort: the database may be what failed). */
@@ -146,10 +170,11 @@ static int record_run(exp_ctx *x, int64_t arm, int64_t run_id, const char *label
     }
     int rc = lab_store_finish(x->st, run_id, &res, err, errlen);
     if (rc) {
-        char aerr[256];
+        char why[1024];
+        snprintf(why, sizeof why, "%s", err);
         x->sum->runs_failed++;
-        printf("run %-4lld %-34s FAILED  %s\n", (long long)run_id, label, err);
-        lab_store_abort(x->st, run_id, "FAILED", err, aerr, sizeof aerr);
+        int arc = record_unfinished(x, run_id, label, "FAILED", why, err, errlen);
+        if (!arc) snprintf(err, errlen, "%s", why);
         return rc;
     }
     *assert_ok = rec->ok;
@@ -216,8 +241,7 @@ failed:
     lab_pass_acc_free(&acc);
     x->sum->runs_failed++;
     fprintf(stderr, "vtlab: %s: arm %s: run %lld %s: %s\n", e->path, a->name, (long long)run_id, status, rerr);
-    printf("run %-4lld %-34s %s  %s\n", (long long)run_id, label, status, rerr);
-    return lab_store_abort(x->st, run_id, status, rerr, err, errlen);
+    return record_unfinished(x, run_id, label, status, rerr, err, errlen);
 }
 
 /* McNemar between each pair of non-reference arms (repeat 0), on agreement

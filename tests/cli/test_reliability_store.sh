@@ -181,10 +181,50 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=256k tmpfs "$FULL" 2>/dev/null; 
     "$VTLAB" run "$T/fullexp/rep.json" --db "$FULL/r.db" >"$T/out" 2>"$T/err"; rc=$?
     check "a writer on a full disk: exit non-zero, 'the disk is full', naming the database" \
         "[ $rc -ne 0 ] && grep -q 'the disk is full' $T/err && grep -qF -- '$FULL/r.db' $T/err" "rc=$rc $(cat $T/err)"
+    # A run that ends on a full disk: the screen and the database agree (issue
+    # 34 item 4). Whatever the tmpfs lets through, each run line's status is
+    # the database's, and a line that says "(not recorded)" is a RUNNING row.
+    umount "$FULL"; mount -t tmpfs -o size=1024k tmpfs "$FULL"
+    mk_rep "$T/fullexp/big.json" fullbig 64 32 1
+    "$VTLAB" run "$T/fullexp/big.json" --db "$FULL/r.db" >"$T/out" 2>"$T/err"; rc=$?
+    agree=$(/usr/bin/python3 - "$T/out" "$FULL/r.db" <<'PY'
+import re, sqlite3, sys
+db = dict(sqlite3.connect(sys.argv[2]).execute("SELECT id, status FROM runs"))
+bad = []
+for line in open(sys.argv[1]):
+    m = re.match(r"run (\d+) +\S+ +(FINISHED|FAILED|KILLED)( \(not recorded\))?", line)
+    if m:
+        want = "RUNNING" if m.group(3) else m.group(2)
+        if db.get(int(m.group(1))) != want: bad.append("%s: screen %s, db %s" % (m.group(1), want, db.get(int(m.group(1)))))
+print("; ".join(bad) or "ok")
+PY
+)
+    check "a run on a full disk (exit $rc): each run line's status is what results.db holds" "[ \"$agree\" = ok ]" "$agree $(cat $T/out)"
     umount "$FULL"
 else
     ok "full-disk cases skipped: not root, or tmpfs cannot be mounted here # SKIP"
 fi
+
+# The final status that cannot be written (the store refuses it, as a full
+# disk does; a tmpfs lets the small FAILED update through more often than not):
+# the line says "(not recorded)", stderr says why and what happens next, exit 1,
+# the run stays RUNNING, and the next run marks it KILLED and redoes it.
+E=$PWD/tests/engines
+cat > "$T/unrec.json" <<JSON
+{"id": "unrec", "model": {"synth": "$TINY", "seed": 1}, "engine": ["$E/good.py"],
+ "dataset": {"inline": [[5, 6, 7], [8, 9], [10, 11, 12, 13], [14], [15, 16]]},
+ "top_k": 4, "reference": "ref", "arms": [{"name": "ref"}, {"name": "crash", "engine": ["$E/crash_mid.py"]}],
+ "metrics": ["top1_agreement"]}
+JSON
+VTLAB_TEST_UNRECORDED=1 "$VTLAB" run "$T/unrec.json" --db "$T/unrec.db" >"$T/out" 2>"$T/err"; rc=$?
+check "an unrecordable FAILED: exit 1, the run line says it was not recorded" \
+    "[ $rc -eq 1 ] && grep -Eq '^run 2 +unrec/crash +FAILED \\(not recorded\\)' $T/out" "rc=$rc $(cat $T/out)"
+check "  ... stderr: could not record FAILED, why, and that the next command marks it KILLED" \
+    "grep -q 'run 2 (unrec/crash): could not record FAILED: .*the disk is full.*; the run stays RUNNING in $T/unrec.db and the next command will mark it KILLED' $T/err" "$(cat $T/err)"
+check "  ... and results.db holds it RUNNING, as said" "[ \"$(q $T/unrec.db "select status from runs where id = 2")\" = RUNNING ]"
+"$VTLAB" run "$T/unrec.json" --db "$T/unrec.db" >"$T/out" 2>"$T/err"
+check "  ... the next run marks it KILLED and redoes the arm" \
+    "[ \"$(q $T/unrec.db "select group_concat(status) from (select status from runs where arm = 'crash' order by id)")\" = KILLED,FAILED ]" "$(q $T/unrec.db 'select id, arm, status from runs')"
 
 # ------------------------------------------------------------ item 9: readers open read-only
 "$VTLAB" runs --db "$T/none.db" >"$T/out" 2>"$T/err"; rc=$?
