@@ -189,6 +189,8 @@ for t in ("run_tags", "run_notes"): c.execute("DROP TABLE " + t)
 c.execute("ALTER TABLE runs DROP COLUMN rerun_of")
 # and nothing of v10 (nightly_confounds; CONFOUNDED not yet a status of nightlies)
 c.execute("DROP TABLE nightly_confounds")
+# and nothing of v11 (localizations, localize_steps)
+for t in ("localize_steps", "localizations"): c.execute("DROP TABLE " + t)
 v = c.execute("PRAGMA schema_version").fetchone()[0]
 c.execute("PRAGMA writable_schema = ON")
 c.execute("UPDATE sqlite_master SET sql = replace(sql, \"'FAILED','CONFOUNDED')\", \"'FAILED')\") WHERE name = 'nightlies'")
