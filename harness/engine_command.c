@@ -368,7 +368,8 @@ static char *dup_or(const char *s, int *oom) {
 /* The scope knob NAME_LAYERS of each scoped knob NAME, after the declared
  * ones (docs/engine-protocol.md, "Scoped knobs"): its value the hello's
  * scope_value (canonical), or "all" until cmd_open puts in the value the arm
- * set (an engine that does not report its scope is trusted). */
+ * set (an engine that does not report its scope is trusted). A hello that
+ * declares NAME_LAYERS itself has that knob taken as the scope. */
 static const char *add_scope_knobs(const cJSON *ks, lab_engine_hello *h, char *where, size_t wl, int *oom) {
     const int64_t n = h->n_knobs;
     for (int64_t i = 0; i < n; i++) {
@@ -377,7 +378,12 @@ static const char *add_scope_knobs(const cJSON *ks, lab_engine_hello *h, char *w
         char name[320], sv[VTP_LAYER_SET_TEXT] = "all", why[400];
         snprintf(name, sizeof name, "%s_LAYERS", p->name);
         snprintf(where, wl, "knobs[%lld]", (long long)i);
-        if (lab_engine_hello_knob(h, name)) return "a scoped knob's scope is NAME_LAYERS, which the hello declares too";
+        lab_engine_knob *decl = (lab_engine_knob *)lab_engine_hello_knob(h, name);
+        if (decl) {   /* an engine that declares its scope knob itself: that knob is the scope */
+            decl->scope_of = i;
+            decl->reported = decl->read;
+            continue;
+        }
         const cJSON *val = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ks, (int)i), "scope_value");
         vtp_layer_set set;
         if (val && (!cJSON_IsString(val) ||
@@ -437,9 +443,12 @@ static const char *hello_knobs(const cJSON *ks, lab_engine_hello *h, char *where
         o->numeric = cJSON_IsTrue(num);
         o->read = cJSON_IsTrue(rd);
         const cJSON *sc = cJSON_GetObjectItemCaseSensitive(k, "scope");
-        if (sc && !(cJSON_IsString(sc) && (!strcmp(sc->valuestring, "layers") || !strcmp(sc->valuestring, "sites"))))
+        /* the singular is taken too: a hello written from the words */
+        const char *sv = cJSON_IsString(sc) ? sc->valuestring : "";
+        const int layers = !strcmp(sv, "layers") || !strcmp(sv, "layer"), sites = !strcmp(sv, "sites") || !strcmp(sv, "site");
+        if (sc && !layers && !sites)
             return "scope: expected \"layers\" or \"sites\" (docs/engine-protocol.md, \"Scoped knobs\")";
-        if (sc) o->scope = !strcmp(sc->valuestring, "layers") ? 1 : 2;
+        if (sc) o->scope = layers ? 1 : 2;
     }
     return add_scope_knobs(ks, h, where, wl, oom);
 }

@@ -191,6 +191,10 @@ n=$(search_runs e5.out)
 if line "result: FOUND: the levers fail on {5}:" e5.out >/dev/null && [ "$n" -le 7 ] &&
    grep -qE '^  5 +[0-9]+/384 .* fail x1' e5.out; then ok "engine: a planted layer of a scoped engine knob: {5} in $n search runs, the table"
 else not_ok "engine {5}" "$n; $(line result: e5.out)"; fi
+LOC_HELLO_STYLE=declared L eng.json --arm lossy5 --db e2.db --no-sensitivity > e5d.out 2>&1
+if line "result: FOUND: the levers fail on {5}:" e5d.out >/dev/null; then
+    ok "engine: a hello that says \"scope\": \"layer\" and declares LOC_BF16_LAYERS itself: {5}"
+else not_ok "engine, declared scope knob" "$(tail -3 e5d.out)"; fi
 L eng.json --arm lossy16 --db e.db --no-sensitivity > e16.out 2>&1
 if line "result: FOUND: the levers fail on {1}:" e16.out >/dev/null && grep -q "and on {6}" e16.out; then ok "engine: two planted layers, both"
 else not_ok "engine two" "$(line result: e16.out)"; fi

@@ -15,7 +15,10 @@ Knobs:
                      no mantissa bit (powers of two) instead of bf16's 7 (nothing where the lever does not act).
 The residual.stream probe of layer l says bf16 where the lever acted on l, else f32.
 LOC_IGNORE_SCOPE=1 in the environment (not a knob: a broken build, for engine-check's scope check)
-makes the engine apply the lever on every layer while it reports the scope it was given."""
+makes the engine apply the lever on every layer while it reports the scope it was given.
+LOC_HELLO_STYLE=declared (not a knob either): another way to write the hello, as an engine written
+from the issue's words might - "scope": "layer", no scope_value, and LOC_BF16_LAYERS declared as a
+string knob of its own (vtlab takes it as the scope)."""
 import re
 import sys
 
@@ -74,9 +77,13 @@ def round_bits(x, bits):
 def main():
     knobs = vtp.Knobs()
     lever = knobs.bool("LOC_BF16", default=False, numeric=True)
-    scope, scope_text = parse_layers("LOC_BF16_LAYERS", knobs.env.get("LOC_BF16_LAYERS", "all"))
-    knobs.records[-1]["scope"] = "layers"
-    knobs.records[-1]["scope_value"] = scope_text
+    if knobs.env.get("LOC_HELLO_STYLE") == "declared":
+        knobs.records[-1]["scope"] = "layer"
+        scope, _ = parse_layers("LOC_BF16_LAYERS", knobs.string("LOC_BF16_LAYERS", default="all", numeric=True))
+    else:
+        scope, scope_text = parse_layers("LOC_BF16_LAYERS", knobs.env.get("LOC_BF16_LAYERS", "all"))
+        knobs.records[-1]["scope"] = "layers"
+        knobs.records[-1]["scope_value"] = scope_text
     lossy_text = knobs.string("LOC_LOSSY_LAYERS", default="none", numeric=True)
     lossy, _ = parse_layers("LOC_LOSSY_LAYERS", lossy_text)
     if knobs.env.get("LOC_IGNORE_SCOPE") == "1":
