@@ -257,7 +257,8 @@ MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYT
              VT_MUTATE_KDA_CHUNK_NO_DECAY:test_kda_chunk VT_MUTATE_SILU_RCP:test_vmath \
              VT_MUTATE_PANEL_BOUNDARY:test_gemm VT_MUTATE_XPACK_ANY_K:test_gemm \
              VT_MUTATE_ACK_UNCONFIRMED:cli/test_nightly_reliability VT_MUTATE_PIECE_UNROUNDED:test_forward \
-             VT_MUTATE_KDA_DIAG_UNFUSED:test_kda_chunk VT_MUTATE_BATCH_STATE_LEAK:test_batch
+             VT_MUTATE_KDA_DIAG_UNFUSED:test_kda_chunk VT_MUTATE_BATCH_STATE_LEAK:test_batch \
+             VT_MUTATE_SCOPE_IGNORED:test_scope VT_MUTATE_DDMIN_NO_COMPLEMENTS:test_localize_search
 # The libraries are built once without a defect (build/mut-base); each mutation
 # starts from a copy of those objects and recompiles only the .c files that
 # name its macro (all of them when a header does), so nine mutations cost one

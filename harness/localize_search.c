@@ -61,7 +61,12 @@ static int round_of(dd *d, uint8_t *c, int64_t *g, int64_t *idx, uint8_t *t, int
         if (und && removals_are_chunks && *g >= m) *und_removal = 1;
         if (is) { memcpy(c, t, (size_t)d->n); *g = 2; return 1; }
     }
-    for (int64_t i = 0; *g > 2 && i < *g && !*rc; i++) {
+#ifndef VT_MUTATE_DDMIN_NO_COMPLEMENTS   /* make mutation: chunks only; test_localize_search must fail */
+    const int complements = *g > 2;
+#else
+    const int complements = 0;
+#endif
+    for (int64_t i = 0; complements && i < *g && !*rc; i++) {
         int is = 0, und = 0;
         chunk(idx, m, *g, i, d->n, t);
         for (int64_t j = 0; j < d->n; j++) t[j] = c[j] && !t[j];

@@ -167,7 +167,12 @@ static inline void vt_seg_rows(const vt_session *s, int64_t T, int64_t i, int64_
 
 /* The dtype of the residual-stream store at site of layer. */
 static inline vt_dtype vt_stream_dtype_at(const vt_session *s, int64_t layer, int site) {
+#ifndef VT_MUTATE_SCOPE_IGNORED   /* make mutation: the stream's scope ignored; test_scope must fail */
     return s->k.bf16_stream && vtp_layer_set_has(&s->k.stream_scope, (int)layer, site) ? VT_BF16 : VT_F32;
+#else
+    (void)layer, (void)site;
+    return s->k.bf16_stream ? VT_BF16 : VT_F32;
+#endif
 }
 /* The dtype of layer's MoE expert output (y, expert_out): its FFN site's. */
 static inline vt_dtype vt_expert_dtype_at(const vt_session *s, int64_t layer) {
