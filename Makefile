@@ -292,7 +292,7 @@ TINY := model/configs/kimi-linear-tiny.json
 run: deps vtlab
 	bash harness/run-demo.sh ./vtlab
 
-$(BUILD)/bench: tests/bench/bench.c tests/bench/blas_core.h $(LIBHARNESS) $(LIBMODEL)
+$(BUILD)/bench: tests/bench/bench.c tests/bench/blas_core.h tests/bench/contention.h $(LIBHARNESS) $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) $(LDLIBS) -o $@
 
 # Causal attention, reference loop vs blocked (tests/bench/attn_bench.c; not in
@@ -324,6 +324,24 @@ PEER_CONFIG   ?=
 bench: deps vtlab $(BUILD)/bench $(BUILD)/gemm_bench
 	@if [ -n "$(PEER_MODELING)" ]; then $(MAKE) --no-print-directory deps-peer; fi
 	BUILD=$(BUILD) PEER_MODELING="$(PEER_MODELING)" PEER_CONFIG="$(PEER_CONFIG)" bash tests/bench/run.sh ./vtlab
+
+# make bench-contention [CONTENTION_CONFIG=model/configs/kimi-linear-small.json] [CONTENTION_T=256]
+#     [BENCH_CONTENTION=quiet,steady1,steady2,bursty,teams,ci] [BENCH_CONTENTION_ROUNDS=9] [BENCH_DB=PATH]
+# The contention table (tests/bench/contention.h, docs/bench.md): prefill and
+# decode at the default thread count against one thread while other tenants
+# hold the cores, per pattern; on the 288M model by default (synthesized once
+# into $(BUILD)/contention-models/). Its phases are recorded in $(BENCH_DB)
+# (default results.db; BENCH_DB= skips it). A few minutes.
+CONTENTION_CONFIG ?= model/configs/kimi-linear-small.json
+CONTENTION_T      ?= 256
+BENCH_CONTENTION  ?=
+.PHONY: bench-contention
+bench-contention: deps vtlab $(BUILD)/bench
+	@d=$(BUILD)/contention-models/$(basename $(notdir $(CONTENTION_CONFIG)))-seed1; db=$${BENCH_DB-results.db}; \
+	if [ ! -f $$d/config.json ]; then echo "bench-contention: synthesizing $(CONTENTION_CONFIG) into $$d"; \
+	  ./vtlab synth --config $(CONTENTION_CONFIG) --seed 1 --out $$d >/dev/null || exit 1; fi; \
+	$(BUILD)/bench $$d $(CONTENTION_T) --json $(BUILD)/contention.bench.json --contention $(BENCH_CONTENTION) || exit 1; \
+	if [ -n "$$db" ]; then ./vtlab record-bench $(BUILD)/contention.bench.json --db "$$db"; fi
 
 # python3-torch for the peer mode, when missing; a failure is reported, not fatal.
 .PHONY: deps-peer bench-test

@@ -17,8 +17,11 @@
  *   - the batched sweep: 8 sequences of 32 tokens one per forward and packed
  *     into one (vt_session_prefill_batch), against a prefill of T = 256, at 1
  *     and 2 threads (skipped with BENCH_TMAX < 256 or BENCH_BATCH=0);
- *   - with --busy: prefill and decode at the default thread count (all cores)
- *     against 1 thread while a child process spins on one core;
+ *   - with --busy: the contention table (contention.h): prefill and decode at
+ *     the default thread count (all cores) against 1 thread while other
+ *     tenants hold the cores (busy loops, bursts, other vtlab teams, a build
+ *     with its tests), in interleaved rounds; --contention [PATTERNS] runs
+ *     only that table (`make bench-contention`);
  *   - prefill time with VT_PROBE=on and =audit relative to off;
  *   - a STREAM triad (3 arrays of BENCH_TRIAD_MIB MiB, default 512, far beyond
  *     the last-level cache) at 1 and 2 threads, and decode's achieved
@@ -46,6 +49,7 @@
  */
 #include <cblas.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -335,7 +339,7 @@ static int32_t *make_tokens(int64_t vocab, int n) {
 
 /* ------------------------------------------------------------------ report */
 
-enum { MAX_PH = 48 };
+enum { MAX_PH = 96 };
 typedef struct phases {
     int            n;
     vt_bench_phase ph[MAX_PH];
@@ -478,6 +482,8 @@ static int env_int(const char *name, int dflt) {
  * four sessions prefills T tokens once, then NL rounds of NB decode steps
  * interleave. out[mode][threads] = median tok/s (mode 0 panels, 1 mapped
  * rows). Returns 0, or -1 when the mapped model cannot open. */
+#include "contention.h"
+
 static int weights_phase(vt_model *m, const char *dir, const int32_t *tok, int T, float *logits,
                          double out[2][3]) {
     enum { NL = 3, NB = 32 };
@@ -583,14 +589,28 @@ static void batch_report(vt_model *m, const vt_config *cfg, const int32_t *tok, 
     }
 }
 
+/* `bench --load KIND ...`: a load of the contention table (contention.h). */
+static int load_main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[2], "spin")) return cont_load_spin();
+    if (argc >= 4 && !strcmp(argv[2], "bursty")) return cont_load_bursty((unsigned)atoi(argv[3]));
+    if (argc >= 6 && !strcmp(argv[2], "team")) return cont_load_team(argv[3], atoi(argv[4]), atoi(argv[5]));
+    fprintf(stderr, "bench: --load spin | bursty SEED | team DIR THREADS READY_FD\n");
+    return 2;
+}
+
 int main(int argc, char **argv) {
     vt_openmp_wait_passively(argv);   /* as vtlab does: idle threads sleep */
+    if (argc >= 2 && !strcmp(argv[1], "--load")) return load_main(argc, argv);
     bench_blas_best_core(argv);       /* the sgemm peak with OpenBLAS's AVX-512 kernels where the CPU has them */
-    const char *json = NULL, *dir = NULL;
-    int T = 128, NDEC = 64, busy = 0, serve_mode = 0, npos = 0;
+    const char *json = NULL, *dir = NULL, *only = NULL;
+    int T = 128, NDEC = 64, busy = 0, serve_mode = 0, npos = 0, contention = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--busy")) busy = 1;
+        else if (!strcmp(argv[i], "--contention")) {
+            contention = 1;
+            if (i + 1 < argc && argv[i + 1][0] >= 'a' && argv[i + 1][0] <= 'z') only = argv[++i];
+        }
         else if (!strcmp(argv[i], "--serve")) serve_mode = 1;
         else if (argv[i][0] != '-' && npos == 0) dir = argv[i], npos++;
         else if (argv[i][0] != '-' && npos == 1) T = atoi(argv[i]), npos++;
@@ -598,6 +618,7 @@ int main(int argc, char **argv) {
     }
     if (!dir) {
         fprintf(stderr, "usage: bench MODEL_DIR [T] [--json OUT.json] [--busy]\n"
+                        "       bench MODEL_DIR [T] [--json OUT.json] --contention [PATTERN,...]  (contention.h)\n"
                         "       bench MODEL_DIR --serve      (commands on stdin; see tests/bench/bench.c)\n"
                         "env: BENCH_TMAX (largest T of the T-scaling table, default 4096), "
                         "BENCH_TRIAD_MIB (MiB per triad array, default 512)\n");
@@ -648,8 +669,16 @@ int main(int argc, char **argv) {
                vt_gemm_isa());
     }
     print_bytes(&cfg, info.weight_dtype, wsize);
+    if (contention) {   /* the contention table alone (make bench-contention) */
+        int rc = contention_table(m, dir, &cfg, tok, tbuf + NDEC, T, logits, only, &P) ? 1 : 0;
+        if (!rc && json && (rc = write_report(json, dir, tok, T + CONT_DECODE, &P, rss_open, rss_peak(), ckpt)) == 0)
+            printf("bench: wrote %s\n", json);
+        vt_model_free(m);
+        free(tok); free(logits);
+        return rc;
+    }
 
-    double peak[3] = {0}, dec_toks[3] = {0}, pre_toks[3] = {0};
+    double peak[3] = {0}, dec_toks[3] = {0};
     vt_bench_phase *dec_ph[3] = {0};
     for (int threads = 1; threads <= 2; threads++) {
         char nm[32];
@@ -675,7 +704,7 @@ int main(int argc, char **argv) {
          * gave 370-430) would otherwise inflate every fraction of this phase */
         const double peak_after = sgemm_gflops(1024, threads), peak_before = peak[threads];
         if (peak_after > peak[threads]) peak[threads] = peak_after;
-        pre_toks[threads] = ptoks, dec_toks[threads] = dtoks;
+        dec_toks[threads] = dtoks;
         snprintf(nm, sizeof nm, "prefill-t%d", threads);
         vt_bench_phase *p = add_phase(&P, nm);
         p->threads = threads, p->tokens = T, p->seconds = pf, p->flops = T * flops_per_token(&cfg, T / 2.0);
@@ -734,64 +763,9 @@ int main(int argc, char **argv) {
     else if (!env_int("BENCH_BATCH", 1)) printf("batched sweep: skipped (BENCH_BATCH=0)\n");
     else batch_report(m, &cfg, tok, logits, peak, &P);
 
-    /* Contention: a child process spins on one core while prefill and decode
-     * run at the default thread count (all cores) and at 1 thread, in
-     * interleaved rounds. An OpenMP team that waits at barriers for a thread
-     * whose core is taken can fall far below the 1-thread speed. */
-    if (busy) {
-        pid_t child = fork();
-        if (child == 0) {
-            volatile unsigned long x = 0;
-            for (;;) x++;
-        }
-        if (child < 0) { perror("bench: fork"); return 1; }
-        enum { RB = 5, NB = 32, NS = 3 };
-        /* the default count with the thread governor (model/team.h), one
-         * thread, and the default count held fixed (VTLAB_TEAM_GOVERNOR=0) */
-        int ths[NS] = {ndef, 1, ndef};
-        double tp[NS][RB], td[NS][RB];
-        vt_session *s[NS];
-        for (int k = 0; k < NS; k++) {
-            if (k == 2) setenv("VTLAB_TEAM_GOVERNOR", "0", 1);
-            s[k] = session(m, ths[k], "off");
-            unsetenv("VTLAB_TEAM_GOVERNOR");
-        }
-        for (int k = 0; k < NS; k++) prefill_s(s[k], tok, T, logits);   /* warm-up */
-        for (int r = 0; r < RB; r++)
-            for (int k = 0; k < NS; k++) {
-                tp[k][r] = prefill_s(s[k], tok, T, logits);
-                td[k][r] = decode_s(s[k], tok + T, NB, logits);
-            }
-        kill(child, SIGKILL);
-        waitpid(child, NULL, 0);
-        const long gp = s[0]->team.steps, g1 = s[0]->team.single_steps;
-        for (int k = 0; k < NS; k++) vt_session_free(s[k]);
-        double mp[NS], md[NS];
-        for (int k = 0; k < NS; k++) { mp[k] = median(tp[k], RB); md[k] = median(td[k], RB); }
-        printf("contention (a busy child process on one core; median of %d interleaved rounds; %d threads governed "
-               "(model/team.h): one thread in %ld of its %ld decode steps; fixed: VTLAB_TEAM_GOVERNOR=0):\n",
-               RB, ndef, g1, gp);
-        printf("  prefill T=%d: %d threads governed %7.1f tok/s, fixed %7.1f tok/s, 1 thread %7.1f tok/s: "
-               "t%d/t1 = %.2f governed, %.2f fixed (idle: %.2f)\n",
-               T, ndef, T / mp[0], T / mp[2], T / mp[1], ndef, mp[1] / mp[0], mp[1] / mp[2],
-               ndef == 2 ? pre_toks[2] / pre_toks[1] : NAN);
-        printf("  decode %d:   %d threads governed %7.1f tok/s, fixed %7.1f tok/s, 1 thread %7.1f tok/s: "
-               "t%d/t1 = %.2f governed, %.2f fixed (idle: %.2f)\n",
-               NB, ndef, NB / md[0], NB / md[2], NB / md[1], ndef, md[1] / md[0], md[1] / md[2],
-               ndef == 2 ? dec_toks[2] / dec_toks[1] : NAN);
-        for (int k = 0; k < NS; k++) {
-            char nm[48];
-            snprintf(nm, sizeof nm, "busy-prefill-t%d%s", ths[k], k == 2 ? "-fixed" : "");
-            vt_bench_phase *p = add_phase(&P, nm);
-            p->threads = ths[k], p->tokens = T, p->seconds = mp[k], p->flops = T * flops_per_token(&cfg, T / 2.0);
-            p->peak_flops = ths[k] <= 2 ? peak[ths[k]] * 1e9 : 0;
-            snprintf(nm, sizeof nm, "busy-decode-t%d%s", ths[k], k == 2 ? "-fixed" : "");
-            p = add_phase(&P, nm);
-            p->context = T, p->threads = ths[k], p->tokens = NB, p->seconds = md[k];
-            p->flops = NB * flops_per_token(&cfg, T + NB / 2.0), p->bytes = NB * bpt;
-            p->peak_flops = ths[k] <= 2 ? peak[ths[k]] * 1e9 : 0;
-        }
-    }
+    /* Contention (contention.h): other tenants on the cores while prefill and
+     * decode run at the default thread count and at 1 thread, interleaved. */
+    if (busy && contention_table(m, dir, &cfg, tok, tbuf + NDEC, T, logits, NULL, &P)) printf("contention: skipped (no /proc/self/exe)\n");
 
     /* probe overhead: interleave off / on / audit, median of per-mode times */
     enum { R = 9 };

@@ -1,0 +1,303 @@
+/*
+ * contention.h — the bench's contention table (issue 32 item 1): prefill and
+ * decode at the default thread count (all cores, the thread governor of
+ * model/team.h) against one thread, while other tenants hold the cores.
+ * Included by bench.c (`bench MODEL [T] --contention [PATTERNS]`, and
+ * `--busy`, which `make bench` passes); `make bench-contention` runs it on the
+ * 288M model.
+ *
+ * The patterns, each a set of child processes started before the rounds and
+ * ended (their whole process group) after them:
+ *   quiet    none: the reference
+ *   steady1  one process spinning (one core busy, `yes`)
+ *   steady2  two spinning (both cores busy)
+ *   bursty   two processes, each busy then asleep for 5-80 ms at random
+ *   teams    N other vtlab processes (BENCH_CONTENTION_TEAMS, default 2), each
+ *            running prefills of the same model on its own 2-thread team
+ *   ci       the project's own build and unit tests in a loop (make -B -j2
+ *            of the libraries and two unit tests into a temporary build
+ *            directory, then the tests): compilers come and go
+ * Each pattern gets fresh sessions (the default count and one thread; what
+ * the governor learnt is the process's and carries over, as in a sweep), one
+ * warm-up prefill each, then BENCH_CONTENTION_ROUNDS (default 9) rounds
+ * (cont_rounds); each session's median tokens/s and the median of the
+ * rounds' ratios (default over one thread: >= 0.9 is the goal) are printed,
+ * and recorded as phases cont-PATTERN-{prefill,decode}-tN.
+ * BENCH_CONTENTION_AA=1 makes the "default" session a second one-thread
+ * session: its ratios are the host's noise floor.
+ */
+#ifndef BENCH_CONTENTION_H
+#define BENCH_CONTENTION_H
+
+#include <errno.h>
+#include <time.h>
+
+enum { CONT_DECODE = 32, CONT_MAX_LOAD = 16 };
+
+/* A load: the children of one pattern, each the leader of its own group. */
+typedef struct cont_load {
+    pid_t pid[CONT_MAX_LOAD];
+    int   n;
+} cont_load;
+
+/* Starts argv (argv[0] a path) in a process group of its own, output
+ * discarded; ready_fd >= 0: the child's end of a pipe it writes a byte to
+ * when its load is running (kept open across the exec). 0 or -1. */
+static int cont_spawn(cont_load *L, char *const argv[], int ready_fd) {
+    if (L->n >= CONT_MAX_LOAD) return -1;
+    fflush(NULL);
+    pid_t p = fork();
+    if (p < 0) return -1;
+    if (p == 0) {
+        setpgid(0, 0);
+        int dn = open("/dev/null", O_RDWR);
+        if (dn >= 0) { dup2(dn, 0); dup2(dn, 1); dup2(dn, 2); }
+        if (ready_fd >= 0) fcntl(ready_fd, F_SETFD, 0);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    setpgid(p, p);
+    L->pid[L->n++] = p;
+    return 0;
+}
+
+/* Ends every group of the load: SIGTERM (the ci loop removes its build
+ * directory), SIGKILL to what is left 2 s later. */
+static void cont_stop(cont_load *L) {
+    for (int i = 0; i < L->n; i++) kill(-L->pid[i], SIGTERM);
+    for (int i = 0; i < L->n; i++) {
+        for (int w = 0; w < 200 && waitpid(L->pid[i], NULL, WNOHANG) == 0; w++) usleep(10000);
+        kill(-L->pid[i], SIGKILL);
+        waitpid(L->pid[i], NULL, WNOHANG);
+    }
+    L->n = 0;
+}
+
+/* ----------------------------------------------------------- the loads */
+
+static double cont_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* `bench --load spin`: one core busy until killed. */
+static int cont_load_spin(void) {
+    volatile unsigned long x = 0;
+    for (;;) x++;
+    return 0;
+}
+
+/* `bench --load bursty SEED`: busy for 5-80 ms, asleep for 5-80 ms, again. */
+static int cont_load_bursty(unsigned seed) {
+    volatile unsigned long x = 0;
+    for (;;) {
+        const double on = 0.005 + 0.075 * (rand_r(&seed) / (double)RAND_MAX);
+        const double off = 0.005 + 0.075 * (rand_r(&seed) / (double)RAND_MAX);
+        for (const double end = cont_now() + on; cont_now() < end;)
+            for (int i = 0; i < 10000; i++) x++;
+        usleep((useconds_t)(off * 1e6));
+    }
+    return 0;
+}
+
+/* `bench --load team DIR THREADS READY_FD`: prefills of 256 tokens on a team
+ * of THREADS, forever; a byte on READY_FD once the first is done. */
+static int cont_load_team(const char *dir, int threads, int ready_fd) {
+    vt_model *m;
+    char err[1024];
+    if (vt_model_open(&m, dir, err, sizeof err)) return 2;
+    vt_session *s = session(m, threads, "off");
+    const int T = 256;
+    int32_t *tok = make_tokens(m->cfg.vocab_size, T);
+    float *logits = malloc(sizeof(float) * (size_t)T * (size_t)m->cfg.vocab_size);
+    if (!logits) return 1;
+    for (int i = 0;; i++) {
+        must(vt_session_prefill(s, tok, T, logits, err, sizeof err), err);
+        if (i == 0 && ready_fd >= 0) {
+            if (write(ready_fd, "r", 1) < 0) return 1;
+            close(ready_fd);
+        }
+    }
+    return 0;
+}
+
+/* The ci loop: the project's libraries and two unit tests built from
+ * scratch into a temporary directory (make -B), then run, over and over. */
+static const char CONT_CI_LOOP[] =
+    "D=$(mktemp -d /tmp/vtlab-cont-ci.XXXXXX) || exit 1; trap 'rm -rf \"$D\"; exit 0' TERM INT; "
+    "while :; do make -s -B -j2 BUILD=\"$D\" NO_CUDA=1 \"$D/tests/test_team\" \"$D/tests/test_dtype\"; "
+    "\"$D/tests/test_team\"; \"$D/tests/test_dtype\"; done";
+
+/* ---------------------------------------------------------- the patterns */
+
+typedef struct cont_pattern {
+    const char *name, *what;
+} cont_pattern;
+
+static const cont_pattern CONT_PATTERNS[] = {
+    {"quiet", "no other load"},
+    {"steady1", "one busy loop (one core)"},
+    {"steady2", "two busy loops (both cores)"},
+    {"bursty", "two processes, 5-80 ms busy / 5-80 ms asleep"},
+    {"teams", "other vtlab processes, a 2-thread team each"},
+    {"ci", "make -B -j2 of the project + unit tests, in a loop"},
+};
+enum { CONT_NPAT = sizeof CONT_PATTERNS / sizeof CONT_PATTERNS[0] };
+
+/* Waits for n bytes on fd (the team loads' first prefills), 120 s at most. */
+static void cont_wait_ready(int fd, int n) {
+    char b;
+    for (const double end = cont_now() + 120; n > 0 && cont_now() < end;) {
+        ssize_t k = read(fd, &b, 1);
+        if (k == 1) n--;
+        else if (k == 0 || (k < 0 && errno != EINTR)) break;
+    }
+}
+
+/* Starts pattern p's load. self: this program; dir: the model. */
+static int cont_start(cont_load *L, const char *p, const char *self, const char *dir) {
+    char a1[32], a2[32];
+    if (!strcmp(p, "steady1") || !strcmp(p, "steady2")) {
+        char *argv[] = {(char *)self, "--load", "spin", NULL};
+        for (int i = 0; i < (p[6] == '2' ? 2 : 1); i++)
+            if (cont_spawn(L, argv, -1)) return -1;
+    } else if (!strcmp(p, "bursty")) {
+        for (int i = 0; i < 2; i++) {
+            snprintf(a1, sizeof a1, "%d", 101 + i);
+            char *argv[] = {(char *)self, "--load", "bursty", a1, NULL};
+            if (cont_spawn(L, argv, -1)) return -1;
+        }
+    } else if (!strcmp(p, "teams")) {
+        int fds[2], n = env_int("BENCH_CONTENTION_TEAMS", 2);
+        if (n > CONT_MAX_LOAD) n = CONT_MAX_LOAD;
+        if (pipe(fds)) return -1;
+        fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+        snprintf(a2, sizeof a2, "%d", fds[1]);
+        for (int i = 0; i < n; i++) {
+            char *argv[] = {(char *)self, "--load", "team", (char *)dir, "2", a2, NULL};
+            if (cont_spawn(L, argv, fds[1])) return -1;
+        }
+        close(fds[1]);
+        cont_wait_ready(fds[0], n);
+        close(fds[0]);
+    } else if (!strcmp(p, "ci")) {
+        char *argv[] = {"/bin/sh", "-c", (char *)CONT_CI_LOOP, NULL};
+        if (cont_spawn(L, argv, -1)) return -1;
+        sleep(2);   /* make is compiling by then */
+    }
+    return 0;
+}
+
+/* One pattern's rounds: session [0] at the default count, [1] on one thread.
+ * A round is `rep` prefills of T tokens by each, then rep * CONT_DECODE
+ * decode steps by each in chunks of rep * CONT_CHUNK, the sessions taking
+ * turns A B B A ... (and the first of them alternating from round to round):
+ * on a shared host the other tenants' load drifts within seconds, and what
+ * falls on one session must fall on the other as well. rep makes a round's
+ * prefills last ~0.15 s on one thread (the tiny model's 7 ms prefill, alone,
+ * left two identical one-thread sessions 0.76 to 1.21 apart). Out: per
+ * session the medians over the rounds of the seconds of one prefill (tp) and
+ * of CONT_DECODE steps (td), and the medians of the rounds' own ratios, one
+ * thread's seconds over the default's (ratio[0] prefill, [1] decode: the
+ * paired figure, which the drift between rounds does not reach). */
+enum { CONT_CHUNK = 8 };
+
+static void cont_rounds(vt_model *m, int ndef, const int32_t *tok, int ntok, int T, float *logits, int rounds,
+                        double tp[2], double td[2], double ratio[2], long gov[4]) {
+    vt_session *s[2] = {session(m, env_int("BENCH_CONTENTION_AA", 0) ? 1 : ndef, "off"), session(m, 1, "off")};
+    double p[2][64], d[2][64], rp[64], rd[64];
+    if (rounds > 64) rounds = 64;
+    prefill_s(s[0], tok, T, logits);   /* warm-up */
+    int rep = (int)(0.15 / prefill_s(s[1], tok, T, logits)) + 1;
+    if (rep > 32) rep = 32;
+    while (rep > 1 && T + rep * CONT_DECODE > ntok) rep--;
+    for (int r = 0; r < rounds; r++) {
+        const int a = r % 2;
+        p[0][r] = p[1][r] = d[0][r] = d[1][r] = 0;
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < rep; i++) p[(a + j) % 2][r] += prefill_s(s[(a + j) % 2], tok, T, logits) / rep;
+        for (int c = 0; c < CONT_DECODE / CONT_CHUNK; c++)
+            for (int j = 0; j < 2; j++) {
+                const int k = (a + j + c) % 2;   /* A B, B A, A B, ... */
+                d[k][r] += decode_s(s[k], tok + T + c * rep * CONT_CHUNK, rep * CONT_CHUNK, logits) / rep;
+            }
+        rp[r] = p[1][r] / p[0][r];
+        rd[r] = d[1][r] / d[0][r];
+    }
+    const vt_team *g = &s[0]->team;   /* what the governor chose: one thread in gov[0] of gov[1] prefill passes, ... */
+    gov[0] = g->single_passes, gov[1] = g->passes, gov[2] = g->single_steps, gov[3] = g->steps;
+    for (int k = 0; k < 2; k++) {
+        tp[k] = median(p[k], rounds);
+        td[k] = median(d[k], rounds);
+        vt_session_free(s[k]);
+    }
+    ratio[0] = median(rp, rounds);
+    ratio[1] = median(rd, rounds);
+}
+
+static void cont_phase(phases *P, const vt_config *cfg, const char *pat, const char *what, int th, int T,
+                       double sec) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "cont-%s-%s-t%d", pat, what, th);
+    vt_bench_phase *ph = add_phase(P, nm);
+    ph->threads = th, ph->seconds = sec;
+    if (what[0] == 'p') ph->tokens = T, ph->flops = T * flops_per_token(cfg, T / 2.0);
+    else ph->context = T, ph->tokens = CONT_DECODE, ph->flops = CONT_DECODE * flops_per_token(cfg, T + CONT_DECODE / 2.0);
+}
+
+/* The table: each pattern of the comma-separated list which (NULL: all). */
+static int contention_table(vt_model *m, const char *dir, const vt_config *cfg, const int32_t *tok, int ntok, int T,
+                            float *logits, const char *which, phases *P) {
+    const int ndef = omp_get_num_procs(), rounds = env_int("BENCH_CONTENTION_ROUNDS", 9);
+    double worst = 1e9;
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) return -1;
+    self[sl] = 0;
+    printf("contention (rounds of prefills of T=%d and decode steps, %d per prefill, per session, the sessions "
+           "taking turns; tok/s: medians of %d rounds; ratio: default / 1 thread, the median of the rounds' own ratios, goal >= "
+           "0.90; default = %d threads, governed (model/team.h)%s):\n", T, CONT_DECODE, rounds, ndef,
+           env_int("BENCH_CONTENTION_AA", 0) ? "; BENCH_CONTENTION_AA=1: the 'default' is a second 1-thread session, "
+                                               "the ratios are the noise floor" : "");
+    printf("  %-8s %-46s %8s %8s %6s | %8s %8s %6s\n", "pattern", "load", "pre t1", "pre def", "ratio", "dec t1",
+           "dec def", "ratio");
+    for (int i = 0; i < CONT_NPAT; i++) {
+        const char *p = CONT_PATTERNS[i].name;
+        if (which && *which) {
+            const char *h = strstr(which, p);
+            size_t n = strlen(p);
+            if (!h || (h != which && h[-1] != ',') || (h[n] && h[n] != ',')) continue;
+        }
+        cont_load L = {{0}, 0};
+        double tp[2], td[2], ratio[2];
+        long gov[4];
+        if (cont_start(&L, p, self, dir)) {
+            cont_stop(&L);
+            printf("  %-8s could not start its load\n", p);
+            continue;
+        }
+        const double l0 = loadavg();
+        const vt_gov gp0 = vt_team_gov(VT_TEAM_PREFILL, ndef), gd0 = vt_team_gov(VT_TEAM_DECODE, ndef);
+        cont_rounds(m, ndef, tok, ntok, T, logits, rounds, tp, td, ratio, gov);
+        cont_stop(&L);
+        const vt_gov gp1 = vt_team_gov(VT_TEAM_PREFILL, ndef), gd1 = vt_team_gov(VT_TEAM_DECODE, ndef);
+        if (env_int("BENCH_CONTENTION_VERBOSE", 0))
+            printf("  # %s governor: prefill %ld probes, %ld changes, %ld called by a change of load; decode %ld, %ld, %ld\n",
+                   p, gp1.probes - gp0.probes, gp1.changes - gp0.changes, gp1.odd_probes - gp0.odd_probes,
+                   gd1.probes - gd0.probes, gd1.changes - gd0.changes, gd1.odd_probes - gd0.odd_probes);
+        printf("  %-8s %-46s %8.1f %8.1f %6.2f | %8.1f %8.1f %6.2f   (load %.1f; one thread: %ld/%ld prefills, "
+               "%ld/%ld steps)\n", p, CONT_PATTERNS[i].what, T / tp[1], T / tp[0], ratio[0], CONT_DECODE / td[1],
+               CONT_DECODE / td[0], ratio[1], l0, gov[0], gov[1], gov[2], gov[3]);
+        cont_phase(P, cfg, p, "prefill", 1, T, tp[1]);
+        cont_phase(P, cfg, p, "prefill", ndef, T, tp[0]);
+        cont_phase(P, cfg, p, "decode", 1, T, td[1]);
+        cont_phase(P, cfg, p, "decode", ndef, T, td[0]);
+        worst = ratio[0] < worst ? ratio[0] : worst;
+        worst = ratio[1] < worst ? ratio[1] : worst;
+    }
+    printf("contention: lowest ratio %.2f (goal >= 0.90)\n", worst);
+    return 0;
+}
+
+#endif
