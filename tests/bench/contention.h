@@ -191,10 +191,11 @@ static int cont_start(cont_load *L, const char *p, const char *self, const char 
 
 /* One pattern's rounds: session [0] at the default count, [1] on one thread.
  * A round is `rep` prefills of T tokens by each, then rep * CONT_DECODE
- * decode steps by each in chunks of rep * CONT_CHUNK, the sessions taking
- * turns A B B A ... (and the first of them alternating from round to round):
- * on a shared host the other tenants' load drifts within seconds, and what
- * falls on one session must fall on the other as well. rep makes a round's
+ * decode steps by each in chunks of CONT_CHUNK, the sessions taking turns at
+ * every prefill and chunk, A B B A A B ... (the first alternating from round
+ * to round): on a shared host the other tenants' load drifts within seconds
+ * and comes in bursts of milliseconds, and what falls on one session must
+ * fall on the other as well. rep makes a round's
  * prefills last ~0.15 s on one thread (the tiny model's 7 ms prefill, alone,
  * left two identical one-thread sessions 0.76 to 1.21 apart). Out: per
  * session the medians over the rounds of the seconds of one prefill (tp) and
@@ -215,12 +216,15 @@ static void cont_rounds(vt_model *m, int ndef, const int32_t *tok, int ntok, int
     for (int r = 0; r < rounds; r++) {
         const int a = r % 2;
         p[0][r] = p[1][r] = d[0][r] = d[1][r] = 0;
-        for (int j = 0; j < 2; j++)
-            for (int i = 0; i < rep; i++) p[(a + j) % 2][r] += prefill_s(s[(a + j) % 2], tok, T, logits) / rep;
-        for (int c = 0; c < CONT_DECODE / CONT_CHUNK; c++)
+        for (int i = 0; i < rep; i++)
             for (int j = 0; j < 2; j++) {
-                const int k = (a + j + c) % 2;   /* A B, B A, A B, ... */
-                d[k][r] += decode_s(s[k], tok + T + c * rep * CONT_CHUNK, rep * CONT_CHUNK, logits) / rep;
+                const int k = (a + j + i) % 2;   /* A B, B A, A B, ... */
+                p[k][r] += prefill_s(s[k], tok, T, logits) / rep;
+            }
+        for (int c = 0; c < rep * CONT_DECODE / CONT_CHUNK; c++)
+            for (int j = 0; j < 2; j++) {
+                const int k = (a + j + c) % 2;
+                d[k][r] += decode_s(s[k], tok + T + c * CONT_CHUNK, CONT_CHUNK, logits) / rep;
             }
         rp[r] = p[1][r] / p[0][r];
         rd[r] = d[1][r] / d[0][r];
