@@ -123,27 +123,6 @@ static int write_scaled(bctx *c, int64_t scale, char *err, size_t errlen) {
     return LAB_OK;
 }
 
-/* Agreement of a run's top-1 with its reference's at every scored position. */
-static int agreement(lab_store *st, int64_t run, int64_t ref, uint8_t **agree, int64_t *n, char *err, size_t errlen) {
-    int32_t *a = NULL, *b = NULL;
-    int64_t na = 0, nb = 0;
-    *agree = NULL;
-    *n = 0;
-    int rc = lab_store_top1(st, run, &a, &na, err, errlen);
-    if (!rc) rc = lab_store_top1(st, ref, &b, &nb, err, errlen);
-    if (!rc && na != nb)
-        rc = lab_errf(err, errlen, LAB_EINPUT, "run %lld: %lld positions, its reference run %lld has %lld",
-                      (long long)run, (long long)na, (long long)ref, (long long)nb);
-    if (!rc && !(*agree = malloc((size_t)(na ? na : 1)))) rc = lab_oom(err, errlen);
-    if (!rc) {
-        for (int64_t i = 0; i < na; i++) (*agree)[i] = a[i] == b[i];
-        *n = na;
-    }
-    free(a);
-    free(b);
-    return rc;
-}
-
 static void paired(const uint8_t *x, const uint8_t *y, int64_t n, int64_t *lost, int64_t *gained) {
     *lost = *gained = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -187,7 +166,7 @@ static void print_step(bctx *c, const lab_bisect_step *s, const char *how) {
 static int classify(bctx *c, lab_bisect_step *s, char *err, size_t errlen) {
     uint8_t *a = NULL;
     int64_t n = 0;
-    int rc = agreement(c->st, s->arm_run_id, s->ref_run_id, &a, &n, err, errlen);
+    int rc = lab_store_agreement(c->st, s->arm_run_id, s->ref_run_id, &a, &n, err, errlen);
     if (rc) return rc;
     s->n = n;
     s->k = 0;
@@ -211,7 +190,7 @@ static int classify(bctx *c, lab_bisect_step *s, char *err, size_t errlen) {
     }
     uint8_t *ga = NULL, *ba = NULL;
     int64_t gn = 0, bn = 0;
-    rc = agreement(c->st, g->arm_run_id, g->ref_run_id, &ga, &gn, err, errlen);
+    rc = lab_store_agreement(c->st, g->arm_run_id, g->ref_run_id, &ga, &gn, err, errlen);
     if (!rc && gn != n)
         rc = lab_errf(err, errlen, LAB_EINPUT, "commit %.12s scores %lld positions, the good end %lld: not the same dataset",
                       s->commit, (long long)n, (long long)gn);
@@ -220,7 +199,7 @@ static int classify(bctx *c, lab_bisect_step *s, char *err, size_t errlen) {
         s->p = lab_mcnemar_exact(s->lost, s->gained);
     }
     int has_bad = !rc && bd && bd != s && bd->arm_run_id > 0 && s->position != c->n;
-    if (has_bad) rc = agreement(c->st, bd->arm_run_id, bd->ref_run_id, &ba, &bn, err, errlen);
+    if (has_bad) rc = lab_store_agreement(c->st, bd->arm_run_id, bd->ref_run_id, &ba, &bn, err, errlen);
     if (has_bad && !rc && bn == n) {
         paired(a, ba, n, &s->lost_bad, &s->gained_bad);   /* what the bad end loses / gains from here */
         s->p_bad = lab_mcnemar_exact(s->lost_bad, s->gained_bad);

@@ -1849,6 +1849,27 @@ int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, cha
     return LAB_OK;
 }
 
+int lab_store_agreement(lab_store *st, int64_t run, int64_t ref, uint8_t **agree, int64_t *n, char *err,
+                        size_t errlen) {
+    int32_t *a = NULL, *b = NULL;
+    int64_t na = 0, nb = 0;
+    *agree = NULL;
+    *n = 0;
+    int rc = lab_store_top1(st, run, &a, &na, err, errlen);
+    if (!rc) rc = lab_store_top1(st, ref, &b, &nb, err, errlen);
+    if (!rc && na != nb)
+        rc = lab_errf(err, errlen, LAB_EINPUT, "run %lld: %lld positions, its reference run %lld has %lld",
+                      (long long)run, (long long)na, (long long)ref, (long long)nb);
+    if (!rc && !(*agree = malloc((size_t)(na ? na : 1)))) rc = lab_oom(err, errlen);
+    if (!rc) {
+        for (int64_t i = 0; i < na; i++) (*agree)[i] = a[i] == b[i];
+        *n = na;
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
 int lab_store_exec(lab_store *st, const char *sql, int nparams, const char *const *params, char *err, size_t errlen) {
     sqlite3_stmt *s;
     int rc = lab_sq_prep(st, sql, &s, err, errlen);

@@ -304,6 +304,11 @@ int lab_store_put_pair_test(lab_store *st, int64_t run_a, int64_t run_b, int64_t
 /* Reads a run's per-position top-1 ids ([n] int32, caller frees). */
 int lab_store_top1(lab_store *st, int64_t run_id, int32_t **ids, int64_t *n, char *err, size_t errlen);
 
+/* Per scored position, whether run's top-1 equals its reference run's:
+ * agree[n] (the caller's, free). Bisect and localize judge their steps by it. */
+int lab_store_agreement(lab_store *st, int64_t run, int64_t ref, uint8_t **agree, int64_t *n, char *err,
+                        size_t errlen);
+
 /* *have = 1 when the database has table `name` (a read-only database of an
  * older schema may lack the audit and nightly tables). */
 int lab_store_has_table(lab_store *st, const char *name, int *have, char *err, size_t errlen);

@@ -373,27 +373,6 @@ int lab_store_localize_find_run(lab_store *st, const char *experiment, const cha
     return rc;
 }
 
-int lab_store_agreement(lab_store *st, int64_t run, int64_t ref, uint8_t **agree, int64_t *n, char *err,
-                        size_t errlen) {
-    int32_t *a = NULL, *b = NULL;
-    int64_t na = 0, nb = 0;
-    *agree = NULL;
-    *n = 0;
-    int rc = lab_store_top1(st, run, &a, &na, err, errlen);
-    if (!rc) rc = lab_store_top1(st, ref, &b, &nb, err, errlen);
-    if (!rc && na != nb)
-        rc = lab_errf(err, errlen, LAB_EINPUT, "run %lld: %lld positions, its reference run %lld has %lld",
-                      (long long)run, (long long)na, (long long)ref, (long long)nb);
-    if (!rc && !(*agree = malloc((size_t)(na ? na : 1)))) rc = lab_oom(err, errlen);
-    if (!rc) {
-        for (int64_t i = 0; i < na; i++) (*agree)[i] = a[i] == b[i];
-        *n = na;
-    }
-    free(a);
-    free(b);
-    return rc;
-}
-
 int lab_store_last_run_id(lab_store *st, int64_t *id, char *err, size_t errlen) {
     *id = 0;
     sqlite3_stmt *s = NULL;

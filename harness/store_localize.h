@@ -101,9 +101,4 @@ int lab_store_localize_threshold(lab_store *st, int64_t run_id, double *thr, cha
 /* The largest run id in results.db (0: none). */
 int lab_store_last_run_id(lab_store *st, int64_t *id, char *err, size_t errlen);
 
-/* Per scored position, whether run's top-1 equals its reference run's:
- * agree[n] (the caller's, free). */
-int lab_store_agreement(lab_store *st, int64_t run, int64_t ref, uint8_t **agree, int64_t *n, char *err,
-                        size_t errlen);
-
 #endif
