@@ -1,7 +1,8 @@
 /*
  * nightly_confounds.c — the confounds of a nightly: judged by key, stored,
- * and said in nightly.md, junit.xml and the Atom feed (nightly_confounds.h
- * has the rules; the rows go through store_nightly.h).
+ * and said in nightly.md and junit.xml (nightly_confounds.h has the rules;
+ * the rows go through store_nightly.h). Their entries in the Atom feed are
+ * written by nightly_outputs.c, in the same shape as the regressions'.
  */
 #include "nightly_confounds.h"
 
@@ -299,34 +300,6 @@ int lab_nightly_junit_confounds(lab_store *st, int64_t nightly, lab_buf *b, int 
         for (int64_t i = 0; i < l.n; i++)
             if (strcmp(l.r[i].state, "resolved")) junit_case(b, &l.r[i]);
         lab_buf_printf(b, "  </testsuite>\n");
-    }
-    free(l.r);
-    return rc;
-}
-
-int lab_nightly_atom_confounds(lab_store *st, const char *feed, int64_t nights, lab_buf *b, char *err, size_t errlen) {
-    lab_nightly_confounds l;
-    int rc = lab_store_nightly_confound_feed(st, nights, &l, err, errlen);
-    for (int64_t i = 0; !rc && i < l.n; i++) {
-        const confound *x = &l.r[i];
-        lab_buf_printf(b, "  <entry>\n    <title>nightly %lld ", (long long)x->nightly);
-        x_(b, x->status);
-        lab_buf_printf(b, ": new confound ");
-        x_(b, x->key);
-        lab_buf_printf(b, "</title>\n    <id>urn:vtlab:feed:");
-        x_(b, feed);
-        lab_buf_printf(b, ":confound:%lld</id>\n    <updated>", (long long)x->id);
-        x_(b, x->at);
-        lab_buf_printf(b, "</updated>\n    <link rel=\"alternate\" href=\"index.html#summary\"/>\n"
-                          "    <content type=\"text\">commit ");
-        x_(b, x->commit);
-        lab_buf_printf(b, ": ");
-        x_(b, x->subject);
-        lab_buf_printf(b, " %s%s", x->rule, x->runs[0] ? " (runs " : "");
-        x_(b, x->runs);
-        lab_buf_printf(b, "%s: ", x->runs[0] ? ")" : "");
-        x_(b, x->reason);
-        lab_buf_printf(b, "</content>\n  </entry>\n");
     }
     free(l.r);
     return rc;

@@ -44,13 +44,12 @@ int lab_nightly_judge_confounds(lab_store *st, int64_t cur, lab_confound_counts 
 int lab_nightly_confound_counts(lab_store *st, int64_t nightly, lab_confound_counts *c, char *err, size_t errlen);
 
 /* The outputs: nightly.md's section, junit.xml's suite "confounds" (a test
- * case per open or acknowledged key, a failure per open one), the feed's
- * entries (new confounds of the last `nights` nightlies). Each appends to b;
- * the suite sets *tests and *failures. */
+ * case per open or acknowledged key, a failure per open one). Each appends
+ * to b; the suite sets *tests and *failures. (The feed's entries, the new
+ * confounds of the last nightlies, are nightly_outputs.c's.) */
 int lab_nightly_md_confounds(lab_store *st, int64_t nightly, lab_buf *b, char *err, size_t errlen);
 int lab_nightly_junit_confounds(lab_store *st, int64_t nightly, lab_buf *b, int *tests, int *failures, char *err,
                                 size_t errlen);
-int lab_nightly_atom_confounds(lab_store *st, const char *feed, int64_t nights, lab_buf *b, char *err, size_t errlen);
 
 /* What to do about the open confounds of a nightly, for stderr: one line per
  * key with the command that reopens its claim or acknowledges it. */

@@ -4,35 +4,14 @@
  * harness/store.c migrate_v10_status). Built from the store's own v9, so a
  * later migration applies on top of it as it would in the field. */
 #include "tests/unit/vt_test.h"
-
-#include <unistd.h>
-
-#include "harness/store.h"
-#include "harness/store_internal.h"   /* raw SQL: an older schema's rows, the CHECK's text */
-
-static char dbpath[256];
+#include "tests/unit/vt_test_db.h"   /* dbpath, q_int; raw SQL: an older schema's rows, the CHECK's text */
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dbpath, sizeof dbpath, "/tmp/vtlab-test-nightly-schema-%d.db", (int)getpid());
-    char p[300];
-    unlink(dbpath);
-    snprintf(p, sizeof p, "%s-wal", dbpath);
-    unlink(p);
-    snprintf(p, sizeof p, "%s-shm", dbpath);
-    unlink(p);
+    vt_test_db_reset("nightly-schema");
     return 0;
 }
 static int teardown(void **state) { return setup(state); }
-
-static int64_t q_int(lab_store *st, const char *sql) {
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(lab_store_db(st), sql, -1, &s, NULL) != SQLITE_OK) fail_msg("prepare %s", sql);
-    int64_t v = -999;
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
 
 static int exec(lab_store *st, const char *sql) {
     char err[512];
