@@ -21,6 +21,7 @@ def text(s, d, versions):
         if v: s = s.replace(v, "VERSION")
     s = re.sub(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?", "TIME", s)
     s = re.sub(r"(reopened-)\d{8}", r"\1DATE", s)
+    s = re.sub(r"dirty=[01]", "dirty=X", s)
     s = re.sub(r"urn:vtlab:feed:[0-9a-f]+", "urn:vtlab:feed:FEED", s)
     return s
 
