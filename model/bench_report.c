@@ -54,6 +54,50 @@ static int check(const vt_bench_report *r, vt_err *err) {
     return VT_OK;
 }
 
+/* When and where it was measured (the runs' own started_at and host are the
+ * recorder's). */
+static void add_when_where(cJSON *o) {
+    char when[32], host[256];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = 0;
+    cJSON_AddItemToObject(o, "measured_at", cJSON_CreateString(when));
+    cJSON_AddItemToObject(o, "host", cJSON_CreateString(host));
+}
+
+/* One phase's object, with the rates derived from its counts; NULL when out
+ * of memory. */
+static cJSON *phase_json(const vt_bench_phase *p) {
+    cJSON *q = cJSON_CreateObject();
+    if (!q) return NULL;
+    double fps = p->flops / p->seconds, bps = p->bytes / p->seconds;
+    cJSON_AddItemToObject(q, "name", cJSON_CreateString(p->name));
+    cJSON_AddItemToObject(q, "batch", cJSON_CreateNumber((double)p->batch));
+    cJSON_AddItemToObject(q, "context", cJSON_CreateNumber((double)p->context));
+    cJSON_AddItemToObject(q, "threads", cJSON_CreateNumber((double)p->threads));
+    cJSON_AddItemToObject(q, "tokens", cJSON_CreateNumber((double)p->tokens));
+    cJSON_AddItemToObject(q, "seconds", cJSON_CreateNumber(p->seconds));
+    cJSON_AddItemToObject(q, "tokens_per_s", cJSON_CreateNumber((double)p->tokens / p->seconds));
+    cJSON_AddItemToObject(q, "flops", cJSON_CreateNumber(p->flops));
+    cJSON_AddItemToObject(q, "bytes", cJSON_CreateNumber(p->bytes));
+    cJSON_AddItemToObject(q, "flops_per_s", cJSON_CreateNumber(fps));
+    cJSON_AddItemToObject(q, "bytes_per_s", cJSON_CreateNumber(bps));
+    cJSON_AddItemToObject(q, "peak_flops", cJSON_CreateNumber(p->peak_flops));
+    cJSON_AddItemToObject(q, "peak_bytes", cJSON_CreateNumber(p->peak_bytes));
+    /* a fraction with no peak to compare against is not measurable: null */
+    cJSON_AddItemToObject(q, "flops_frac_of_peak",
+                          p->peak_flops > 0 ? cJSON_CreateNumber(fps / p->peak_flops) : cJSON_CreateNull());
+    cJSON_AddItemToObject(q, "bytes_frac_of_peak", p->peak_bytes > 0 && p->bytes > 0
+                                                       ? cJSON_CreateNumber(bps / p->peak_bytes)
+                                                       : cJSON_CreateNull());
+    cJSON_AddItemToObject(q, "gemm_share", p->gemm_seconds >= 0 ? cJSON_CreateNumber(p->gemm_seconds / p->seconds)
+                                                                : cJSON_CreateNull());
+    return q;
+}
+
 int vt_bench_write(const char *path, const vt_bench_report *r, vt_err *err) {
     int rc = check(r, err);
     if (rc) return rc;
@@ -62,17 +106,7 @@ int vt_bench_write(const char *path, const vt_bench_report *r, vt_err *err) {
     cJSON_AddItemToObject(o, "format", cJSON_CreateString(VT_BENCH_FORMAT));
     cJSON_AddItemToObject(o, "version", cJSON_CreateNumber(VT_BENCH_VERSION));
     cJSON_AddItemToObject(o, "code_version", cJSON_CreateString(vt_build_info()));
-    {   /* when and where it was measured (the runs' own started_at and host are the recorder's) */
-        char when[32], host[256];
-        time_t t = time(NULL);
-        struct tm tm;
-        gmtime_r(&t, &tm);
-        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
-        host[sizeof host - 1] = 0;
-        cJSON_AddItemToObject(o, "measured_at", cJSON_CreateString(when));
-        cJSON_AddItemToObject(o, "host", cJSON_CreateString(host));
-    }
+    add_when_where(o);
     cJSON_AddItemToObject(o, "backend", cJSON_CreateString(r->backend));
     cJSON_AddItemToObject(o, "device", cJSON_CreateString(r->device));
     cJSON_AddItemToObject(o, "model", cJSON_CreateString(r->model));
@@ -95,32 +129,9 @@ int vt_bench_write(const char *path, const vt_bench_report *r, vt_err *err) {
         cJSON_AddItemToObject(mem, "checkpoint_bytes", cJSON_CreateNumber((double)r->checkpoint_bytes));
     }
     for (int64_t i = 0; i < r->n_phases; i++) {
-        const vt_bench_phase *p = &r->phases[i];
-        cJSON *q = cJSON_CreateObject();
+        cJSON *q = phase_json(&r->phases[i]);
         if (!q) goto oom;
         cJSON_AddItemToArray(ph, q);
-        double fps = p->flops / p->seconds, bps = p->bytes / p->seconds;
-        cJSON_AddItemToObject(q, "name", cJSON_CreateString(p->name));
-        cJSON_AddItemToObject(q, "batch", cJSON_CreateNumber((double)p->batch));
-        cJSON_AddItemToObject(q, "context", cJSON_CreateNumber((double)p->context));
-        cJSON_AddItemToObject(q, "threads", cJSON_CreateNumber((double)p->threads));
-        cJSON_AddItemToObject(q, "tokens", cJSON_CreateNumber((double)p->tokens));
-        cJSON_AddItemToObject(q, "seconds", cJSON_CreateNumber(p->seconds));
-        cJSON_AddItemToObject(q, "tokens_per_s", cJSON_CreateNumber((double)p->tokens / p->seconds));
-        cJSON_AddItemToObject(q, "flops", cJSON_CreateNumber(p->flops));
-        cJSON_AddItemToObject(q, "bytes", cJSON_CreateNumber(p->bytes));
-        cJSON_AddItemToObject(q, "flops_per_s", cJSON_CreateNumber(fps));
-        cJSON_AddItemToObject(q, "bytes_per_s", cJSON_CreateNumber(bps));
-        cJSON_AddItemToObject(q, "peak_flops", cJSON_CreateNumber(p->peak_flops));
-        cJSON_AddItemToObject(q, "peak_bytes", cJSON_CreateNumber(p->peak_bytes));
-        /* a fraction with no peak to compare against is not measurable: null */
-        cJSON_AddItemToObject(q, "flops_frac_of_peak",
-                              p->peak_flops > 0 ? cJSON_CreateNumber(fps / p->peak_flops) : cJSON_CreateNull());
-        cJSON_AddItemToObject(q, "bytes_frac_of_peak", p->peak_bytes > 0 && p->bytes > 0
-                                                           ? cJSON_CreateNumber(bps / p->peak_bytes)
-                                                           : cJSON_CreateNull());
-        cJSON_AddItemToObject(q, "gemm_share", p->gemm_seconds >= 0 ? cJSON_CreateNumber(p->gemm_seconds / p->seconds)
-                                                                    : cJSON_CreateNull());
     }
     cJSON_AddItemToObject(o, "phases", ph);
     ph = NULL;

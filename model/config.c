@@ -374,19 +374,24 @@ static int check_bounds(const vt_config *cfg, const char *fname, vt_err *err) {
 
 /* ------------------------------------------------------------------- parse */
 
-static int parse_object(pctx *c, const cJSON *root, vt_config *cfg) {
-    int rc;
-    const int64_t M = CFG_MAX_DIM;
-
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (!mt) return err_missing(c, "model_type", "\"kimi_linear\"");
-    if (!cJSON_IsString(mt) || !mt->valuestring || strcmp(mt->valuestring, "kimi_linear") != 0)
-        return err_type(c, "model_type", "\"kimi_linear\"", mt);
-
+/* The parse in the order of the fields' groups, each group one function:
+ * the first bad field is the one reported, so the order is part of the
+ * behaviour (tests/cli/test_bad_configs.sh pins messages). REQ and OPT read
+ * an integer field of the top level into dst, returning from the group on
+ * the first bad one. */
 #define REQ(key, lo, hi, dst) \
     if ((rc = get_int(c, root, "", key, 1, 0, 0, lo, hi, dst)) != VT_OK) return rc
 #define OPT(key, def, lo, hi, dst) \
     if ((rc = get_int(c, root, "", key, 0, 0, def, lo, hi, dst)) != VT_OK) return rc
+
+/* model_type, the model's sizes, the norm epsilon and an untied lm_head. */
+static int parse_model(pctx *c, const cJSON *root, vt_config *cfg) {
+    int rc;
+    const int64_t M = CFG_MAX_DIM;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!mt) return err_missing(c, "model_type", "\"kimi_linear\"");
+    if (!cJSON_IsString(mt) || !mt->valuestring || strcmp(mt->valuestring, "kimi_linear") != 0)
+        return err_type(c, "model_type", "\"kimi_linear\"", mt);
 
     REQ("vocab_size", 1, M, &cfg->vocab_size);
     REQ("hidden_size", 1, M, &cfg->hidden_size);
@@ -399,8 +404,13 @@ static int parse_object(pctx *c, const cJSON *root, vt_config *cfg) {
     if (cfg->tie_word_embeddings)
         return err_unsupported(c, "tie_word_embeddings", cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings"),
                                "lm_head must be its own tensor");
+    return VT_OK;
+}
 
-    /* MLA */
+/* MLA: NoPE only, queries without a low-rank projection. */
+static int parse_mla(pctx *c, const cJSON *root, vt_config *cfg) {
+    int rc;
+    const int64_t M = CFG_MAX_DIM;
     REQ("num_attention_heads", 1, M, &cfg->num_attention_heads);
     OPT("num_key_value_heads", cfg->num_attention_heads, 1, M, &cfg->num_key_value_heads);
     REQ("kv_lora_rank", 1, M, &cfg->kv_lora_rank);
@@ -417,8 +427,14 @@ static int parse_object(pctx *c, const cJSON *root, vt_config *cfg) {
             return err_unsupported(c, "q_lora_rank", qlr, "expected null: queries have no low-rank projection here");
         return err_type(c, "q_lora_rank", "null", qlr);
     }
+    return VT_OK;
+}
 
-    /* KDA */
+/* KDA: linear_attn_config, and which layers are KDA and which MLA (every
+ * layer one of the two). */
+static int parse_kda(pctx *c, const cJSON *root, vt_config *cfg) {
+    int rc;
+    const int64_t M = CFG_MAX_DIM;
     const cJSON *lac = cJSON_GetObjectItemCaseSensitive(root, "linear_attn_config");
     if (!lac) return err_missing(c, "linear_attn_config", "an object");
     if (!cJSON_IsObject(lac)) return err_type(c, "linear_attn_config", "an object", lac);
@@ -435,8 +451,13 @@ static int parse_object(pctx *c, const cJSON *root, vt_config *cfg) {
             return vt_errf(c->err, VT_EINPUT,
                            "%s: field linear_attn_config: layer %lld is in neither kda_layers nor full_attn_layers",
                            c->fname, (long long)i + 1);
+    return VT_OK;
+}
 
-    /* MoE */
+/* MoE: the experts, the router (sigmoid, one group) and SiLU. */
+static int parse_moe(pctx *c, const cJSON *root, vt_config *cfg) {
+    int rc;
+    const int64_t M = CFG_MAX_DIM;
     REQ("num_experts", 1, CFG_MAX_EXPERTS, &cfg->num_experts);
     REQ("num_experts_per_token", 1, M, &cfg->num_experts_per_token);
     if (cfg->num_experts_per_token > cfg->num_experts)
@@ -464,10 +485,14 @@ static int parse_object(pctx *c, const cJSON *root, vt_config *cfg) {
     if ((rc = get_only_string(c, root, "moe_router_activation_func", "sigmoid",
                               "the router scores with sigmoid only")) != VT_OK)
         return rc;
-    if ((rc = get_only_string(c, root, "hidden_act", "silu", "the MLPs and experts use SiLU only")) != VT_OK)
-        return rc;
+    return get_only_string(c, root, "hidden_act", "silu", "the MLPs and experts use SiLU only");
+}
+#undef REQ
+#undef OPT
 
-    /* informational */
+/* Informational fields: the checkpoint's dtype name and the special tokens. */
+static int parse_info(pctx *c, const cJSON *root, vt_config *cfg) {
+    int rc;
     const char *dkey = cJSON_GetObjectItemCaseSensitive(root, "dtype") ? "dtype" : "torch_dtype";
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(root, dkey);
     cfg->dtype[0] = '\0';
@@ -477,10 +502,15 @@ static int parse_object(pctx *c, const cJSON *root, vt_config *cfg) {
         snprintf(cfg->dtype, sizeof cfg->dtype, "%s", dt->valuestring);
     }
     if ((rc = get_int(c, root, "", "bos_token_id", 0, 1, -1, 0, INT64_MAX, &cfg->bos_token_id)) != VT_OK) return rc;
-    if ((rc = get_int(c, root, "", "eos_token_id", 0, 1, -1, 0, INT64_MAX, &cfg->eos_token_id)) != VT_OK) return rc;
-#undef REQ
-#undef OPT
+    return get_int(c, root, "", "eos_token_id", 0, 1, -1, 0, INT64_MAX, &cfg->eos_token_id);
+}
 
+static int parse_object(pctx *c, const cJSON *root, vt_config *cfg) {
+    int rc;
+    if ((rc = parse_model(c, root, cfg)) != VT_OK || (rc = parse_mla(c, root, cfg)) != VT_OK ||
+        (rc = parse_kda(c, root, cfg)) != VT_OK || (rc = parse_moe(c, root, cfg)) != VT_OK ||
+        (rc = parse_info(c, root, cfg)) != VT_OK)
+        return rc;
     return check_bounds(cfg, c->fname, c->err);
 }
 

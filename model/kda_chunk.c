@@ -309,20 +309,19 @@ VT_AVX512 static void diag_block_avx512(int64_t a0, int64_t nb, int64_t d, int64
         for (int64_t i = 0; i < d; i++) KTO[(a0 + s) * ld + i] = KDT[i * 16 + s];
 }
 
-/* One chunk of n <= c tokens of one head (c: the chunk length the buffers
- * were carved for; pointers at the chunk's first token of the head, row stride
- * P for q, k, v, g, o, stride H for beta). The next chunk's first n_next rows
- * are prefetched on the way. */
-static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, int64_t d, int64_t P, int64_t H,
-                       const float *q, const float *k, const float *v, const float *g, const float *beta, float *S,
-                       float *o) {
-    const int64_t ld = round_up(d);   /* row stride of the [.][d] buffers */
-    const int64_t lc = round_up(c);   /* row stride of the [c][c] buffers and of KHT */
-    float *F = b->F, *KG = b->KG, *QG = b->QG, *PK = b->PK, *R = b->R, *D = b->D, *KTO = b->KTO;
-    float *XK = b->XK, *XQ = b->XQ, *KD = b->KD, *KHT = b->KHT, *A = b->A, *AQ = b->AQ, *TM = b->TM;
-    float *GAM = b->GAM, *RHO = b->RHO;
+/* One chunk's geometry: n tokens of head dimension d; P and H the row
+ * strides of q, k, v, g, o and of beta; ld the row stride of the [.][d]
+ * buffers, lc that of the [c][c] buffers and of KHT. */
+typedef struct chunk_dims {
+    int64_t n, d, P, H, ld, lc;
+} chunk_dims;
 
-    /* decays, and q, k decayed from the chunk start */
+/* Decays F, and q, k decayed from the chunk start (QG, KG; GAM ends as
+ * Gam_{n-1}); the next chunk's first n_next rows are prefetched on the way. */
+static void chunk_decays(const kda_buf *b, const chunk_dims *cd, int64_t n_next, const float *q, const float *k,
+                         const float *v, const float *g) {
+    const int64_t n = cd->n, d = cd->d, P = cd->P, ld = cd->ld;
+    float *F = b->F, *KG = b->KG, *QG = b->QG, *GAM = b->GAM;
     for (int64_t r = 0; r < n; r++) {
         const float *gr = g + r * P, *qr = q + r * P, *kr = k + r * P;
         float *Fr = F + r * ld, *kg = KG + r * ld, *qg = QG + r * ld;
@@ -344,17 +343,28 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, i
         #pragma omp simd
         for (int64_t i = 0; i < d; i++) { kg[i] = kr[i] * GAM[i]; qg[i] = qr[i] * GAM[i]; }
     }
+}
 
-    /* the initial state's contribution: PK = KG S0, o = QG S0 */
-    vt_sgemm_nn(n, d, d, KG, ld, S, d, PK, ld, 0);
-    vt_sgemm_nn(n, d, d, QG, ld, S, d, o, P, 0);
+/* The initial state's contribution: PK = KG S0, o = QG S0, and the right-hand
+ * side R = beta (v - PK). */
+static void chunk_initial(const kda_buf *b, const chunk_dims *cd, const float *v, const float *beta, const float *S,
+                          float *o) {
+    const int64_t n = cd->n, d = cd->d, P = cd->P, H = cd->H, ld = cd->ld;
+    float *PK = b->PK, *R = b->R;
+    vt_sgemm_nn(n, d, d, b->KG, ld, S, d, PK, ld, 0);
+    vt_sgemm_nn(n, d, d, b->QG, ld, S, d, o, P, 0);
     for (int64_t r = 0; r < n; r++) {
         const float br = beta[r * H];
         #pragma omp simd
         for (int64_t j = 0; j < d; j++) R[r * ld + j] = br * (v[r * P + j] - PK[r * ld + j]);
     }
+}
 
-    /* A and AQ, sub-chunk by sub-chunk */
+/* A and AQ, sub-chunk by sub-chunk; KTO ends as the keys decayed to the
+ * chunk's end. */
+static void chunk_products(const kda_buf *b, const chunk_dims *cd, const float *q, const float *k) {
+    const int64_t n = cd->n, d = cd->d, P = cd->P, ld = cd->ld, lc = cd->lc;
+    float *F = b->F, *KTO = b->KTO, *XK = b->XK, *XQ = b->XQ, *KD = b->KD, *A = b->A, *AQ = b->AQ, *RHO = b->RHO;
     for (int64_t a0 = 0; a0 < n; a0 += B) {
         const int64_t nb = n - a0 < B ? n - a0 : B;
         /* XK, XQ: decayed from the sub-chunk start to r inclusive */
@@ -387,9 +397,14 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, i
         if (b->avx) diag_block_avx512(a0, nb, d, P, ld, lc, q, k, F, KD, A, AQ, KTO);
         else diag_block(a0, nb, d, P, ld, lc, q, k, F, KD, A, AQ, KTO);
     }
+}
 
-    /* TM = (I + diag(beta) A)^-1 by forward substitution, row by row:
-     * TM[r][s] = -sum_{m=s}^{r-1} beta_r A[r][m] TM[m][s], TM[r][r] = 1 */
+/* TM = (I + diag(beta) A)^-1 by forward substitution, row by row:
+ * TM[r][s] = -sum_{m=s}^{r-1} beta_r A[r][m] TM[m][s], TM[r][r] = 1 */
+static void chunk_inverse(const kda_buf *b, const chunk_dims *cd, const float *beta) {
+    const int64_t n = cd->n, H = cd->H, lc = cd->lc;
+    const float *A = b->A;
+    float *TM = b->TM;
     for (int64_t r = 0; r < n; r++) {
         float *tr = TM + r * lc;
         const float br = beta[r * H];
@@ -402,18 +417,22 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, i
         }
         tr[r] = 1.0f;
     }
+}
 
-    /* D = TM R and o += AQ D, by row blocks (TM and AQ are zero above the diagonal) */
+/* D = TM R and o += AQ D, by row blocks (TM and AQ are zero above the
+ * diagonal); then S = diag(Gam_{n-1}) S0 + KTO^T D. */
+static void chunk_outputs(const kda_buf *b, const chunk_dims *cd, float *S, float *o) {
+    const int64_t n = cd->n, d = cd->d, P = cd->P, ld = cd->ld, lc = cd->lc;
+    float *D = b->D, *KTO = b->KTO, *KHT = b->KHT, *GAM = b->GAM;
     for (int64_t a0 = 0; a0 < n; a0 += B) {
         const int64_t nb = n - a0 < B ? n - a0 : B;
-        vt_sgemm_nn(nb, d, a0 + nb, TM + a0 * lc, lc, R, ld, D + a0 * ld, ld, 0);
+        vt_sgemm_nn(nb, d, a0 + nb, b->TM + a0 * lc, lc, b->R, ld, D + a0 * ld, ld, 0);
     }
     for (int64_t a0 = 0; a0 < n; a0 += B) {
         const int64_t nb = n - a0 < B ? n - a0 : B;
-        vt_sgemm_nn(nb, d, a0 + nb, AQ + a0 * lc, lc, D, ld, o + a0 * P, P, 1);
+        vt_sgemm_nn(nb, d, a0 + nb, b->AQ + a0 * lc, lc, D, ld, o + a0 * P, P, 1);
     }
 
-    /* S = diag(Gam_{n-1}) S0 + KTO^T D */
     for (int64_t s = 0; s < n; s++)
         for (int64_t i = 0; i < d; i++) KHT[i * lc + s] = KTO[s * ld + i];
     for (int64_t i = 0; i < d; i++) {
@@ -423,6 +442,22 @@ static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, i
         for (int64_t j = 0; j < d; j++) si[j] *= gi;
     }
     vt_sgemm_nn(d, d, n, KHT, lc, D, ld, S, d, 1);
+}
+
+/* One chunk of n <= c tokens of one head (c: the chunk length the buffers
+ * were carved for; pointers at the chunk's first token of the head, row stride
+ * P for q, k, v, g, o, stride H for beta): the banner's steps in order, each
+ * a function above. The next chunk's first n_next rows are prefetched on the
+ * way. */
+static void chunk_step(const kda_buf *b, int64_t c, int64_t n, int64_t n_next, int64_t d, int64_t P, int64_t H,
+                       const float *q, const float *k, const float *v, const float *g, const float *beta, float *S,
+                       float *o) {
+    const chunk_dims cd = {n, d, P, H, round_up(d), round_up(c)};
+    chunk_decays(b, &cd, n_next, q, k, v, g);
+    chunk_initial(b, &cd, v, beta, S, o);
+    chunk_products(b, &cd, q, k);
+    chunk_inverse(b, &cd, beta);
+    chunk_outputs(b, &cd, S, o);
 }
 
 int vt_kda_chunked(int64_t T, int64_t H, int64_t d, const float *q, const float *k, const float *v, const float *g,

@@ -203,56 +203,52 @@ static int fault_scatter(vt_session *s, vt_tensor *eo, const int64_t *order, con
     return rc;
 }
 
-int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, int64_t N, float *out,
-                   vt_moe_trace *trace, vt_err *err) {
+/* One MoE pass's buffers, carved from the workspace (the caller's mark
+ * releases them). xgb, yfb, eob, ybb back the xg, yf, eo and y views. */
+typedef struct moe_bufs {
+    float   *logits;    /* [N, E] router logits */
+    float   *wts;       /* [NK] routing weights, pair p = t*K + k */
+    int64_t *sel;       /* [NK] the expert of each pair */
+    int64_t *count;     /* [E+1] first sorted row of each expert */
+    int64_t *fill;      /* [E] the counting sort's cursors */
+    int64_t *order;     /* [NK] order[i]: pair index p = t*K+k of sorted row i */
+    int64_t *src_tok;   /* [NK] the token of sorted row i */
+    float   *row;       /* [threads, D] one f32 row per thread for the combine */
+    float   *sh;        /* [N, D] the shared expert's output, or NULL */
+    int64_t *unw;       /* [sequences] audit: rows unwritten per sequence */
+    void    *xgb, *yfb, *eob, *ybb;
+} moe_bufs;
+
+static int moe_bufs_alloc(vt_session *s, const vt_ffn_w *w, int64_t N, vt_dtype edt, moe_bufs *b, vt_err *err) {
+    const vt_config *cfg = &s->m->cfg;
+    const int64_t D = cfg->hidden_size, E = cfg->num_experts, NK = N * cfg->num_experts_per_token;
+    b->logits = vt_ws_alloc(s, VT_F32, N * E, err);
+    b->wts = vt_ws_alloc(s, VT_F32, NK, err);
+    b->sel = vt_ws_alloc(s, VT_I64, NK, err);
+    b->count = vt_ws_alloc(s, VT_I64, E + 1, err);
+    b->fill = vt_ws_alloc(s, VT_I64, E, err);
+    b->order = vt_ws_alloc(s, VT_I64, NK, err);
+    b->src_tok = vt_ws_alloc(s, VT_I64, NK, err);
+    b->row = vt_ws_alloc(s, VT_F32, (int64_t)omp_get_max_threads() * D, err);
+    b->sh = w->has_shared ? vt_ws_alloc(s, VT_F32, N * D, err) : NULL;
+    b->unw = vt_ws_alloc(s, VT_I64, vt_seg_count(s), err);
+    b->xgb = vt_ws_alloc(s, VT_F32, NK * D, err);
+    b->yfb = vt_ws_alloc(s, VT_F32, NK * D, err);
+    b->eob = vt_ws_alloc(s, edt, NK * D, err);
+    b->ybb = edt != VT_F32 ? vt_ws_alloc(s, edt, NK * D, err) : b->yfb;
+    if (!b->logits || !b->wts || !b->sel || !b->count || !b->fill || !b->order || !b->src_tok || !b->row ||
+        (w->has_shared && !b->sh) || !b->xgb || !b->yfb || !b->eob || !b->ybb || !b->unw)
+        return err->code;
+    return VT_OK;
+}
+
+/* route: the router's logits, then per token the sigmoid scores, the top-k
+ * by score + bias, and the weights (renormalised, scaled). */
+static void moe_route(vt_session *s, const vt_ffn_w *w, const float *x, int64_t N, const moe_bufs *b) {
     const vt_config *cfg = &s->m->cfg;
     const int64_t D = cfg->hidden_size, E = cfg->num_experts, K = cfg->num_experts_per_token;
-    const int64_t NK = N * K;
-    const int audit = s->k.probe == VT_PROBE_AUDIT;
-    /* this layer's dtypes: the levers may be scoped to other layers */
-    const vt_dtype edt = vt_expert_dtype_at(s, layer), sdt = vt_stream_dtype_at(s, layer, 1);
-    int rc = VT_OK;
-    vt_tensor xt = {0}, xg = {0}, yf = {0}, ybuf = {0}, eo = {0};
-    const vt_tensor *y = NULL;
-    const vt_ws_mark mk = vt_ws_mark_now(s);
-    float *logits = vt_ws_alloc(s, VT_F32, N * E, err);
-    float *wts = vt_ws_alloc(s, VT_F32, NK, err);
-    int64_t *sel = vt_ws_alloc(s, VT_I64, NK, err);
-    int64_t *count = vt_ws_alloc(s, VT_I64, E + 1, err);
-    int64_t *fill = vt_ws_alloc(s, VT_I64, E, err);
-    int64_t *order = vt_ws_alloc(s, VT_I64, NK, err);     /* order[i]: pair index p = t*K+k of sorted row i */
-    int64_t *src_tok = vt_ws_alloc(s, VT_I64, NK, err);
-    float *row = vt_ws_alloc(s, VT_F32, (int64_t)omp_get_max_threads() * D, err);   /* one per thread */
-    float *sh = w->has_shared ? vt_ws_alloc(s, VT_F32, N * D, err) : NULL;
-    int64_t *unw = vt_ws_alloc(s, VT_I64, vt_seg_count(s), err);   /* audit: rows unwritten per sequence */
-    int64_t shp_x[2] = {N, D}, shp_nk[2] = {NK, D};
-    void *xgb = vt_ws_alloc(s, VT_F32, NK * D, err), *yfb = vt_ws_alloc(s, VT_F32, NK * D, err);
-    void *eob = vt_ws_alloc(s, edt, NK * D, err);
-    void *ybb = edt != VT_F32 ? vt_ws_alloc(s, edt, NK * D, err) : yfb;
-    if (!logits || !wts || !sel || !count || !fill || !order || !src_tok || !row || (w->has_shared && !sh) || !xgb ||
-        !yfb || !eob || !ybb || !unw) {
-        rc = err->code;
-        goto done;
-    }
-    memset(count, 0, vt_row_size(VT_I64, E + 1));
-    if ((rc = vt_tensor_view(&xg, VT_F32, 2, shp_nk, xgb, vt_row_size(VT_F32, NK * D), err)) ||
-        (rc = vt_tensor_view(&yf, VT_F32, 2, shp_nk, yfb, vt_row_size(VT_F32, NK * D), err)) ||
-        (rc = vt_tensor_view(&eo, edt, 2, shp_nk, eob, vt_row_size(edt, NK * D), err)))
-        goto done;
-    /* The scatter below is the replayed defect's, or the sound one. The
-     * defective one leaves zeros in the rows it misses, never old data; the
-     * sound one writes every row (its destinations are a permutation). */
-#ifdef VT_MUTATE_SCATTER_STREAM_DTYPE
-    const int defective = 1;   /* mutation (a) of `make mutation`: the defect at its original call site */
-#else
-    const int defective = s->k.fault == VT_FAULT_MOE_SCATTER_ROW_BYTES_FROM_STREAM;
-#endif
-    if (defective) {
-        #pragma omp parallel for schedule(static) if (NK * D >= VT_PAR_MIN_ELEMS)
-        for (int64_t r = 0; r < NK; r++) memset(vt_tensor_row(&eo, r), 0, vt_tensor_row_bytes(&eo));
-    }
-
-    /* route */
+    float *logits = b->logits, *wts = b->wts;
+    int64_t *sel = b->sel;
     vt_gemm_xwT(s, x, N, D, &w->router, logits);
     const float *bias = w->router_bias.data;
     #pragma omp parallel for schedule(static) if (N * E >= VT_PAR_MIN_ELEMS / 16)   /* sigmoid + top-k: ~40 ns/element */
@@ -278,82 +274,169 @@ int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, 
             wts[t * K + k] = v * (float)cfg->routed_scaling_factor;
         }
     }
+}
 
-    /* sort pairs by expert (counting sort, stable in p) */
+/* The NK pairs sorted by expert (counting sort, stable in p): count[e] is
+ * expert e's first sorted row, order[i] the pair of sorted row i and
+ * src_tok[i] its token. count must be zero on entry. */
+static void sort_by_expert(const moe_bufs *b, int64_t NK, int64_t E, int64_t K) {
+    const int64_t *sel = b->sel;
+    int64_t *count = b->count, *fill = b->fill, *order = b->order;
     for (int64_t p = 0; p < NK; p++) count[sel[p] + 1]++;
     for (int64_t e = 0; e < E; e++) count[e + 1] += count[e];
     memcpy(fill, count, vt_row_size(VT_I64, E));
     for (int64_t p = 0; p < NK; p++) order[fill[sel[p]]++] = p;
-    for (int64_t i = 0; i < NK; i++) src_tok[i] = order[i] / K;
+    for (int64_t i = 0; i < NK; i++) b->src_tok[i] = order[i] / K;
+}
 
-    /* gather */
-    vt_copy_stats st;
-    if ((rc = vt_tensor_view(&xt, VT_F32, 2, shp_x, (void *)x, vt_row_size(VT_F32, N * D), err))) goto done;
-    if (audit) vt_tensor_fill_sentinel(&xg);
-    if ((rc = vt_rows_gather(&xg, &xt, src_tok, NK, &st, err))) goto done;
-    if (audit) unwritten_per_seq(s, &xg, order, N, K, unw);
-    vt_probe_copy_seqs(s, "moe.gather", layer, st, 0, N, K, audit ? unw : NULL);
+/* gather: each sorted row's token row of x into xg, probed. */
+static int moe_gather(vt_session *s, int layer, const float *x, int64_t N, int64_t K, const moe_bufs *b,
+                      vt_tensor *xg, vt_copy_stats *st, vt_err *err) {
+    const int64_t D = s->m->cfg.hidden_size, NK = N * K, shp_x[2] = {N, D};
+    const int audit = s->k.probe == VT_PROBE_AUDIT;
+    vt_tensor xt = {0};
+    int rc;
+    if ((rc = vt_tensor_view(&xt, VT_F32, 2, shp_x, (void *)x, vt_row_size(VT_F32, N * D), err))) return rc;
+    if (audit) vt_tensor_fill_sentinel(xg);
+    if ((rc = vt_rows_gather(xg, &xt, b->src_tok, NK, st, err))) return rc;
+    if (audit) unwritten_per_seq(s, xg, b->order, N, K, b->unw);
+    vt_probe_copy_seqs(s, "moe.gather", layer, *st, 0, N, K, audit ? b->unw : NULL);
+    return VT_OK;
+}
 
-    /* experts (and the shared expert) */
-    if ((rc = experts_forward(s, w, &xg, count, x, N, &yf, sh, err))) goto done;
+/* The experts' output y: yf itself (f32), or yf converted into ybuf (on
+ * ybb) in the expert dtype edt by an explicit conversion. */
+static int expert_y(vt_session *s, vt_dtype edt, vt_tensor *yf, vt_tensor *ybuf, void *ybb, const vt_tensor **y,
+                    vt_copy_stats *st, vt_err *err) {
+    const int64_t NK = vt_tensor_nrows(yf), D = vt_tensor_ncols(yf), shp_nk[2] = {NK, D};
     if (edt == VT_F32) {
-        y = &yf;
-    } else {
-        if ((rc = vt_tensor_view(&ybuf, edt, 2, shp_nk, ybb, vt_row_size(edt, NK * D), err)))
-            goto done;
-        float *yv = yf.data;
-        if (s->lossy_cur)   /* the planted fault: the conversion keeps fewer bits */
-            for (int64_t i = 0; i < NK * D; i++) yv[i] = vt_round_mantissa(yv[i], s->k.lossy_bits);
-        if ((rc = vt_rows_convert(&ybuf, &yf, &st, err))) goto done;
-        y = &ybuf;
+        *y = yf;
+        return VT_OK;
     }
-    vt_probe_buffer_seqs(s, "moe.expert.y", layer, y->dtype, N, K, D);
+    int rc;
+    if ((rc = vt_tensor_view(ybuf, edt, 2, shp_nk, ybb, vt_row_size(edt, NK * D), err))) return rc;
+    float *yv = yf->data;
+    if (s->lossy_cur)   /* the planted fault: the conversion keeps fewer bits */
+        for (int64_t i = 0; i < NK * D; i++) yv[i] = vt_round_mantissa(yv[i], s->k.lossy_bits);
+    if ((rc = vt_rows_convert(ybuf, yf, st, err))) return rc;
+    *y = ybuf;
+    return VT_OK;
+}
 
-    /* scatter */
-    if (audit) vt_tensor_fill_sentinel(&eo);
+/* scatter: y rows back to eo at row t*K + k, by the sound copy or the
+ * replayed defect's; probed, with the rows left unwritten under audit
+ * (*unwritten: their count, -1 without audit). */
+static int moe_scatter(vt_session *s, int layer, int defective, vt_tensor *eo, const vt_tensor *y, int64_t N,
+                       int64_t K, vt_dtype sdt, const moe_bufs *b, int64_t *unwritten, vt_copy_stats *st,
+                       vt_err *err) {
+    const int audit = s->k.probe == VT_PROBE_AUDIT;
+    int rc;
+    if (audit) vt_tensor_fill_sentinel(eo);
     if (defective) {   /* sizes rows from the stream dtype */
-        if ((rc = fault_scatter(s, &eo, order, y, N, K, sdt, &st, err))) goto done;
-    } else if ((rc = vt_rows_scatter(&eo, order, y, NK, &st, err)))
-        goto done;
-    int64_t unwritten = -1;
+        if ((rc = fault_scatter(s, eo, b->order, y, N, K, sdt, st, err))) return rc;
+    } else if ((rc = vt_rows_scatter(eo, b->order, y, N * K, st, err)))
+        return rc;
+    *unwritten = -1;
     if (audit) {
-        unwritten_per_seq(s, &eo, NULL, N, K, unw);
-        for (int64_t i = unwritten = 0; i < vt_seg_count(s); i++) unwritten += unw[i];
-        vt_tensor_clear_sentinel(&eo);
+        unwritten_per_seq(s, eo, NULL, N, K, b->unw);
+        int64_t u = 0;
+        for (int64_t i = 0; i < vt_seg_count(s); i++) u += b->unw[i];
+        *unwritten = u;
+        vt_tensor_clear_sentinel(eo);
     }
-    vt_probe_copy_seqs(s, "moe.scatter", layer, st, 0, N, K, audit ? unw : NULL);
+    vt_probe_copy_seqs(s, "moe.scatter", layer, *st, 0, N, K, audit ? b->unw : NULL);
+    return VT_OK;
+}
 
-    /* combine: expert_out is read through an explicit conversion to f32 */
+/* combine: out[t] = sum_k w[t,k] * eo[t*K + k] (+ the shared expert), eo
+ * read through an explicit conversion to f32; probed. */
+static void moe_combine(vt_session *s, int layer, const vt_tensor *eo, const moe_bufs *b, int64_t N, int64_t K,
+                        float *out) {
+    const int64_t D = s->m->cfg.hidden_size;
+    const float *wts = b->wts, *sh = b->sh;
+    float *row = b->row;
     #pragma omp parallel for schedule(static) if (N * K * D >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < N; t++) {
         float *o = out + t * D, *r = row + (int64_t)omp_get_thread_num() * D;
         memset(o, 0, vt_row_size(VT_F32, D));
         for (int64_t k = 0; k < K; k++) {
-            const float *e = vt_tensor_row(&eo, t * K + k);   /* f32 rows are read where they are */
-            if (eo.dtype != VT_F32) vt_convert(r, VT_F32, e, eo.dtype, (size_t)D), e = r;
+            const float *e = vt_tensor_row(eo, t * K + k);   /* f32 rows are read where they are */
+            if (eo->dtype != VT_F32) vt_convert(r, VT_F32, e, eo->dtype, (size_t)D), e = r;
             float wk = wts[t * K + k];
             for (int64_t i = 0; i < D; i++) o[i] += wk * e[i];
         }
         if (sh)
             for (int64_t i = 0; i < D; i++) o[i] += sh[t * D + i];
     }
-    st = (vt_copy_stats){.rows = NK, .bytes_per_row = vt_row_size(VT_F32, D), .src_row_bytes = vt_tensor_row_bytes(&eo),
-                         .dst_row_bytes = vt_row_size(VT_F32, D), .src_dtype = eo.dtype, .dst_dtype = VT_F32};
+    const int64_t NK = N * K;
+    const vt_copy_stats st = {.rows = NK, .bytes_per_row = vt_row_size(VT_F32, D),
+                              .src_row_bytes = vt_tensor_row_bytes(eo), .dst_row_bytes = vt_row_size(VT_F32, D),
+                              .src_dtype = eo->dtype, .dst_dtype = VT_F32};
     vt_probe_copy_seqs(s, "moe.combine", layer, st, 1, N, K, NULL);
+}
 
+/* The caller's trace: each pair's token and expert, the rows the scatter
+ * left unwritten, and a copy of expert_out. */
+static int fill_trace(vt_moe_trace *trace, const int64_t *sel, const vt_tensor *eo, int64_t N, int64_t K,
+                      int64_t unwritten, vt_err *err) {
+    const int64_t NK = N * K, shp_nk[2] = {NK, vt_tensor_ncols(eo)};
+    memset(trace, 0, sizeof *trace);
+    trace->pair_token = malloc((size_t)NK * sizeof(int64_t));
+    trace->pair_expert = malloc((size_t)NK * sizeof(int64_t));
+    if (!trace->pair_token || !trace->pair_expert) return vt_errf(err, VT_ENOMEM, "moe trace");
+    for (int64_t p = 0; p < NK; p++) { trace->pair_token[p] = p / K; trace->pair_expert[p] = sel[p]; }
+    trace->rows_unwritten = unwritten;
+    int rc = vt_tensor_alloc(&trace->expert_out, eo->dtype, 2, shp_nk, err);
+    if (rc) return rc;
+    return vt_rows_copy(&trace->expert_out, 0, eo, 0, NK, NULL, err);
+}
 
-    vt_act_round(s, out, N * D);
-
-    if (trace) {
-        memset(trace, 0, sizeof *trace);
-        trace->pair_token = malloc((size_t)NK * sizeof(int64_t));
-        trace->pair_expert = malloc((size_t)NK * sizeof(int64_t));
-        if (!trace->pair_token || !trace->pair_expert) { rc = vt_errf(err, VT_ENOMEM, "moe trace"); goto done; }
-        for (int64_t p = 0; p < NK; p++) { trace->pair_token[p] = p / K; trace->pair_expert[p] = sel[p]; }
-        trace->rows_unwritten = unwritten;
-        if ((rc = vt_tensor_alloc(&trace->expert_out, eo.dtype, 2, shp_nk, err))) goto done;
-        rc = vt_rows_copy(&trace->expert_out, 0, &eo, 0, NK, NULL, err);
+/* The steps of the banner (route, sort, gather, experts, scatter, combine),
+ * each a function of its own above; this one holds the buffers and the order. */
+int vt_moe_forward(vt_session *s, int layer, const vt_ffn_w *w, const float *x, int64_t N, float *out,
+                   vt_moe_trace *trace, vt_err *err) {
+    const vt_config *cfg = &s->m->cfg;
+    const int64_t D = cfg->hidden_size, E = cfg->num_experts, K = cfg->num_experts_per_token;
+    const int64_t NK = N * K, shp_nk[2] = {NK, D};
+    /* this layer's dtypes: the levers may be scoped to other layers */
+    const vt_dtype edt = vt_expert_dtype_at(s, layer), sdt = vt_stream_dtype_at(s, layer, 1);
+    vt_tensor xg = {0}, yf = {0}, ybuf = {0}, eo = {0};
+    const vt_tensor *y = NULL;
+    const vt_ws_mark mk = vt_ws_mark_now(s);
+    moe_bufs b;
+    int rc = moe_bufs_alloc(s, w, N, edt, &b, err);
+    if (rc) goto done;
+    memset(b.count, 0, vt_row_size(VT_I64, E + 1));
+    if ((rc = vt_tensor_view(&xg, VT_F32, 2, shp_nk, b.xgb, vt_row_size(VT_F32, NK * D), err)) ||
+        (rc = vt_tensor_view(&yf, VT_F32, 2, shp_nk, b.yfb, vt_row_size(VT_F32, NK * D), err)) ||
+        (rc = vt_tensor_view(&eo, edt, 2, shp_nk, b.eob, vt_row_size(edt, NK * D), err)))
+        goto done;
+    /* The scatter below is the replayed defect's, or the sound one. The
+     * defective one leaves zeros in the rows it misses, never old data; the
+     * sound one writes every row (its destinations are a permutation). */
+#ifdef VT_MUTATE_SCATTER_STREAM_DTYPE
+    const int defective = 1;   /* mutation (a) of `make mutation`: the defect at its original call site */
+#else
+    const int defective = s->k.fault == VT_FAULT_MOE_SCATTER_ROW_BYTES_FROM_STREAM;
+#endif
+    if (defective) {
+        #pragma omp parallel for schedule(static) if (NK * D >= VT_PAR_MIN_ELEMS)
+        for (int64_t r = 0; r < NK; r++) memset(vt_tensor_row(&eo, r), 0, vt_tensor_row_bytes(&eo));
     }
+
+    moe_route(s, w, x, N, &b);
+    sort_by_expert(&b, NK, E, K);
+    vt_copy_stats st;
+    if ((rc = moe_gather(s, layer, x, N, K, &b, &xg, &st, err))) goto done;
+    /* experts (and the shared expert) */
+    if ((rc = experts_forward(s, w, &xg, b.count, x, N, &yf, b.sh, err))) goto done;
+    if ((rc = expert_y(s, edt, &yf, &ybuf, b.ybb, &y, &st, err))) goto done;
+    vt_probe_buffer_seqs(s, "moe.expert.y", layer, y->dtype, N, K, D);
+    int64_t unwritten;
+    if ((rc = moe_scatter(s, layer, defective, &eo, y, N, K, sdt, &b, &unwritten, &st, err))) goto done;
+    moe_combine(s, layer, &eo, &b, N, K, out);
+    vt_act_round(s, out, N * D);
+    if (trace) rc = fill_trace(trace, b.sel, &eo, N, K, unwritten, err);
 done:
     vt_ws_release(s, mk);
     return rc;

@@ -1,5 +1,5 @@
 /*
- * safetensors.c — the checkpoint reader and writer (see safetensors.h).
+ * safetensors.c — the checkpoint reader (see safetensors.h).
  *
  * The format. A safetensors file is
  *
@@ -38,14 +38,8 @@
  * Lookups by name use a name-sorted array and bsearch: real checkpoints hold
  * ~10^4 tensors, and a linear scan per lookup would make loading quadratic.
  *
- * The writer. Declarations fix the header, so offsets are assigned
- * contiguously in declaration order before any data is written; data is then
- * streamed tensor by tensor, which lets `vtlab synth` write a checkpoint
- * larger than memory. The header is printed by hand in one fixed format (no
- * cJSON printing, whose number and spacing choices are not ours to fix), with
- * keys in declaration order and space padding so that 8 + N is a multiple of
- * 8, so the same declarations and data give the same bytes on every machine.
- * Output goes to PATH.<pid>.tmp and is renamed onto PATH only after fsync.
+ * The writer is safetensors_write.c; what both need (the metadata key, the
+ * exactness bound, the shape helpers) is declared in safetensors_internal.h.
  */
 #include "safetensors.h"
 
@@ -61,11 +55,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "safetensors_internal.h"
+
 #define ST_INDEX_NAME  "model.safetensors.index.json"
 #define ST_SINGLE_NAME "model.safetensors"
-#define ST_META_KEY    "__metadata__"
-/* The largest integer a JSON number (an IEEE double) holds exactly. */
-#define ST_MAX_EXACT   ((uint64_t)1 << 53)
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -90,8 +83,8 @@ const char *vt_st_show_name(const char *s, char *buf, size_t cap) {
     return buf;
 }
 
-/* "[2, 3]" for messages. */
-static const char *show_shape(int ndim, const int64_t *shape, char *buf, size_t cap) {
+/* "[2, 3]" for messages (the writer's too). */
+const char *vt_st_show_shape(int ndim, const int64_t *shape, char *buf, size_t cap) {
     size_t o = 0;
     buf[0] = '\0';
     o += (size_t)snprintf(buf, cap, "[");
@@ -104,7 +97,7 @@ static const char *show_shape(int ndim, const int64_t *shape, char *buf, size_t 
 /* Bytes of a tensor: product(shape) x element size. Returns 0 and sets
  * *bytes, or -1 when the product overflows. Any zero dimension makes the
  * tensor empty whatever the others are, so it is checked first. */
-static int shape_bytes(vt_dtype dt, int ndim, const int64_t *shape, uint64_t *bytes) {
+int vt_st_shape_bytes(vt_dtype dt, int ndim, const int64_t *shape, uint64_t *bytes) {
     size_t count = 1;
     for (int i = 0; i < ndim; i++)
         if (shape[i] == 0) { *bytes = 0; return 0; }
@@ -270,13 +263,13 @@ static int parse_entry(const cJSON *item, const char *name, uint64_t data_len, c
                        data_len);
 
     uint64_t need;
-    if (shape_bytes(e->dtype, e->ndim, e->shape, &need) != 0)
+    if (vt_st_shape_bytes(e->dtype, e->ndim, e->shape, &need) != 0)
         return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape %s of %s overflows a byte count",
-                       fname, tn, show_shape(e->ndim, e->shape, sb, sizeof sb), dt->valuestring);
+                       fname, tn, vt_st_show_shape(e->ndim, e->shape, sb, sizeof sb), dt->valuestring);
     if (need != e->end - e->begin)
         return vt_errf(err, VT_EINPUT, "%s: tensor '%s': shape %s of %s needs %" PRIu64 " bytes "
                        "but data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64, fname, tn,
-                       show_shape(e->ndim, e->shape, sb, sizeof sb), dt->valuestring, need,
+                       vt_st_show_shape(e->ndim, e->shape, sb, sizeof sb), dt->valuestring, need,
                        e->begin, e->end, e->end - e->begin);
     return VT_OK;
 }
@@ -447,7 +440,7 @@ static int open_file(st_file *f, int idx, vt_err *err) {
     f->map = map;
     f->map_len = (size_t)size;
     /* A hint: a checkpoint not yet cached is read ahead into 2 MiB folios and
-     * mapped in 2 MiB pages (see WRITE_CHUNK below for why that matters). */
+     * mapped in 2 MiB pages (see WRITE_CHUNK in safetensors_write.c for why that matters). */
     (void)madvise(map, (size_t)size, MADV_HUGEPAGE);
 
     const unsigned char *base = map;
@@ -651,119 +644,129 @@ static int read_small_file(const char *path, char **buf, size_t *len, vt_err *er
     return VT_OK;
 }
 
-static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_err *err) {
-    char nb[200], sb[200];
+/* An index file's weight_map: its rows sorted by tensor name (no name twice)
+ * and its distinct shard names, sorted, so that each shard is mapped once and
+ * the order of the files is fixed. Names point into the cJSON tree. */
+typedef struct wmap {
+    cJSON       *root;
+    wm_row      *rows;
+    size_t       nrows;
+    const char **shards;
+    size_t       ns;
+} wmap;
+
+static void wmap_free(wmap *m) {
+    free(m->rows);
+    free(m->shards);
+    cJSON_Delete(m->root);
+}
+
+static int read_weight_map(const char *index_path, wmap *m, vt_err *err) {
+    char nb[200];
     char *text = NULL;
     size_t len = 0;
-    cJSON *root = NULL;
-    wm_row *rows = NULL;
-    const char **shards = NULL;
     int rc = read_small_file(index_path, &text, &len, err);
     if (rc) return rc;
-    rc = parse_json(text, len, index_path, "index", &root, err);
+    rc = parse_json(text, len, index_path, "index", &m->root, err);
     free(text);
     if (rc) return rc;
 
-    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
-        rc = vt_errf(err, VT_EINPUT, "%s: expected an object with a \"weight_map\" object "
-                     "(tensor name -> shard file)", index_path);
-        goto done;
-    }
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(m->root, "weight_map");
+    if (!cJSON_IsObject(m->root) || !cJSON_IsObject(wm))
+        return vt_errf(err, VT_EINPUT, "%s: expected an object with a \"weight_map\" object "
+                       "(tensor name -> shard file)", index_path);
     size_t nrows = 0;
     for (const cJSON *r = wm->child; r; r = r->next) nrows++;
-    rows = calloc(nrows ? nrows : 1, sizeof *rows);
-    shards = calloc(nrows ? nrows : 1, sizeof *shards);
-    if (!rows || !shards) {
-        rc = vt_errf(err, VT_ENOMEM, "%s: out of memory for %zu weight_map rows", index_path,
-                     nrows);
-        goto done;
-    }
+    wm_row *rows = m->rows = calloc(nrows ? nrows : 1, sizeof *rows);
+    const char **shards = m->shards = calloc(nrows ? nrows : 1, sizeof *shards);
+    if (!rows || !shards)
+        return vt_errf(err, VT_ENOMEM, "%s: out of memory for %zu weight_map rows", index_path, nrows);
+    m->nrows = nrows;
     size_t k = 0;
     for (const cJSON *r = wm->child; r; r = r->next, k++) {
         const char *name = r->string ? r->string : "";
-        if (!cJSON_IsString(r) || !r->valuestring || !shard_name_ok(r->valuestring)) {
-            rc = vt_errf(err, VT_EINPUT, "%s: weight_map entry for tensor '%s' must be a shard "
-                         "file name in the same directory", index_path, vt_st_show_name(name, nb, sizeof nb));
-            goto done;
-        }
+        if (!cJSON_IsString(r) || !r->valuestring || !shard_name_ok(r->valuestring))
+            return vt_errf(err, VT_EINPUT, "%s: weight_map entry for tensor '%s' must be a shard "
+                           "file name in the same directory", index_path, vt_st_show_name(name, nb, sizeof nb));
         rows[k].name = name;
         rows[k].shard = r->valuestring;
         shards[k] = r->valuestring;
     }
     qsort(rows, nrows, sizeof *rows, cmp_row_name);
     for (size_t i = 1; i < nrows; i++)
-        if (strcmp(rows[i - 1].name, rows[i].name) == 0) {
-            rc = vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' more than once",
-                         index_path, vt_st_show_name(rows[i].name, nb, sizeof nb));
-            goto done;
-        }
+        if (strcmp(rows[i - 1].name, rows[i].name) == 0)
+            return vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' more than once",
+                           index_path, vt_st_show_name(rows[i].name, nb, sizeof nb));
 
     /* Distinct shards, sorted, so each is mapped once and the order is fixed. */
     qsort(shards, nrows, sizeof *shards, cmp_str_ptr);
     size_t ns = 0;
     for (size_t i = 0; i < nrows; i++)
         if (ns == 0 || strcmp(shards[ns - 1], shards[i]) != 0) shards[ns++] = shards[i];
-    if (ns > (size_t)INT32_MAX) {
-        rc = vt_errf(err, VT_EINPUT, "%s: too many shards (%zu)", index_path, ns);
-        goto done;
-    }
+    m->ns = ns;
+    if (ns > (size_t)INT32_MAX) return vt_errf(err, VT_EINPUT, "%s: too many shards (%zu)", index_path, ns);
+    return VT_OK;
+}
+
+/* Maps every shard of m into c->files (in m's shard order) and tells each row
+ * its file; a shard that fails is named with a tensor the index puts in it. */
+static int open_shards(vt_ckpt *c, const char *dir, const char *index_path, wmap *m, vt_err *err) {
+    char nb[200], sb[200];
+    const size_t ns = m->ns;
     c->files = calloc(ns ? ns : 1, sizeof *c->files);
-    if (!c->files) {
-        rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", index_path);
-        goto done;
-    }
-    for (size_t i = 0; i < nrows; i++) {
-        const char **s = bsearch(&rows[i].shard, shards, ns, sizeof *shards, cmp_str_ptr);
-        rows[i].file = (int)(s - shards);
+    if (!c->files) return vt_errf(err, VT_ENOMEM, "%s: out of memory", index_path);
+    for (size_t i = 0; i < m->nrows; i++) {
+        const char **s = bsearch(&m->rows[i].shard, m->shards, ns, sizeof *m->shards, cmp_str_ptr);
+        m->rows[i].file = (int)(s - m->shards);
     }
     for (size_t s = 0; s < ns; s++) {
         c->nfiles = (int)s + 1;
-        if (!(c->files[s].path = join_path(dir, shards[s]))) {
-            rc = vt_errf(err, VT_ENOMEM, "%s: out of memory", index_path);
-            goto done;
-        }
-        if ((rc = open_file(&c->files[s], (int)s, err))) {
+        if (!(c->files[s].path = join_path(dir, m->shards[s])))
+            return vt_errf(err, VT_ENOMEM, "%s: out of memory", index_path);
+        int rc = open_file(&c->files[s], (int)s, err);
+        if (rc) {
             const char *example = "";
-            for (size_t i = 0; i < nrows; i++)
-                if (rows[i].file == (int)s) { example = rows[i].name; break; }
+            for (size_t i = 0; i < m->nrows; i++)
+                if (m->rows[i].file == (int)s) { example = m->rows[i].name; break; }
             vt_err_prefix(err, "%s: shard '%s' (holding tensor '%s')", index_path,
-                          vt_st_show_name(shards[s], sb, sizeof sb), vt_st_show_name(example, nb, sizeof nb));
-            goto done;
+                          vt_st_show_name(m->shards[s], sb, sizeof sb), vt_st_show_name(example, nb, sizeof nb));
+            return rc;
         }
     }
-    if ((rc = build_index(c, err))) goto done;
+    return VT_OK;
+}
 
-    /* The index and the shards must agree both ways. */
+/* The index and the shards must agree both ways: every tensor of a shard is
+ * listed, in that shard, and every listed tensor is in its shard. */
+static int check_index_agrees(const vt_ckpt *c, const char *index_path, const wmap *m, vt_err *err) {
+    char nb[200];
     for (size_t i = 0; i < c->n; i++) {
         const vt_st_entry *e = c->by_name[i];
-        const wm_row *r = bsearch(e->name, rows, nrows, sizeof *rows, cmp_key_row);
-        if (!r) {
-            rc = vt_errf(err, VT_EINPUT, "%s: tensor '%s' is not listed in %s's weight_map",
-                         c->files[e->file].path, vt_st_show_name(e->name, nb, sizeof nb), index_path);
-            goto done;
-        }
-        if (r->file != e->file) {
-            rc = vt_errf(err, VT_EINPUT, "%s: weight_map puts tensor '%s' in %s, but it is in %s",
-                         index_path, vt_st_show_name(e->name, nb, sizeof nb), c->files[r->file].path,
-                         c->files[e->file].path);
-            goto done;
-        }
+        const wm_row *r = bsearch(e->name, m->rows, m->nrows, sizeof *m->rows, cmp_key_row);
+        if (!r)
+            return vt_errf(err, VT_EINPUT, "%s: tensor '%s' is not listed in %s's weight_map",
+                           c->files[e->file].path, vt_st_show_name(e->name, nb, sizeof nb), index_path);
+        if (r->file != e->file)
+            return vt_errf(err, VT_EINPUT, "%s: weight_map puts tensor '%s' in %s, but it is in %s",
+                           index_path, vt_st_show_name(e->name, nb, sizeof nb), c->files[r->file].path,
+                           c->files[e->file].path);
     }
-    for (size_t i = 0; i < nrows; i++) {
-        if (!bsearch(rows[i].name, c->by_name, c->n, sizeof *c->by_name, cmp_key_entry_ptr)) {
-            rc = vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' in %s, but that file "
-                         "has no tensor '%s'", index_path, vt_st_show_name(rows[i].name, nb, sizeof nb),
-                         c->files[rows[i].file].path, nb);
-            goto done;
-        }
+    for (size_t i = 0; i < m->nrows; i++) {
+        if (!bsearch(m->rows[i].name, c->by_name, c->n, sizeof *c->by_name, cmp_key_entry_ptr))
+            return vt_errf(err, VT_EINPUT, "%s: weight_map lists tensor '%s' in %s, but that file "
+                           "has no tensor '%s'", index_path, vt_st_show_name(m->rows[i].name, nb, sizeof nb),
+                           c->files[m->rows[i].file].path, nb);
     }
-    rc = VT_OK;
+    return VT_OK;
+}
 
-done:
-    free(rows);
-    free(shards);
-    cJSON_Delete(root);
+static int open_sharded(vt_ckpt *c, const char *dir, const char *index_path, vt_err *err) {
+    wmap m = {0};
+    int rc = read_weight_map(index_path, &m, err);
+    if (!rc) rc = open_shards(c, dir, index_path, &m, err);
+    if (!rc) rc = build_index(c, err);
+    if (!rc) rc = check_index_agrees(c, index_path, &m, err);
+    wmap_free(&m);
     return rc;
 }
 
@@ -846,374 +849,4 @@ const char *vt_ckpt_file_name(const vt_ckpt *c, int file) {
 size_t vt_ckpt_nbytes(const vt_ckpt *c, const vt_st_entry *e) {
     (void)c;
     return e ? (size_t)(e->end - e->begin) : 0;
-}
-
-/* ------------------------------------------------------------------ writer */
-
-typedef struct wr_tensor {
-    char    *name;
-    vt_dtype dtype;
-    int      ndim;
-    int64_t  shape[VT_ST_MAX_DIMS];
-    uint64_t begin, end;
-} wr_tensor;
-
-typedef struct wr_meta { char *key, *value; } wr_meta;
-
-enum { W_DECLARING, W_WRITING, W_FINISHED, W_FAILED };
-
-struct vt_st_writer {
-    wr_tensor *t;   size_t n, cap;      /* declarations, in order */
-    wr_meta   *m;   size_t nm, capm;    /* metadata, in order */
-    uint64_t   total;                   /* data section bytes declared so far */
-    int        state;
-    size_t     next;                    /* next tensor put() expects */
-    char      *path, *tmp;
-    FILE      *fp;
-    char      *iobuf;                   /* fp's buffer: WRITE_CHUNK bytes, or NULL */
-};
-
-/* The writer hands the kernel 2 MiB at a time, at 2 MiB offsets of the file
- * (the stdio buffer is that size, and every flush but the last is of a full
- * buffer). The page cache keeps the folios the writes made: with 4 KiB stdio
- * writes a just-written checkpoint stays cached in small folios and every
- * reader's mapping of it in 4 KiB pages, while 2 MiB writes give 2 MiB folios,
- * which the reader's mapping takes as 2 MiB pages (ext4 and xfs on current
- * kernels): the GEMV streams the weights through 512x fewer TLB entries and
- * the prefetchers are not stopped at every 4 KiB page. 288M model, synth'd
- * checkpoint, 1-thread decode: 24.5 -> 28.3 tok/s (bench, tests/bench). */
-enum { WRITE_CHUNK = 2 << 20 };
-
-/* A growable byte buffer for the header; oom is sticky so that appends need
- * no checks and the one check comes at the end. */
-typedef struct sbuf { char *p; size_t len, cap; int oom; } sbuf;
-
-static void sb_put(sbuf *s, const char *d, size_t n) {
-    if (s->oom) return;
-    if (n > s->cap - s->len) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (n > cap - s->len) {
-            if (cap > SIZE_MAX / 2) { s->oom = 1; return; }
-            cap *= 2;
-        }
-        char *q = realloc(s->p, cap);
-        if (!q) { s->oom = 1; return; }
-        s->p = q;
-        s->cap = cap;
-    }
-    memcpy(s->p + s->len, d, n);
-    s->len += n;
-}
-
-static void sb_str(sbuf *s, const char *str) { sb_put(s, str, strlen(str)); }
-
-static void sb_u64(sbuf *s, uint64_t v) {
-    char b[32];
-    int k = snprintf(b, sizeof b, "%" PRIu64, v);
-    sb_put(s, b, (size_t)k);
-}
-
-/* A JSON string literal: quote, backslash and control bytes escaped; other
- * bytes (UTF-8) copied as they are. */
-static void sb_json_string(sbuf *s, const char *str) {
-    static const char hex[] = "0123456789abcdef";
-    sb_put(s, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
-        char esc[7];
-        switch (*p) {
-        case '"':  sb_put(s, "\\\"", 2); break;
-        case '\\': sb_put(s, "\\\\", 2); break;
-        case '\b': sb_put(s, "\\b", 2); break;
-        case '\f': sb_put(s, "\\f", 2); break;
-        case '\n': sb_put(s, "\\n", 2); break;
-        case '\r': sb_put(s, "\\r", 2); break;
-        case '\t': sb_put(s, "\\t", 2); break;
-        default:
-            if (*p < 0x20) {
-                memcpy(esc, "\\u00", 4);
-                esc[4] = hex[*p >> 4];
-                esc[5] = hex[*p & 15];
-                sb_put(s, esc, 6);
-            } else {
-                sb_put(s, (const char *)p, 1);
-            }
-        }
-    }
-    sb_put(s, "\"", 1);
-}
-
-int vt_st_writer_new(vt_st_writer **out, vt_err *err) {
-    if (!out) return vt_errf(err, VT_EINTERNAL, "vt_st_writer_new: out is NULL");
-    *out = calloc(1, sizeof **out);
-    if (!*out) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
-    return VT_OK;
-}
-
-int vt_st_writer_meta(vt_st_writer *w, const char *key, const char *value, vt_err *err) {
-    char nb[200];
-    if (!w || !key || !value)
-        return vt_errf(err, VT_EINTERNAL, "safetensors writer: meta with a NULL argument");
-    if (w->state != W_DECLARING)
-        return vt_errf(err, VT_EINTERNAL, "safetensors writer: metadata '%s' added after begin",
-                       vt_st_show_name(key, nb, sizeof nb));
-    for (size_t i = 0; i < w->nm; i++)
-        if (strcmp(w->m[i].key, key) == 0)
-            return vt_errf(err, VT_EINPUT, "safetensors writer: metadata key '%s' set twice",
-                           vt_st_show_name(key, nb, sizeof nb));
-    if (w->nm == w->capm) {
-        size_t cap = w->capm ? w->capm * 2 : 8;
-        wr_meta *q = realloc(w->m, cap * sizeof *q);
-        if (!q) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
-        w->m = q;
-        w->capm = cap;
-    }
-    wr_meta *m = &w->m[w->nm];
-    m->key = strdup(key);
-    m->value = strdup(value);
-    if (!m->key || !m->value) {
-        free(m->key);
-        free(m->value);
-        return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
-    }
-    w->nm++;
-    return VT_OK;
-}
-
-int vt_st_writer_declare(vt_st_writer *w, const char *name, vt_dtype dtype, int ndim,
-                         const int64_t *shape, vt_err *err) {
-    char nb[200];
-    if (!w || !name)
-        return vt_errf(err, VT_EINTERNAL, "safetensors writer: declare with a NULL argument");
-    const char *tn = vt_st_show_name(name, nb, sizeof nb);
-    if (w->state != W_DECLARING)
-        return vt_errf(err, VT_EINTERNAL, "safetensors writer: tensor '%s' declared after begin",
-                       tn);
-    if (name[0] == '\0' || strcmp(name, ST_META_KEY) == 0)
-        return vt_errf(err, VT_EINPUT, "safetensors writer: '%s' is not a valid tensor name", tn);
-    if (!vt_dtype_valid((int)dtype))
-        return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': invalid dtype %d", tn,
-                       (int)dtype);
-    if (ndim < 0 || ndim > VT_ST_MAX_DIMS || (ndim > 0 && !shape))
-        return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': ndim %d (expected 0..%d "
-                       "with a shape)", tn, ndim, VT_ST_MAX_DIMS);
-    wr_tensor t = {0};
-    t.dtype = dtype;
-    t.ndim = ndim;
-    for (int i = 0; i < ndim; i++) {
-        /* The reader refuses dimensions a JSON double cannot hold exactly. */
-        if (shape[i] < 0 || (uint64_t)shape[i] > ST_MAX_EXACT)
-            return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': shape[%d] = %" PRId64
-                           " (expected 0..2^53)", tn, i, shape[i]);
-        t.shape[i] = shape[i];
-    }
-    uint64_t bytes;
-    if (shape_bytes(dtype, ndim, t.shape, &bytes) != 0 || bytes > ST_MAX_EXACT - w->total)
-        return vt_errf(err, VT_EINPUT, "safetensors writer: tensor '%s': byte size overflows", tn);
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        wr_tensor *q = realloc(w->t, cap * sizeof *q);
-        if (!q) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
-        w->t = q;
-        w->cap = cap;
-    }
-    if (!(t.name = strdup(name))) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory");
-    t.begin = w->total;
-    t.end = w->total + bytes;
-    w->total = t.end;
-    w->t[w->n++] = t;
-    return VT_OK;
-}
-
-static int cmp_wr_name_ptr(const void *a, const void *b) {
-    return strcmp((*(const wr_tensor *const *)a)->name, (*(const wr_tensor *const *)b)->name);
-}
-
-/* The header in its one fixed format; see the banner. */
-static int build_header(const vt_st_writer *w, sbuf *s, vt_err *err) {
-    sb_put(s, "{", 1);
-    int first = 1;
-    if (w->nm) {
-        sb_str(s, "\"" ST_META_KEY "\":{");
-        for (size_t i = 0; i < w->nm; i++) {
-            if (i) sb_put(s, ",", 1);
-            sb_json_string(s, w->m[i].key);
-            sb_put(s, ":", 1);
-            sb_json_string(s, w->m[i].value);
-        }
-        sb_put(s, "}", 1);
-        first = 0;
-    }
-    for (size_t i = 0; i < w->n; i++) {
-        const wr_tensor *t = &w->t[i];
-        if (!first) sb_put(s, ",", 1);
-        first = 0;
-        sb_json_string(s, t->name);
-        sb_str(s, ":{\"dtype\":\"");
-        sb_str(s, vt_dtype_traits_of(t->dtype)->st_name);
-        sb_str(s, "\",\"shape\":[");
-        for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_put(s, ",", 1);
-            sb_u64(s, (uint64_t)t->shape[d]);
-        }
-        sb_str(s, "],\"data_offsets\":[");
-        sb_u64(s, t->begin);
-        sb_put(s, ",", 1);
-        sb_u64(s, t->end);
-        sb_str(s, "]}");
-    }
-    sb_put(s, "}", 1);
-    while (!s->oom && (8 + s->len) % 8 != 0) sb_put(s, " ", 1);
-    if (s->oom) return vt_errf(err, VT_ENOMEM, "safetensors writer: out of memory for the header");
-    return VT_OK;
-}
-
-int vt_st_writer_begin(vt_st_writer *w, const char *path, vt_err *err) {
-    char nb[200];
-    if (!w || !path) return vt_errf(err, VT_EINTERNAL, "safetensors writer: begin with NULL");
-    if (w->state != W_DECLARING)
-        return vt_errf(err, VT_EINTERNAL, "%s: safetensors writer: begin called twice", path);
-
-    /* Duplicates are caught here, once, rather than by a scan per declaration. */
-    if (w->n > 1) {
-        const wr_tensor **p = malloc(w->n * sizeof *p);
-        if (!p) return vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
-        for (size_t i = 0; i < w->n; i++) p[i] = &w->t[i];
-        qsort(p, w->n, sizeof *p, cmp_wr_name_ptr);
-        for (size_t i = 1; i < w->n; i++)
-            if (strcmp(p[i - 1]->name, p[i]->name) == 0) {
-                int rc = vt_errf(err, VT_EINPUT, "%s: tensor '%s' declared twice", path,
-                                 vt_st_show_name(p[i]->name, nb, sizeof nb));
-                free(p);
-                return rc;
-            }
-        free(p);
-    }
-
-    sbuf s = {0};
-    int rc = build_header(w, &s, err);
-    if (rc) { free(s.p); return rc; }
-    if ((uint64_t)s.len > VT_ST_MAX_HEADER) {
-        free(s.p);
-        return vt_errf(err, VT_EINPUT, "%s: header of %zu bytes exceeds the limit of %" PRIu64,
-                       path, s.len, VT_ST_MAX_HEADER);
-    }
-
-    size_t pl = strlen(path);
-    free(w->path);   /* a begin that failed to create the file may be retried */
-    free(w->tmp);
-    w->path = strdup(path);
-    /* PATH.<pid>.tmp: two processes writing the same checkpoint (two sweeps
-     * building one cached synthetic model) each rename a whole file of their
-     * own; the last rename wins and both files are byte-identical. */
-    w->tmp = malloc(pl + 32);
-    if (!w->path || !w->tmp) {
-        free(s.p);
-        return vt_errf(err, VT_ENOMEM, "%s: out of memory", path);
-    }
-    snprintf(w->tmp, pl + 32, "%s.%ld.tmp", path, (long)getpid());
-    w->fp = fopen(w->tmp, "wb");
-    if (!w->fp) {
-        int e = errno;
-        free(s.p);
-        return vt_errf(err, VT_EIO, "%s: cannot create: %s", w->tmp, strerror(e));
-    }
-    free(w->iobuf);
-    w->iobuf = malloc(WRITE_CHUNK);   /* a speed hint: without it, stdio's own buffer */
-    if (w->iobuf) setvbuf(w->fp, w->iobuf, _IOFBF, WRITE_CHUNK);
-    w->state = W_WRITING;   /* from here on, free() removes the tmp file */
-    unsigned char len8[8];
-    uint64_t hl = (uint64_t)s.len;
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
-    int ok = fwrite(len8, 1, 8, w->fp) == 8 && fwrite(s.p, 1, s.len, w->fp) == s.len;
-    int e = errno;
-    free(s.p);
-    if (!ok) {
-        w->state = W_FAILED;
-        return vt_errf(err, VT_EIO, "%s: write failed: %s", w->tmp, strerror(e));
-    }
-    return VT_OK;
-}
-
-int vt_st_writer_put(vt_st_writer *w, const void *data, size_t nbytes, vt_err *err) {
-    char nb[200], sb[200];
-    if (!w) return vt_errf(err, VT_EINTERNAL, "safetensors writer: put on NULL");
-    if (w->state != W_WRITING)
-        return vt_errf(err, VT_EINTERNAL, "safetensors writer: put outside begin..finish");
-    if (w->next >= w->n)
-        return vt_errf(err, VT_EINTERNAL, "%s: put after all %zu declared tensors were written",
-                       w->path, w->n);
-    const wr_tensor *t = &w->t[w->next];
-    uint64_t want = t->end - t->begin;
-    if ((uint64_t)nbytes != want)
-        return vt_errf(err, VT_EINTERNAL, "%s: tensor '%s' (%s %s): put of %zu bytes, expected %"
-                       PRIu64, w->path, vt_st_show_name(t->name, nb, sizeof nb),
-                       vt_dtype_traits_of(t->dtype)->st_name,
-                       show_shape(t->ndim, t->shape, sb, sizeof sb), nbytes, want);
-    if (nbytes && !data)
-        return vt_errf(err, VT_EINTERNAL, "%s: tensor '%s': put with NULL data", w->path,
-                       vt_st_show_name(t->name, nb, sizeof nb));
-    if (nbytes && fwrite(data, 1, nbytes, w->fp) != nbytes) {
-        int e = errno;
-        w->state = W_FAILED;
-        return vt_errf(err, VT_EIO, "%s: writing tensor '%s' failed: %s", w->tmp,
-                       vt_st_show_name(t->name, nb, sizeof nb), strerror(e));
-    }
-    w->next++;
-    return VT_OK;
-}
-
-/* Makes the rename itself durable. Best effort: some file systems refuse
- * fsync on a directory, and the data is already safe in the file. */
-static void fsync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-int vt_st_writer_finish(vt_st_writer *w, vt_err *err) {
-    if (!w) return vt_errf(err, VT_EINTERNAL, "safetensors writer: finish on NULL");
-    if (w->state != W_WRITING)
-        return vt_errf(err, VT_EINTERNAL, "safetensors writer: finish outside begin..finish");
-    if (w->next != w->n)
-        return vt_errf(err, VT_EINTERNAL, "%s: finish after %zu of %zu declared tensors were "
-                       "written", w->path, w->next, w->n);
-    FILE *fp = w->fp;
-    w->fp = NULL;
-    int ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    int e = errno;
-    if (fclose(fp) != 0 && ok) { ok = 0; e = errno; }
-    free(w->iobuf);
-    w->iobuf = NULL;
-    if (!ok) {
-        w->state = W_FAILED;
-        return vt_errf(err, VT_EIO, "%s: flushing to disk failed: %s", w->tmp, strerror(e));
-    }
-    if (rename(w->tmp, w->path) != 0) {
-        e = errno;
-        w->state = W_FAILED;
-        return vt_errf(err, VT_EIO, "%s: cannot rename onto %s: %s", w->tmp, w->path, strerror(e));
-    }
-    w->state = W_FINISHED;
-    fsync_parent_dir(w->path);
-    return VT_OK;
-}
-
-void vt_st_writer_free(vt_st_writer *w) {
-    if (!w) return;
-    if (w->fp) fclose(w->fp);
-    free(w->iobuf);
-    if ((w->state == W_WRITING || w->state == W_FAILED) && w->tmp) unlink(w->tmp);
-    for (size_t i = 0; i < w->n; i++) free(w->t[i].name);
-    for (size_t i = 0; i < w->nm; i++) { free(w->m[i].key); free(w->m[i].value); }
-    free(w->t);
-    free(w->m);
-    free(w->path);
-    free(w->tmp);
-    free(w);
 }
