@@ -123,19 +123,10 @@ static void report_free(report *r) {
     cJSON_Delete(r->root);
 }
 
-/* text: len bytes, text[len] == 0. */
-static int parse(const char *path, const char *text, size_t len, report *r, char *err, size_t errlen) {
-    memset(r, 0, sizeof *r);
-    /* a NUL byte or a \u0000 escape would silently shorten a name or the
-     * code version: refused before cJSON sees the text */
-    void *root = NULL;
-    int rc0 = lab_json_parse(path, text, len, &root, err, errlen);
-    if (rc0) return rc0;
-    r->root = root;
-    const char *dup = duplicate_key(r->root);
-    if (dup)
-        return lab_errf(err, errlen, LAB_EINPUT, "%s: key \"%s\" appears twice in one object (which one was meant?)",
-                        path, dup);
+/* The report's top-level fields: format and version, the code version (split
+ * into r's provenance parts), backend, device, model and the two hashes;
+ * the experiment id is made from the model. */
+static int parse_header(const char *path, report *r, char *err, size_t errlen) {
     const cJSON *o = r->root;
     const char *fmt = str_field(o, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(o, "version");
@@ -164,8 +155,13 @@ static int parse(const char *path, const char *text, size_t len, report *r, char
         return lab_errf(err, errlen, LAB_EINPUT,
                         "%s: \"model\": its last path component makes an experiment id \"bench-...\" longer than the "
                         "limit of %d characters", path, LAB_NAME_MAX);
+    return LAB_OK;
+}
 
-    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(o, "knobs"), *kv;
+/* The report's "knobs" into r->knobs, through the knob registry; VT_BACKEND
+ * must agree with "backend". */
+static int parse_knobs(const char *path, report *r, char *err, size_t errlen) {
+    const cJSON *knobs = cJSON_GetObjectItemCaseSensitive(r->root, "knobs"), *kv;
     if (!cJSON_IsObject(knobs)) return lab_errf(err, errlen, LAB_EINPUT, "%s: \"knobs\" must be an object", path);
     char kerr[512];
     if (vt_knobset_new(&r->knobs)) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
@@ -178,60 +174,91 @@ static int parse(const char *path, const char *text, size_t len, report *r, char
     if (strcmp(vt_knobset_value(r->knobs, VT_K_BACKEND), r->backend))
         return lab_errf(err, errlen, LAB_EINPUT, "%s: knobs: VT_BACKEND is \"%s\" but \"backend\" is \"%s\"", path,
                         vt_knobset_value(r->knobs, VT_K_BACKEND), r->backend);
-    const cJSON *phases = cJSON_GetObjectItemCaseSensitive(o, "phases");
+    return LAB_OK;
+}
+
+/* Phase q's numbers into p (where: "phases[i]", for the messages), and the
+ * rates derived from them, which are what gets stored. */
+static int phase_numbers(const cJSON *q, phase *p, const char *path, const char *where, char *err, size_t errlen) {
+    double b, c, t, k;
+    int rc;
+    if ((rc = num_field(q, "batch", 1, 0, 1, &b, path, where, err, errlen)) ||
+        (rc = num_field(q, "context", 0, 0, 1, &c, path, where, err, errlen)) ||
+        (rc = num_field(q, "threads", 0, 0, 1, &t, path, where, err, errlen)) ||
+        (rc = num_field(q, "tokens", 1, 0, 1, &k, path, where, err, errlen)) ||
+        (rc = num_field(q, "seconds", 0, 1, 0, &p->seconds, path, where, err, errlen)) ||
+        (rc = num_field(q, "flops", 0, 0, 0, &p->flops, path, where, err, errlen)) ||
+        (rc = num_field(q, "bytes", 0, 0, 0, &p->bytes, path, where, err, errlen)) ||
+        (rc = num_field(q, "peak_flops", 0, 0, 0, &p->peak_flops, path, where, err, errlen)) ||
+        (rc = num_field(q, "peak_bytes", 0, 0, 0, &p->peak_bytes, path, where, err, errlen)))
+        return rc;
+    p->batch = (int64_t)b, p->context = (int64_t)c, p->threads = (int64_t)t, p->tokens = (int64_t)k;
+    /* what gets stored is derived: tokens/s, FLOP/s, bytes/s and the fractions of the peaks */
+    p->tokens_per_s = k / p->seconds;
+    p->flops_per_s = p->flops / p->seconds;
+    p->bytes_per_s = p->bytes > 0 ? p->bytes / p->seconds : NAN;
+    p->flops_frac = p->peak_flops > 0 ? p->flops_per_s / p->peak_flops : NAN;
+    p->bytes_frac = p->bytes > 0 && p->peak_bytes > 0 ? p->bytes_per_s / p->peak_bytes : NAN;
+    if (isinf(p->tokens_per_s) || isinf(p->flops_per_s) || isinf(p->bytes_per_s) || isinf(p->flops_frac) ||
+        isinf(p->bytes_frac))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: the rates derived from these numbers overflow (seconds %g)",
+                        path, where, p->seconds);
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(q, "gemm_share");
+    p->gemm_share = NAN;
+    if (g && !cJSON_IsNull(g) && (rc = num_field(q, "gemm_share", 0, 0, 0, &p->gemm_share, path, where, err, errlen)))
+        return rc;
+    return LAB_OK;
+}
+
+/* Phase i (q) into r->ph[i]: its name (unique in the report), its numbers,
+ * and its knob set; r->n counts it once that set exists (report_free frees
+ * it). */
+static int parse_phase(const char *path, report *r, const cJSON *q, int64_t i, char *err, size_t errlen) {
+    phase *p = &r->ph[i];
+    char where[64], kerr[512];
+    snprintf(where, sizeof where, "phases[%lld]", (long long)i);
+    if (!cJSON_IsObject(q)) return lab_errf(err, errlen, LAB_EINPUT, "%s: %s must be an object", path, where);
+    p->name = str_field(q, "name");
+    if (!vt_bench_name_ok(p->name))
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"name\" must be 1-31 of [a-z0-9_-]", path, where);
+    for (int64_t j = 0; j < i; j++)
+        if (!strcmp(p->name, r->ph[j].name))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: phase name \"%s\" appears twice", path, p->name);
+    int rc = phase_numbers(q, p, path, where, err, errlen);
+    if (rc) return rc;
+
+    /* the knobs: the report's, then the phase's thread count (CPU) */
+    if (vt_knobset_copy(&p->ks, r->knobs)) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    r->n = i + 1;
+    if (p->threads > 0) {
+        char th[32];
+        snprintf(th, sizeof th, "%lld", (long long)p->threads);
+        if (vt_knobset_set(p->ks, "VT_THREADS", th, kerr, sizeof kerr))
+            return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: threads: %s", path, where, kerr);
+    }
+    return LAB_OK;
+}
+
+/* text: len bytes, text[len] == 0. */
+static int parse(const char *path, const char *text, size_t len, report *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    /* a NUL byte or a \u0000 escape would silently shorten a name or the
+     * code version: refused before cJSON sees the text */
+    void *root = NULL;
+    int rc = lab_json_parse(path, text, len, &root, err, errlen);
+    if (rc) return rc;
+    r->root = root;
+    const char *dup = duplicate_key(r->root);
+    if (dup)
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: key \"%s\" appears twice in one object (which one was meant?)",
+                        path, dup);
+    if ((rc = parse_header(path, r, err, errlen)) || (rc = parse_knobs(path, r, err, errlen))) return rc;
+    const cJSON *phases = cJSON_GetObjectItemCaseSensitive(r->root, "phases");
     int64_t n = cJSON_IsArray(phases) ? cJSON_GetArraySize(phases) : 0;
     if (n < 1 || n > MAX_PHASES)
         return lab_errf(err, errlen, LAB_EINPUT, "%s: \"phases\" must be an array of 1 to %d phases", path, MAX_PHASES);
-    for (int64_t i = 0; i < n; i++) {
-        const cJSON *q = cJSON_GetArrayItem(phases, (int)i);
-        phase *p = &r->ph[i];
-        char where[64];
-        snprintf(where, sizeof where, "phases[%lld]", (long long)i);
-        if (!cJSON_IsObject(q)) return lab_errf(err, errlen, LAB_EINPUT, "%s: %s must be an object", path, where);
-        p->name = str_field(q, "name");
-        if (!vt_bench_name_ok(p->name))
-            return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: \"name\" must be 1-31 of [a-z0-9_-]", path, where);
-        for (int64_t j = 0; j < i; j++)
-            if (!strcmp(p->name, r->ph[j].name))
-                return lab_errf(err, errlen, LAB_EINPUT, "%s: phase name \"%s\" appears twice", path, p->name);
-        double b, c, t, k;
-        int rc;
-        if ((rc = num_field(q, "batch", 1, 0, 1, &b, path, where, err, errlen)) ||
-            (rc = num_field(q, "context", 0, 0, 1, &c, path, where, err, errlen)) ||
-            (rc = num_field(q, "threads", 0, 0, 1, &t, path, where, err, errlen)) ||
-            (rc = num_field(q, "tokens", 1, 0, 1, &k, path, where, err, errlen)) ||
-            (rc = num_field(q, "seconds", 0, 1, 0, &p->seconds, path, where, err, errlen)) ||
-            (rc = num_field(q, "flops", 0, 0, 0, &p->flops, path, where, err, errlen)) ||
-            (rc = num_field(q, "bytes", 0, 0, 0, &p->bytes, path, where, err, errlen)) ||
-            (rc = num_field(q, "peak_flops", 0, 0, 0, &p->peak_flops, path, where, err, errlen)) ||
-            (rc = num_field(q, "peak_bytes", 0, 0, 0, &p->peak_bytes, path, where, err, errlen)))
-            return rc;
-        p->batch = (int64_t)b, p->context = (int64_t)c, p->threads = (int64_t)t, p->tokens = (int64_t)k;
-        /* what gets stored is derived: tokens/s, FLOP/s, bytes/s and the fractions of the peaks */
-        p->tokens_per_s = k / p->seconds;
-        p->flops_per_s = p->flops / p->seconds;
-        p->bytes_per_s = p->bytes > 0 ? p->bytes / p->seconds : NAN;
-        p->flops_frac = p->peak_flops > 0 ? p->flops_per_s / p->peak_flops : NAN;
-        p->bytes_frac = p->bytes > 0 && p->peak_bytes > 0 ? p->bytes_per_s / p->peak_bytes : NAN;
-        if (isinf(p->tokens_per_s) || isinf(p->flops_per_s) || isinf(p->bytes_per_s) || isinf(p->flops_frac) ||
-            isinf(p->bytes_frac))
-            return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: the rates derived from these numbers overflow (seconds %g)",
-                            path, where, p->seconds);
-        const cJSON *g = cJSON_GetObjectItemCaseSensitive(q, "gemm_share");
-        p->gemm_share = NAN;
-        if (g && !cJSON_IsNull(g) && (rc = num_field(q, "gemm_share", 0, 0, 0, &p->gemm_share, path, where, err, errlen)))
-            return rc;
-
-        /* the knobs: the report's, then the phase's thread count (CPU) */
-        if (vt_knobset_copy(&p->ks, r->knobs)) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
-        r->n = i + 1;
-        if (p->threads > 0) {
-            char th[32];
-            snprintf(th, sizeof th, "%lld", (long long)p->threads);
-            if (vt_knobset_set(p->ks, "VT_THREADS", th, kerr, sizeof kerr))
-                return lab_errf(err, errlen, LAB_EINPUT, "%s: %s: threads: %s", path, where, kerr);
-        }
-    }
+    for (int64_t i = 0; i < n; i++)
+        if ((rc = parse_phase(path, r, cJSON_GetArrayItem(phases, (int)i), i, err, errlen))) return rc;
     return LAB_OK;
 }
 
@@ -263,6 +290,73 @@ int lab_bench_report_check(const char *path, const char *text, size_t len, char 
     return rc;
 }
 
+/* The provenance every phase's run shares: the code that measured them (the
+ * report's), its backend and device, this host and process. */
+static void bench_provenance(const report *r, const char *spec_sha, const char *host, lab_provenance *pv) {
+    memset(pv, 0, sizeof *pv);
+    pv->experiment_sha256 = spec_sha;
+    pv->git_commit = r->commit;
+    pv->git_dirty = r->dirty;
+    pv->build_flags = r->flags;
+    pv->compiler = r->compiler;
+    pv->backend = r->backend;
+    pv->device = r->device;
+    pv->host = host;
+    pv->pid = getpid();
+    pv->pid_start = lab_pid_start(pv->pid);
+    pv->score = "all";
+    pv->expected_assertions = "pass";
+}
+
+/* The knob columns of a run: every registry knob (kn, kv, knum: [nk]) with
+ * its value in ks. */
+static void knob_columns(const vt_knobset *ks, int nk, const char **kn, const char **kv, int *knum) {
+    for (int k = 0; k < nk; k++) {
+        const vt_knob_info *ki = vt_knob_at(k);
+        kn[k] = ki->name, kv[k] = vt_knobset_get(ks, ki->name), knum[k] = ki->numeric;
+    }
+}
+
+/* Phase p of r as a new FINISHED run (inside the caller's batch): leased
+ * (forced), its knobs and metrics written; its id into *run_id. kn, kv and
+ * knum ([vt_knob_count()]) are the caller's scratch. */
+static int record_phase(lab_store *st, const report *r, const phase *p, const lab_provenance *pv, const char **kn,
+                        const char **kv, int *knum, int64_t *run_id, char *err, size_t errlen) {
+    char knob_hash[65];
+    vt_knobset_hash(p->ks, knob_hash);
+    lab_identity id = {r->experiment, p->name, 0, knob_hash, r->model_sha, r->tokens_sha, r->code, NULL};
+    int kind = 0, nk = vt_knob_count();
+    int64_t stale = 0;
+    /* forced: every report is a new measurement, never "already finished" */
+    int rc = lab_store_lease(st, &id, pv, 1, &kind, run_id, &stale, err, errlen);
+    if (rc) return rc;
+    if (kind != LAB_LEASED)
+        return lab_errf(err, errlen, LAB_EIO, "run %s/%s is held by another process (run %lld)", r->experiment, p->name,
+                        (long long)*run_id);
+    knob_columns(p->ks, nk, kn, kv, knum);
+    const char *mn[MAX_METRICS];
+    double mv[MAX_METRICS];
+    lab_run_result res = {0};
+    res.n_tokens = p->tokens;
+    res.wall_s = res.forward_s = p->seconds;
+    res.assertions_ok = -1;   /* a benchmark runs with probes off: nothing is asserted */
+    res.n_knobs = nk, res.knob_names = kn, res.knob_values = kv, res.knob_numeric = knum;
+    res.n_metrics = metrics(p, mn, mv), res.metric_names = mn, res.metric_values = mv;
+    return lab_store_finish(st, *run_id, &res, err, errlen);
+}
+
+/* One line per recorded run: its id, phase, tokens/s and fractions of peak. */
+static void print_runs(FILE *out, const report *r, const int64_t *run_ids) {
+    for (int64_t i = 0; out && i < r->n; i++) {
+        const phase *p = &r->ph[i];
+        fprintf(out, "run %lld: %s %s (%s, %s): %.1f tokens/s", (long long)run_ids[i], r->experiment, p->name, r->backend,
+                r->device, p->tokens_per_s);
+        if (!isnan(p->flops_frac)) fprintf(out, ", %.1f%% of peak FLOP/s", 100 * p->flops_frac);
+        if (!isnan(p->bytes_frac)) fprintf(out, ", %.1f%% of peak bytes/s", 100 * p->bytes_frac);
+        fputc('\n', out);
+    }
+}
+
 int lab_record_bench(const char *path, const char *db, FILE *out, char *err, size_t errlen) {
     char *text = NULL;
     size_t len = 0;
@@ -274,7 +368,7 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
     if (rc) { report_free(&r); return rc; }
 
     /* The report itself is the run's "experiment spec": what was measured, verbatim. */
-    char *canon = cJSON_PrintUnformatted(r.root), spec_sha[65], host[256], knob_hash[65];
+    char *canon = cJSON_PrintUnformatted(r.root), spec_sha[65], host[256];
     if (!canon) { report_free(&r); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
     vt_sha256_hex(canon, strlen(canon), spec_sha);
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
@@ -290,56 +384,11 @@ int lab_record_bench(const char *path, const char *db, FILE *out, char *err, siz
     /* one transaction for the spec and every phase's run: all of the report or none of it */
     if ((rc = lab_store_batch_begin(st, err, errlen))) goto done;
     if ((rc = lab_store_put_spec(st, spec_sha, r.experiment, path, canon, err, errlen))) goto done;
-    lab_provenance pv = {0};   /* the same for every phase */
-    pv.experiment_sha256 = spec_sha;
-    pv.git_commit = r.commit;
-    pv.git_dirty = r.dirty;
-    pv.build_flags = r.flags;
-    pv.compiler = r.compiler;
-    pv.backend = r.backend;
-    pv.device = r.device;
-    pv.host = host;
-    pv.pid = getpid();
-    pv.pid_start = lab_pid_start(pv.pid);
-    pv.score = "all";
-    pv.expected_assertions = "pass";
-    for (int64_t i = 0; i < r.n; i++) {
-        const phase *p = &r.ph[i];
-        vt_knobset_hash(p->ks, knob_hash);
-        lab_identity id = {r.experiment, p->name, 0, knob_hash, r.model_sha, r.tokens_sha, r.code, NULL};
-        int kind = 0;
-        int64_t run_id = 0, stale = 0;
-        /* forced: every report is a new measurement, never "already finished" */
-        if ((rc = lab_store_lease(st, &id, &pv, 1, &kind, &run_id, &stale, err, errlen))) goto done;
-        if (kind != LAB_LEASED) {
-            rc = lab_errf(err, errlen, LAB_EIO, "run %s/%s is held by another process (run %lld)", r.experiment, p->name,
-                          (long long)run_id);
-            goto done;
-        }
-        for (int k = 0; k < nk; k++) {
-            const vt_knob_info *ki = vt_knob_at(k);
-            kn[k] = ki->name, kv[k] = vt_knobset_get(p->ks, ki->name), knum[k] = ki->numeric;
-        }
-        const char *mn[MAX_METRICS];
-        double mv[MAX_METRICS];
-        lab_run_result res = {0};
-        res.n_tokens = p->tokens;
-        res.wall_s = res.forward_s = p->seconds;
-        res.assertions_ok = -1;   /* a benchmark runs with probes off: nothing is asserted */
-        res.n_knobs = nk, res.knob_names = kn, res.knob_values = kv, res.knob_numeric = knum;
-        res.n_metrics = metrics(p, mn, mv), res.metric_names = mn, res.metric_values = mv;
-        if ((rc = lab_store_finish(st, run_id, &res, err, errlen))) goto done;
-        run_ids[i] = run_id;
-    }
-    if ((rc = lab_store_batch_commit(st, err, errlen))) goto done;
-    for (int64_t i = 0; out && i < r.n; i++) {   /* only what is now in the database */
-        const phase *p = &r.ph[i];
-        fprintf(out, "run %lld: %s %s (%s, %s): %.1f tokens/s", (long long)run_ids[i], r.experiment, p->name, r.backend,
-                r.device, p->tokens_per_s);
-        if (!isnan(p->flops_frac)) fprintf(out, ", %.1f%% of peak FLOP/s", 100 * p->flops_frac);
-        if (!isnan(p->bytes_frac)) fprintf(out, ", %.1f%% of peak bytes/s", 100 * p->bytes_frac);
-        fputc('\n', out);
-    }
+    lab_provenance pv;   /* the same for every phase */
+    bench_provenance(&r, spec_sha, host, &pv);
+    for (int64_t i = 0; i < r.n && !rc; i++) rc = record_phase(st, &r, &r.ph[i], &pv, kn, kv, knum, &run_ids[i], err, errlen);
+    if (!rc) rc = lab_store_batch_commit(st, err, errlen);
+    if (!rc) print_runs(out, &r, run_ids);   /* only what is now in the database */
 done:
     if (rc && st) lab_store_batch_rollback(st);
     lab_store_close(st);

@@ -29,17 +29,6 @@
 #include "paths.h"
 #include "util.h"
 
-void lab_claim_code_of_run(const char *engine, const char *engine_commit, const char *engine_codebase,
-                           const char *vtlab_commit, const char **codebase, const char **commit) {
-    int foreign = engine && engine[0];
-    *codebase = foreign ? engine_codebase : "vtlab";
-    *commit = foreign ? engine_commit : vtlab_commit;
-    /* the ledger accepts commit ids only (they reach git in the audit): an
-     * engine's "v0.3.1" or an unknown build's "unknown" is left out, and the
-     * claim's date places it */
-    if (*commit && (!**commit || !lab_commit_id_ok(*commit, 1))) *commit = NULL;
-}
-
 /* The ledger's rules for an id (ledger.c: letters, digits, '.', '_', '-', at
  * most LAB_NAME_MAX), and no leading '.': the ledger skips hidden files, so
  * such a claim would be written and never read. */

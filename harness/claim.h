@@ -7,8 +7,8 @@
  * verdict. The claim gets the run's experiment file (as the ledger will find
  * it), the arm's and the reference's names and knobs (from the experiment as
  * it was run), the verdict's decision rule and k/n, the code the run measured
- * (lab_claim_code_of_run), the run's date, and the run ids of the arm and of
- * its reference. An existing claim file is never overwritten.
+ * (lab_claim_code_of_run, ledger.h), the run's date, and the run ids of the
+ * arm and of its reference. An existing claim file is never overwritten.
  */
 #ifndef LAB_CLAIM_H
 #define LAB_CLAIM_H
@@ -34,14 +34,5 @@ typedef struct lab_claim_opts {
  * has changed since the run. */
 int lab_claim_record(const lab_claim_opts *o, FILE *out, char *path, size_t pathlen, char *warning,
                      size_t warnlen, char *err, size_t errlen);
-
-/* The code a run measured, as a claim records it (`vtlab claim`, and the
- * claim `vtlab reopen` writes): a run through a command engine (engine is its
- * name, "" for vtlab's own model) measured that engine's code —
- * engine_codebase, at the commit its hello gave — and any other run measured
- * vtlab ("vtlab", at vtlab_commit). *commit is NULL when the commit is
- * unknown ("" or NULL). */
-void lab_claim_code_of_run(const char *engine, const char *engine_commit, const char *engine_codebase,
-                           const char *vtlab_commit, const char **codebase, const char **commit);
 
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "provenance.h"
+#include "model_cache.h"
 #include "util.h"
 
 /* The model library's statuses are the harness's (one set, vt_status): they

@@ -31,7 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runner.h"
+#include "interrupt.h"
 #include "paths.h"
 #include "util.h"
 

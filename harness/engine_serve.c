@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "provenance.h"
+#include "model_cache.h"
 #include "util.h"
 
 extern char **environ;

@@ -776,22 +776,10 @@ static int parse_slurm(pctx *c, lab_experiment *e, const cJSON *j) {
     return LAB_OK;
 }
 
-static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
-    static const char *const keys[] = {"id", "description", "hypothesis", "notes", "model", "dataset",
-                                       "score", "top_k", "store_full_logits", "probe", "reference",
-                                       "arms", "metrics", "decision", "divergence", "repeats", "engine", "slurm",
-                                       "allow_model_mismatch", NULL};
+/* How runs are scored and probed: "score", "top_k", "store_full_logits",
+ * "allow_model_mismatch" and "probe". */
+static int parse_scoring(pctx *c, lab_experiment *e, const cJSON *root) {
     int rc;
-    if (!cJSON_IsObject(root)) return BAD(c, "(top level)", "expected a JSON object, got %s", json_type(root));
-    if ((rc = check_keys(c, root, "", keys)) || (rc = check_dupes(c, root, ""))) return rc;
-    if ((rc = get_string(c, root, "id", "id", 1, &e->id))) return rc;
-    if ((rc = lab_check_name(c->path, "id", "an experiment id", e->id, c->err, c->errlen))) return rc;
-    if ((rc = get_string(c, root, "description", "description", 0, &e->description))) return rc;
-    if ((rc = get_string(c, root, "hypothesis", "hypothesis", 0, &e->hypothesis))) return rc;
-    const cJSON *notes = cJSON_GetObjectItemCaseSensitive(root, "notes");
-    if (notes && !cJSON_IsString(notes)) return BAD(c, "notes", "expected a string, got %s", json_type(notes));
-    if ((rc = parse_model(c, e, cJSON_GetObjectItemCaseSensitive(root, "model")))) return rc;
-
     char *score = NULL;
     if ((rc = get_string(c, root, "score", "score", 0, &score))) return rc;
     if (score && strcmp(score, "all") && strcmp(score, "last")) {
@@ -812,8 +800,13 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     }
     snprintf(e->probe, sizeof e->probe, "%s", probe ? probe : "on");
     free(probe);
+    return LAB_OK;
+}
 
-    if ((rc = parse_engine(c, &e->engine, cJSON_GetObjectItemCaseSensitive(root, "engine"), "engine"))) return rc;
+/* "arms" (each parsed against the experiment's engine, names unique) and
+ * "reference", the name of one of them. */
+static int parse_arms(pctx *c, lab_experiment *e, const cJSON *root) {
+    int rc;
     const cJSON *arms = cJSON_GetObjectItemCaseSensitive(root, "arms");
     if (!cJSON_IsArray(arms) || cJSON_GetArraySize(arms) < 1)
         return BAD(c, "arms", "expected a non-empty array of arms, got %s", json_type(arms));
@@ -843,26 +836,52 @@ static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
     free(ref);
     if (e->arms[e->ref_index].expect_fail)
         return BAD(c, "reference", "the reference arm cannot expect its assertions to fail");
+    return LAB_OK;
+}
 
-    if ((rc = parse_metrics(c, e, cJSON_GetObjectItemCaseSensitive(root, "metrics")))) return rc;
-    if ((rc = parse_decision(c, e, cJSON_GetObjectItemCaseSensitive(root, "decision")))) return rc;
-
+/* "divergence": {"sequences": N, "tolerance": X}, both optional (4, 1e-3). */
+static int parse_divergence(pctx *c, lab_experiment *e, const cJSON *dv) {
+    int rc;
     e->div_sequences = 4;
     e->div_tolerance = 1e-3;
-    const cJSON *dv = cJSON_GetObjectItemCaseSensitive(root, "divergence");
-    if (dv) {
-        static const char *const dk[] = {"sequences", "tolerance", NULL};
-        if (!cJSON_IsObject(dv))
-            return BAD(c, "divergence", "expected {\"sequences\": N, \"tolerance\": X}, got %s", json_type(dv));
-        if ((rc = check_keys(c, dv, "divergence", dk)) || (rc = check_dupes(c, dv, "divergence"))) return rc;
-        if ((rc = get_int(c, dv, "sequences", "divergence.sequences", 0, 1, 1024, 4, &e->div_sequences))) return rc;
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(dv, "tolerance");
-        if (t) {
-            if (!cJSON_IsNumber(t) || !(t->valuedouble > 0.0) || !isfinite(t->valuedouble))
-                return BAD(c, "divergence.tolerance", "expected a positive number, got %s", json_type(t));
-            e->div_tolerance = t->valuedouble;
-        }
+    if (!dv) return LAB_OK;
+    static const char *const dk[] = {"sequences", "tolerance", NULL};
+    if (!cJSON_IsObject(dv))
+        return BAD(c, "divergence", "expected {\"sequences\": N, \"tolerance\": X}, got %s", json_type(dv));
+    if ((rc = check_keys(c, dv, "divergence", dk)) || (rc = check_dupes(c, dv, "divergence"))) return rc;
+    if ((rc = get_int(c, dv, "sequences", "divergence.sequences", 0, 1, 1024, 4, &e->div_sequences))) return rc;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(dv, "tolerance");
+    if (t) {
+        if (!cJSON_IsNumber(t) || !(t->valuedouble > 0.0) || !isfinite(t->valuedouble))
+            return BAD(c, "divergence.tolerance", "expected a positive number, got %s", json_type(t));
+        e->div_tolerance = t->valuedouble;
     }
+    return LAB_OK;
+}
+
+/* The whole experiment, field by field in a fixed order (the first error
+ * found is the one reported). */
+static int parse_root(pctx *c, lab_experiment *e, const cJSON *root) {
+    static const char *const keys[] = {"id", "description", "hypothesis", "notes", "model", "dataset",
+                                       "score", "top_k", "store_full_logits", "probe", "reference",
+                                       "arms", "metrics", "decision", "divergence", "repeats", "engine", "slurm",
+                                       "allow_model_mismatch", NULL};
+    int rc;
+    if (!cJSON_IsObject(root)) return BAD(c, "(top level)", "expected a JSON object, got %s", json_type(root));
+    if ((rc = check_keys(c, root, "", keys)) || (rc = check_dupes(c, root, ""))) return rc;
+    if ((rc = get_string(c, root, "id", "id", 1, &e->id))) return rc;
+    if ((rc = lab_check_name(c->path, "id", "an experiment id", e->id, c->err, c->errlen))) return rc;
+    if ((rc = get_string(c, root, "description", "description", 0, &e->description))) return rc;
+    if ((rc = get_string(c, root, "hypothesis", "hypothesis", 0, &e->hypothesis))) return rc;
+    const cJSON *notes = cJSON_GetObjectItemCaseSensitive(root, "notes");
+    if (notes && !cJSON_IsString(notes)) return BAD(c, "notes", "expected a string, got %s", json_type(notes));
+    if ((rc = parse_model(c, e, cJSON_GetObjectItemCaseSensitive(root, "model")))) return rc;
+    if ((rc = parse_scoring(c, e, root))) return rc;
+    if ((rc = parse_engine(c, &e->engine, cJSON_GetObjectItemCaseSensitive(root, "engine"), "engine"))) return rc;
+    if ((rc = parse_arms(c, e, root))) return rc;
+    if ((rc = parse_metrics(c, e, cJSON_GetObjectItemCaseSensitive(root, "metrics")))) return rc;
+    if ((rc = parse_decision(c, e, cJSON_GetObjectItemCaseSensitive(root, "decision")))) return rc;
+    if ((rc = parse_divergence(c, e, cJSON_GetObjectItemCaseSensitive(root, "divergence")))) return rc;
     if ((rc = get_int(c, root, "repeats", "repeats", 0, 1, 100, 1, &e->repeats))) return rc;
     if ((rc = parse_slurm(c, e, cJSON_GetObjectItemCaseSensitive(root, "slurm")))) return rc;
 

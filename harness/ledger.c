@@ -88,6 +88,17 @@ int lab_commit_id_ok(const char *s, int allow_dirty) {
     return m >= 1 && m <= 64 && !h[m];
 }
 
+void lab_claim_code_of_run(const char *engine, const char *engine_commit, const char *engine_codebase,
+                           const char *vtlab_commit, const char **codebase, const char **commit) {
+    int foreign = engine && engine[0];
+    *codebase = foreign ? engine_codebase : "vtlab";
+    *commit = foreign ? engine_commit : vtlab_commit;
+    /* the ledger accepts commit ids only (they reach git in the audit): an
+     * engine's "v0.3.1" or an unknown build's "unknown" is left out, and the
+     * claim's date places it */
+    if (*commit && (!**commit || !lab_commit_id_ok(*commit, 1))) *commit = NULL;
+}
+
 /* A probe site an engine may declare: what fits a probe record's site
  * (vtp_record.site, 31 characters) in the characters of an id. */
 static int valid_site(const char *s) {
@@ -200,26 +211,13 @@ static int check_file_name(pctx *c, const char *id) {
     return 0;
 }
 
-static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
-    static const char *const top[] = {"id", "hypothesis", "verdict", "evidence", "arm", "reference", "code",
-                                      "measured_at", "experiment", "history", "runs", "notes", NULL};
+/* A claim's "evidence": top-1 agreement k of n against a threshold, in a
+ * direction. */
+static int parse_evidence(pctx *c, const cJSON *j, lab_claim *x) {
     static const char *const ev_keys[] = {"metric", "k", "n", "threshold", "direction", NULL};
-    static const char *const arm_keys[] = {"name", "knobs", NULL};
-    static const char *const code_keys[] = {"codebase", "commit", "date", NULL};
-    static const char *const hist_keys[] = {"supersedes", "superseded_by", NULL};
-    static const char *const run_keys[] = {"arm", "reference", NULL};
-    if (!cJSON_IsObject(j)) return bad(c, "(top level)", "expected a JSON object%s", "");
-    int rc = check_keys(c, j, "", top);
-    if (!rc) rc = get_str(c, j, "id", "id", 1, &x->id);
-    if (!rc && !valid_id(x->id)) rc = bad(c, "id", "\"%s\": expected letters, digits, '.', '_' or '-'", x->id);
-    if (!rc) rc = lab_check_name(c->file, "id", "a claim id", x->id, c->err, c->errlen);
-    if (!rc) rc = check_file_name(c, x->id);
-    if (!rc) rc = get_str(c, j, "hypothesis", "hypothesis", 1, &x->hypothesis);
-    if (!rc) rc = get_str(c, j, "verdict", "verdict", 1, &x->verdict);
-    if (!rc && strcmp(x->verdict, "SUPPORTED") && strcmp(x->verdict, "REFUTED") && strcmp(x->verdict, "INCONCLUSIVE"))
-        rc = bad(c, "verdict", "\"%s\", expected SUPPORTED, REFUTED or INCONCLUSIVE", x->verdict);
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(j, "evidence");
-    if (!rc && !cJSON_IsObject(ev)) rc = bad(c, "evidence", "missing or not an object (metric, k, n, threshold, direction)%s", "");
+    int rc = LAB_OK;
+    if (!cJSON_IsObject(ev)) rc = bad(c, "evidence", "missing or not an object (metric, k, n, threshold, direction)%s", "");
     if (!rc) rc = check_keys(c, ev, "evidence", ev_keys);
     if (!rc) rc = get_str(c, ev, "metric", "evidence.metric", 1, &x->metric);
     if (!rc && strcmp(x->metric, "top1_agreement"))
@@ -236,7 +234,14 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
     if (!rc) rc = get_str(c, ev, "direction", "evidence.direction", 1, &x->direction);
     if (!rc && strcmp(x->direction, ">=") && strcmp(x->direction, "<="))
         rc = bad(c, "evidence.direction", "\"%s\", expected \">=\" or \"<=\"", x->direction);
+    return rc;
+}
+
+/* A claim's "arm" and "reference": each a name and its knobs. */
+static int parse_claim_arms(pctx *c, const cJSON *j, lab_claim *x) {
+    static const char *const arm_keys[] = {"name", "knobs", NULL};
     const char *which[2] = {"arm", "reference"};
+    int rc = LAB_OK;
     for (int w = 0; w < 2 && !rc; w++) {
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, which[w]);
         char f[64];
@@ -248,8 +253,16 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
         snprintf(f, sizeof f, "%s.knobs", which[w]);
         if (!rc) rc = get_knobs(c, a, "knobs", f, w ? &x->ref_knobs : &x->arm_knobs);
     }
+    return rc;
+}
+
+/* A claim's "code": the codebase measured, at a commit and/or a date (one
+ * of them at least, or the audit cannot place the measurement). */
+static int parse_claim_code(pctx *c, const cJSON *j, lab_claim *x) {
+    static const char *const code_keys[] = {"codebase", "commit", "date", NULL};
     const cJSON *code = cJSON_GetObjectItemCaseSensitive(j, "code");
-    if (!rc && !cJSON_IsObject(code)) rc = bad(c, "code", "missing or not an object {\"codebase\", \"commit\", \"date\"}%s", "");
+    int rc = LAB_OK;
+    if (!cJSON_IsObject(code)) rc = bad(c, "code", "missing or not an object {\"codebase\", \"commit\", \"date\"}%s", "");
     if (!rc) rc = check_keys(c, code, "code", code_keys);
     if (!rc) rc = get_str(c, code, "codebase", "code.codebase", 1, &x->codebase);
     if (!rc) rc = get_str(c, code, "commit", "code.commit", 0, &x->code.commit);
@@ -261,12 +274,17 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
         rc = bad(c, "code.date", "\"%s\" is not a date (expected YYYY-MM-DD)", x->code.date);
     if (!rc && !x->code.commit && !x->code.date)
         rc = bad(c, "code", "needs a commit or a date, or the audit cannot place the measurement%s", "");
-    if (!rc) rc = get_str(c, j, "measured_at", "measured_at", 1, &x->measured_at);
-    if (!rc && !valid_date(x->measured_at))
-        rc = bad(c, "measured_at", "\"%s\" is not a date (expected YYYY-MM-DD)", x->measured_at);
-    if (!rc) rc = get_str(c, j, "experiment", "experiment", 1, &x->experiment);
+    return rc;
+}
+
+/* A claim's optional links: "history" (the claims it supersedes and is
+ * superseded by) and "runs" (the run ids of its arm and reference). */
+static int parse_claim_links(pctx *c, const cJSON *j, lab_claim *x) {
+    static const char *const hist_keys[] = {"supersedes", "superseded_by", NULL};
+    static const char *const run_keys[] = {"arm", "reference", NULL};
+    int rc = LAB_OK;
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "history");
-    if (!rc && h) {
+    if (h) {
         if (!cJSON_IsObject(h)) rc = bad(c, "history", "expected an object {\"supersedes\", \"superseded_by\"}%s", "");
         if (!rc) rc = check_keys(c, h, "history", hist_keys);
         if (!rc) rc = get_str(c, h, "supersedes", "history.supersedes", 0, &x->supersedes);
@@ -279,6 +297,32 @@ static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
         if (!rc) rc = get_i64(c, r, "arm", "runs.arm", 0, &x->run_arm);
         if (!rc) rc = get_i64(c, r, "reference", "runs.reference", 0, &x->run_ref);
     }
+    return rc;
+}
+
+/* A claim record, field by field in a fixed order (the first error found
+ * is the one reported). */
+static int parse_claim(pctx *c, const cJSON *j, lab_claim *x) {
+    static const char *const top[] = {"id", "hypothesis", "verdict", "evidence", "arm", "reference", "code",
+                                      "measured_at", "experiment", "history", "runs", "notes", NULL};
+    if (!cJSON_IsObject(j)) return bad(c, "(top level)", "expected a JSON object%s", "");
+    int rc = check_keys(c, j, "", top);
+    if (!rc) rc = get_str(c, j, "id", "id", 1, &x->id);
+    if (!rc && !valid_id(x->id)) rc = bad(c, "id", "\"%s\": expected letters, digits, '.', '_' or '-'", x->id);
+    if (!rc) rc = lab_check_name(c->file, "id", "a claim id", x->id, c->err, c->errlen);
+    if (!rc) rc = check_file_name(c, x->id);
+    if (!rc) rc = get_str(c, j, "hypothesis", "hypothesis", 1, &x->hypothesis);
+    if (!rc) rc = get_str(c, j, "verdict", "verdict", 1, &x->verdict);
+    if (!rc && strcmp(x->verdict, "SUPPORTED") && strcmp(x->verdict, "REFUTED") && strcmp(x->verdict, "INCONCLUSIVE"))
+        rc = bad(c, "verdict", "\"%s\", expected SUPPORTED, REFUTED or INCONCLUSIVE", x->verdict);
+    if (!rc) rc = parse_evidence(c, j, x);
+    if (!rc) rc = parse_claim_arms(c, j, x);
+    if (!rc) rc = parse_claim_code(c, j, x);
+    if (!rc) rc = get_str(c, j, "measured_at", "measured_at", 1, &x->measured_at);
+    if (!rc && !valid_date(x->measured_at))
+        rc = bad(c, "measured_at", "\"%s\" is not a date (expected YYYY-MM-DD)", x->measured_at);
+    if (!rc) rc = get_str(c, j, "experiment", "experiment", 1, &x->experiment);
+    if (!rc) rc = parse_claim_links(c, j, x);
     if (!rc) rc = get_str(c, j, "notes", "notes", 0, &x->notes);
     return rc;
 }

@@ -105,6 +105,15 @@ int lab_knobs_trigger(const lab_knobs_kv *trigger, const lab_knobs_kv *knobs);
  * command line in the audit: nothing else passes. */
 int lab_commit_id_ok(const char *s, int allow_dirty);
 
+/* The code a run measured, as a claim records it (`vtlab claim`, and the
+ * claim `vtlab reopen` writes): a run through a command engine (engine is its
+ * name, "" for vtlab's own model) measured that engine's code —
+ * engine_codebase, at the commit its hello gave — and any other run measured
+ * vtlab ("vtlab", at vtlab_commit). *commit is NULL when the commit is
+ * unknown ("" or NULL). */
+void lab_claim_code_of_run(const char *engine, const char *engine_commit, const char *engine_codebase,
+                           const char *vtlab_commit, const char **codebase, const char **commit);
+
 /* Writes a claim as JSON to path (atomically, pretty, keys in the documented
  * order). Used by `vtlab reopen`. */
 int lab_claim_write(const lab_claim *c, const char *path, char *err, size_t errlen);

@@ -1,130 +1,15 @@
 /*
- * provenance.c — identity, hashes, provenance and knob resolution (see
+ * provenance.c — identity, provenance and knob resolution (see
  * provenance.h).
  */
 #include "provenance.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "model_cache.h"
 #include "util.h"
-
-/* ------------------------------------------------------------ model hash */
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static int hash_file_into(vt_sha256_ctx *c, const char *path, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return lab_errf(err, errlen, LAB_EIO, "%s: cannot open for hashing", path);
-    static char buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) vt_sha256_update(c, buf, n);
-    int bad = ferror(f);
-    fclose(f);
-    return bad ? lab_errf(err, errlen, LAB_EIO, "%s: read failed", path) : LAB_OK;
-}
-
-static int model_sha256_uncached(const char *dir, char out[65], char *err, size_t errlen) {
-    vt_sha256_ctx c;
-    vt_sha256_init(&c);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = hash_file_into(&c, path, err, errlen);
-    if (rc) return rc;
-    DIR *d = opendir(dir);
-    if (!d) return lab_errf(err, errlen, LAB_EIO, "%s: cannot list", dir);
-    char *names[1024];
-    int64_t n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 1024) {
-        size_t l = strlen(de->d_name);
-        if (l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) names[n++] = lab_strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
-    for (int64_t i = 0; i < n; i++) {
-        if (!rc && names[i]) {
-            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-            rc = hash_file_into(&c, path, err, errlen);
-        }
-        free(names[i]);
-    }
-    if (rc) return rc;
-    if (n == 0) return lab_errf(err, errlen, LAB_EINPUT, "%s: no *.safetensors file", dir);
-    vt_sha256_final_hex(&c, out);
-    return LAB_OK;
-}
-
-/* The model hash is ~0.2 s per 32 MB, paid by every experiment of a sweep.
- * It is cached next to synthetic models only (CACHE/models/, which vtlab
- * owns; a user's checkpoint dir is never written): the sidecar
- * model.sha256 holds the size and mtime of every hashed file and is
- * trusted only while they are unchanged. */
-static void stamp_files(const char *dir, lab_buf *b) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    char *names[1024];
-    int64_t n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 1024) {
-        size_t l = strlen(de->d_name);
-        if ((l > 12 && !strcmp(de->d_name + l - 12, ".safetensors")) || !strcmp(de->d_name, "config.json"))
-            names[n++] = lab_strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
-    for (int64_t i = 0; i < n; i++) {
-        char path[4096];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, names[i] ? names[i] : "");
-        if (names[i] && stat(path, &st) == 0)
-            lab_buf_printf(b, "%s %lld %lld.%09ld\n", names[i], (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                           st.st_mtim.tv_nsec);
-        free(names[i]);
-    }
-}
-
-int lab_model_sha256(const char *dir, char out[65], char *err, size_t errlen) {
-    int cacheable = lab_model_cache_owns(dir);
-    lab_buf stamp = {0};
-    char side[4096];
-    snprintf(side, sizeof side, "%s/model.sha256", dir);
-    if (cacheable) {
-        stamp_files(dir, &stamp);
-        char *text = NULL;
-        if (!stamp.oom && lab_read_file(side, &text, NULL, NULL, 0) == LAB_OK) {
-            /* sidecar: the stamp lines, then the hash on the last line */
-            size_t sl = stamp.len;
-            if (strlen(text) == sl + 65 && !memcmp(text, stamp.data, sl) && text[sl + 64] == '\n') {
-                memcpy(out, text + sl, 64);
-                out[64] = 0;
-                free(text);
-                lab_buf_free(&stamp);
-                return LAB_OK;
-            }
-        }
-        free(text);
-    }
-    int rc = model_sha256_uncached(dir, out, err, errlen);
-    if (!rc && cacheable && !stamp.oom) {
-        /* Written whole via rename, so a concurrent reader never sees half. */
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.%d.tmp", side, (int)getpid());
-        FILE *f = fopen(tmp, "w");
-        if (f) {
-            int bad = fprintf(f, "%s%s\n", stamp.data ? stamp.data : "", out) < 0;
-            bad |= fclose(f) != 0;
-            if (bad || rename(tmp, side) != 0) unlink(tmp);
-        }
-    }
-    lab_buf_free(&stamp);
-    return rc;
-}
 
 /* ------------------------------------------------------------ knobs */
 

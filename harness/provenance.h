@@ -1,8 +1,9 @@
 /*
  * provenance.h — what a run is (its identity: the key under which a
  * FINISHED run is found and skipped) and where it came from (provenance:
- * commit, build, host, device), and the two inputs of both that take work:
- * the model's content hash and each arm's resolved knob set.
+ * commit, build, host, device), and each arm's resolved knob set, an input
+ * of both that takes work. The other, the model's content hash, is
+ * model_cache.h's (lab_model_sha256), beside the cache it is kept in.
  */
 #ifndef LAB_PROVENANCE_H
 #define LAB_PROVENANCE_H
@@ -13,14 +14,6 @@
 #include "experiment.h"
 #include "model/vt.h"
 #include "store.h"
-
-/* sha256 (64 hex + NUL into out) of config.json then every *.safetensors
- * file of dir, sorted by name. For a dir under CACHE/models/ (vtlab's own
- * synth cache, model_cache.h) the hash is cached in the sidecar dir/model.sha256 and
- * trusted only while every hashed file's size and mtime are unchanged; a
- * user's checkpoint dir is never written. No *.safetensors is LAB_EINPUT;
- * an unreadable file LAB_EIO. */
-int lab_model_sha256(const char *dir, char out[65], char *err, size_t errlen);
 
 /* Resolves the knob set of arm i: the process environment's VT_* variables
  * (envp, may be NULL), then the arm's knobs, then VT_PROBE (the experiment's

@@ -33,7 +33,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "claim.h"
 #include "experiment.h"
 #include "harness/cli.h"
 #include "ledger.h"

@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "interrupt.h"
 #include "metrics.h"
-#include "runner.h"
 #include "util.h"
 
 void lab_ref_cache_free(lab_ref_cache *r) {

@@ -36,22 +36,6 @@
 
 extern char **environ;
 
-volatile sig_atomic_t lab_interrupted = 0;
-
-static void on_signal(int sig) {
-    (void)sig;
-    lab_interrupted = 1;
-}
-
-void lab_install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 /* How long a run waits for runs held by another live process (seconds). */
 #define LAB_WAIT_MAX_S 1800
 

@@ -16,14 +16,14 @@
 #ifndef LAB_RUNNER_H
 #define LAB_RUNNER_H
 
-#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "experiment.h"
+#include "interrupt.h"    /* lab_interrupted, lab_install_signals: for the runner's callers */
 #include "model/vt.h"
-#include "model_cache.h"  /* lab_model_dir */
-#include "provenance.h"   /* lab_resolve_knobs, lab_model_sha256 */
+#include "model_cache.h"  /* lab_model_dir, lab_model_sha256 */
+#include "provenance.h"   /* lab_resolve_knobs */
 
 typedef struct lab_run_opts {
     const char *db_path;     /* results.db by default */
@@ -59,12 +59,6 @@ typedef struct lab_run_summary {
     double  wall_s;          /* whole invocation */
     double  forward_s;       /* inside the model's forward pass, all sessions */
 } lab_run_summary;
-
-/* Set by the SIGINT/SIGTERM handler (lab.c); the runner checks it between
- * sequences and records the run as KILLED. */
-extern volatile sig_atomic_t lab_interrupted;
-/* Installs the SIGINT/SIGTERM handler that sets lab_interrupted. */
-void lab_install_signals(void);
 
 /* The knob hash of arm i's runs, as lab_run_experiment computes it: the
  * builtin's resolved knobs (environment, then the arm's), or, for an arm

@@ -346,6 +346,135 @@ static int extra_args(const char *extra, lab_buf *b, char *err, size_t errlen) {
     return LAB_OK;
 }
 
+/* The tasks this submission sends into sel[0..n_t): every task, or under
+ * --resume those with no state (never run, not queued) or FAILED ('X').
+ * Returns how many. */
+static int64_t select_tasks(const lab_submit_opts *o, sweep *s, uint8_t *sel, char *err, size_t errlen) {
+    if (o->resume) {
+        int have = 0;
+        db_states(s, err, errlen);
+        squeue_states(s, &have);
+    }
+    int64_t n_sel = 0;
+    for (int64_t i = 0; i < s->n_t; i++) {
+        sel[i] = !o->resume || !s->t[i].state || s->t[i].state == 'X';
+        n_sel += sel[i];
+    }
+    return n_sel;
+}
+
+/* What experiment k's submission would write and run (--dry-run): its
+ * tasks.tsv and task.sbatch (at sp), and the sbatch line of each array. */
+static void print_experiment(const lab_submit_opts *o, const sweep *s, int k, const lab_buf *script,
+                             const lab_buf *tasks, const lab_buf *ref, const lab_buf *arm, const char *sp) {
+    printf("# %s/%s/tasks.tsv\n%s# %s\n%s", s->dir, s->e[k]->id, tasks->data ? tasks->data : "", sp,
+           script->data ? script->data : "");
+    if (ref->len) printf("# sbatch --parsable --array=%s%s%s '%s'\n", ref->data, o->extra ? " " : "",
+                         o->extra ? o->extra : "", sp);
+    if (arm->len) printf("# sbatch --parsable --array=%s%s%s%s '%s'\n", arm->data,
+                         ref->len ? " --dependency=afterok:REFJOB --kill-on-invalid-dep=yes" : "",
+                         o->extra ? " " : "", o->extra ? o->extra : "", sp);
+}
+
+/* Submits the job array `array` of the script sp, after job `after` when it
+ * is not "", with --slurm's options; its job id into id. */
+static int submit_array(const lab_submit_opts *o, const char *array, const char *after, const char *sp, char *id,
+                        size_t idlen, char *err, size_t errlen) {
+    lab_buf args = {0};
+    lab_buf_printf(&args, "--array=%s", array);
+    if (*after) lab_buf_printf(&args, " --dependency=afterok:%s --kill-on-invalid-dep=yes", after);
+    int rc = extra_args(o->extra, &args, err, errlen);
+    if (!rc) {
+        lab_buf_printf(&args, " '%s'", sp);
+        rc = sbatch(args.data, id, idlen, err, errlen);
+    }
+    lab_buf_free(&args);
+    return rc;
+}
+
+/* Writes experiment k's tasks.tsv and task.sbatch (at sp), then submits the
+ * array of its selected reference shards and, after that job, the array of
+ * its arm shards. Each job goes to jobs (a jobs.tsv line) and all_ids
+ * (":ID", what the merge waits for). */
+static int submit_experiment(const lab_submit_opts *o, const sweep *s, int k, const lab_buf *script,
+                             const lab_buf *tasks, const lab_buf *ref, const lab_buf *arm, const char *sp,
+                             lab_buf *jobs, lab_buf *all_ids, char *err, size_t errlen) {
+    char dir[PATH_MAX + 64], path[PATH_MAX + 256], ref_id[128] = "", arm_id[128] = "";
+    snprintf(dir, sizeof dir, "%s/%s", s->dir, s->e[k]->id);
+    int rc = mkdir_p(dir, err, errlen);
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/tasks.tsv", dir);
+        rc = write_file(path, tasks, err, errlen);
+    }
+    if (!rc) rc = write_file(sp, script, err, errlen);
+    if (!rc && ref->len && !(rc = submit_array(o, ref->data, "", sp, ref_id, sizeof ref_id, err, errlen))) {
+        lab_buf_printf(jobs, "%s\t%s\tref\t%s\n", ref_id, s->e[k]->id, ref->data);
+        lab_buf_printf(all_ids, ":%s", ref_id);
+        printf("submitted job %s: %s reference shards (array %s)\n", ref_id, s->e[k]->id, ref->data);
+    }
+    if (!rc && arm->len && !(rc = submit_array(o, arm->data, ref_id, sp, arm_id, sizeof arm_id, err, errlen))) {
+        lab_buf_printf(jobs, "%s\t%s\tarm\t%s\n", arm_id, s->e[k]->id, arm->data);
+        lab_buf_printf(all_ids, ":%s", arm_id);
+        printf("submitted job %s: %s arm shards (array %s)%s%s\n", arm_id, s->e[k]->id, arm->data,
+               *ref_id ? ", after job " : "", ref_id);
+    }
+    return rc;
+}
+
+/* Experiment k's part of the submission: its script, task list and arrays
+ * of selected shards, submitted (or printed under --dry-run). */
+static int experiment_jobs(const lab_submit_opts *o, const sweep *s, int k, const uint8_t *sel, lab_buf *jobs,
+                           lab_buf *all_ids, char *err, size_t errlen) {
+    lab_buf script = {0}, tasks = {0}, ref = {0}, arm = {0};
+    write_script(o, s, k, &script);
+    write_tasks(s, k, &tasks);
+    array_spec(s, k, sel, 1, &ref);
+    array_spec(s, k, sel, 0, &arm);
+    char sp[PATH_MAX + 64];
+    snprintf(sp, sizeof sp, "%s/%s/task.sbatch", s->dir, s->e[k]->id);
+    int rc = LAB_OK;
+    if (o->dry_run) print_experiment(o, s, k, &script, &tasks, &ref, &arm, sp);
+    else rc = submit_experiment(o, s, k, &script, &tasks, &ref, &arm, sp, jobs, all_ids, err, errlen);
+    lab_buf_free(&script);
+    lab_buf_free(&tasks);
+    lab_buf_free(&ref);
+    lab_buf_free(&arm);
+    return rc;
+}
+
+/* The merge job (--merge-into), after every job all_ids names; printed
+ * under --dry-run. */
+static int merge_job(const lab_submit_opts *o, const sweep *s, lab_buf *jobs, const lab_buf *all_ids, char *err,
+                     size_t errlen) {
+    lab_buf m = {0}, args = {0};
+    write_merge(o, s, &m);
+    char mp[PATH_MAX + 32], mid[128] = "";
+    snprintf(mp, sizeof mp, "%s/merge.sbatch", s->dir);
+    int rc = LAB_OK;
+    if (o->dry_run) {
+        printf("# %s\n%s# sbatch --parsable --dependency=afterok:ALLJOBS --kill-on-invalid-dep=yes '%s'\n", mp, m.data, mp);
+    } else if (!(rc = write_file(mp, &m, err, errlen))) {
+        if (all_ids->len) lab_buf_printf(&args, "--dependency=afterok%s --kill-on-invalid-dep=yes ", all_ids->data);
+        lab_buf_printf(&args, "'%s'", mp);
+        if (!(rc = sbatch(args.data, mid, sizeof mid, err, errlen))) {
+            lab_buf_printf(jobs, "%s\t-\tmerge\t-\n", mid);
+            printf("submitted job %s: merge into %s\n", mid, o->merge_into);
+        }
+    }
+    lab_buf_free(&m);
+    lab_buf_free(&args);
+    return rc;
+}
+
+/* Appends the submitted jobs to DIR/jobs.tsv (what `vtlab status` reads). */
+static int append_jobs(const sweep *s, const lab_buf *jobs, char *err, size_t errlen) {
+    char path[PATH_MAX + 256];
+    snprintf(path, sizeof path, "%s/jobs.tsv", s->dir);
+    FILE *f = fopen(path, "a");
+    if (!f || fputs(jobs->data, f) < 0 || fclose(f)) return lab_errf(err, errlen, LAB_EIO, "%s: %s", path, strerror(errno));
+    return LAB_OK;
+}
+
 int lab_submit(const lab_submit_opts *o, char *err, size_t errlen) {
     sweep s;
     int rc = plan(o, &s, err, errlen);
@@ -353,105 +482,19 @@ int lab_submit(const lab_submit_opts *o, char *err, size_t errlen) {
     lab_buf jobs = {0}, all_ids = {0};
     if (rc) goto done;
     if (!(sel = calloc((size_t)s.n_t + 1, 1))) { rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); goto done; }
-    if (o->resume) {
-        int have = 0;
-        db_states(&s, err, errlen);
-        squeue_states(&s, &have);
-    }
-    int64_t n_sel = 0;
-    for (int64_t i = 0; i < s.n_t; i++) {
-        sel[i] = !o->resume || !s.t[i].state || s.t[i].state == 'X';
-        n_sel += sel[i];
-    }
+    int64_t n_sel = select_tasks(o, &s, sel, err, errlen);
     if (!o->dry_run && (rc = mkdir_p(s.dir, err, errlen))) goto done;
-    char path[PATH_MAX + 256];
     if (!o->dry_run) {
+        char path[PATH_MAX + 256];
         snprintf(path, sizeof path, "%s/logs", s.dir);
         if ((rc = mkdir_p(path, err, errlen))) goto done;
     }
-    for (int k = 0; k < s.n_e && !rc; k++) {
-        lab_buf script = {0}, tasks = {0}, ref = {0}, arm = {0}, args = {0};
-        write_script(o, &s, k, &script);
-        write_tasks(&s, k, &tasks);
-        array_spec(&s, k, sel, 1, &ref);
-        array_spec(&s, k, sel, 0, &arm);
-        char sp[PATH_MAX + 64], ref_id[128] = "", arm_id[128] = "";
-        snprintf(sp, sizeof sp, "%s/%s/task.sbatch", s.dir, s.e[k]->id);
-        if (o->dry_run) {
-            printf("# %s/%s/tasks.tsv\n%s# %s\n%s", s.dir, s.e[k]->id, tasks.data ? tasks.data : "", sp,
-                   script.data ? script.data : "");
-            if (ref.len) printf("# sbatch --parsable --array=%s%s%s '%s'\n", ref.data, o->extra ? " " : "",
-                                o->extra ? o->extra : "", sp);
-            if (arm.len) printf("# sbatch --parsable --array=%s%s%s%s '%s'\n", arm.data,
-                                ref.len ? " --dependency=afterok:REFJOB --kill-on-invalid-dep=yes" : "",
-                                o->extra ? " " : "", o->extra ? o->extra : "", sp);
-        } else {
-            char dir[PATH_MAX + 64];
-            snprintf(dir, sizeof dir, "%s/%s", s.dir, s.e[k]->id);
-            if (!(rc = mkdir_p(dir, err, errlen))) {
-                snprintf(path, sizeof path, "%s/tasks.tsv", dir);
-                rc = write_file(path, &tasks, err, errlen);
-            }
-            if (!rc) rc = write_file(sp, &script, err, errlen);
-            if (!rc && ref.len) {
-                lab_buf_printf(&args, "--array=%s", ref.data);
-                if (!(rc = extra_args(o->extra, &args, err, errlen))) {
-                    lab_buf_printf(&args, " '%s'", sp);
-                    rc = sbatch(args.data, ref_id, sizeof ref_id, err, errlen);
-                }
-                if (!rc) {
-                    lab_buf_printf(&jobs, "%s\t%s\tref\t%s\n", ref_id, s.e[k]->id, ref.data);
-                    lab_buf_printf(&all_ids, ":%s", ref_id);
-                    printf("submitted job %s: %s reference shards (array %s)\n", ref_id, s.e[k]->id, ref.data);
-                }
-            }
-            if (!rc && arm.len) {
-                lab_buf_free(&args);
-                memset(&args, 0, sizeof args);
-                lab_buf_printf(&args, "--array=%s", arm.data);
-                if (*ref_id) lab_buf_printf(&args, " --dependency=afterok:%s --kill-on-invalid-dep=yes", ref_id);
-                if (!(rc = extra_args(o->extra, &args, err, errlen))) {
-                    lab_buf_printf(&args, " '%s'", sp);
-                    rc = sbatch(args.data, arm_id, sizeof arm_id, err, errlen);
-                }
-                if (!rc) {
-                    lab_buf_printf(&jobs, "%s\t%s\tarm\t%s\n", arm_id, s.e[k]->id, arm.data);
-                    lab_buf_printf(&all_ids, ":%s", arm_id);
-                    printf("submitted job %s: %s arm shards (array %s)%s%s\n", arm_id, s.e[k]->id, arm.data,
-                           *ref_id ? ", after job " : "", ref_id);
-                }
-            }
-        }
-        lab_buf_free(&script);
-        lab_buf_free(&tasks);
-        lab_buf_free(&ref);
-        lab_buf_free(&arm);
-        lab_buf_free(&args);
-    }
-    if (!rc && o->merge_into && (n_sel || o->dry_run)) {
-        lab_buf m = {0}, args = {0};
-        write_merge(o, &s, &m);
-        char mp[PATH_MAX + 32], mid[128] = "";
-        snprintf(mp, sizeof mp, "%s/merge.sbatch", s.dir);
-        if (o->dry_run) {
-            printf("# %s\n%s# sbatch --parsable --dependency=afterok:ALLJOBS --kill-on-invalid-dep=yes '%s'\n", mp, m.data, mp);
-        } else if (!(rc = write_file(mp, &m, err, errlen))) {
-            if (all_ids.len) lab_buf_printf(&args, "--dependency=afterok%s --kill-on-invalid-dep=yes ", all_ids.data);
-            lab_buf_printf(&args, "'%s'", mp);
-            if (!(rc = sbatch(args.data, mid, sizeof mid, err, errlen))) {
-                lab_buf_printf(&jobs, "%s\t-\tmerge\t-\n", mid);
-                printf("submitted job %s: merge into %s\n", mid, o->merge_into);
-            }
-        }
-        lab_buf_free(&m);
-        lab_buf_free(&args);
-    }
+    for (int k = 0; k < s.n_e && !rc; k++) rc = experiment_jobs(o, &s, k, sel, &jobs, &all_ids, err, errlen);
+    if (!rc && o->merge_into && (n_sel || o->dry_run)) rc = merge_job(o, &s, &jobs, &all_ids, err, errlen);
     if (!o->dry_run && jobs.len) {
-        snprintf(path, sizeof path, "%s/jobs.tsv", s.dir);
-        FILE *f = fopen(path, "a");
-        if (!f || fputs(jobs.data, f) < 0 || fclose(f)) {
-            if (!rc) rc = lab_errf(err, errlen, LAB_EIO, "%s: %s", path, strerror(errno));
-        }
+        /* a failure before keeps its message: the jobs it did submit are still recorded */
+        int jrc = append_jobs(&s, &jobs, rc ? NULL : err, errlen);
+        if (!rc) rc = jrc;
     }
     if (!rc && !o->dry_run)
         printf("%lld of %lld task(s) submitted; results in %s (vtlab status --results %s)\n", (long long)n_sel,
