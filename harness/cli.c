@@ -13,7 +13,7 @@
 #include "model/vt.h"
 
 int lab_cli_usage_error(const char *cmd, const char *what) {
-    fprintf(stderr, "vtlab %s: %s (see `vtlab --help`)\n", cmd, what);
+    fprintf(stderr, "vtlab %s: %s (see `vtlab %s --help`)\n", cmd, what, cmd);
     return 2;
 }
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Prints "vtlab CMD: WHAT" and the hint to run `vtlab --help`; returns 2. */
+/* Prints "vtlab CMD: WHAT" and the hint to run `vtlab CMD --help`; returns 2. */
 int lab_cli_usage_error(const char *cmd, const char *what);
 /* Non-negative decimal integer; 0 on success. */
 int lab_cli_parse_u64(const char *s, uint64_t *out);

@@ -1031,14 +1031,12 @@ int lab_engine_check_arm(const lab_engine_hello *h, const lab_experiment *e, int
                             "hello record has no \"scope\"; docs/engine-protocol.md, \"Scoped knobs\")", e->path,
                             (long long)arm, name, h->info.engine, unscoped_parent(h, name)->name);
         if (!k) {
-            int best = -1, bestd = 5;
-            for (int64_t j = 0; j < h->n_knobs; j++) {
-                int d = vt_edit_distance(name, h->knobs[j].name);
-                if (d < bestd) { bestd = d; best = (int)j; }
-            }
-            if (best >= 0)
+            vt_suggester sg;
+            vt_suggest_init(&sg, name);
+            for (int64_t j = 0; j < h->n_knobs; j++) vt_suggest_offer(&sg, h->knobs[j].name);
+            if (sg.best)
                 return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: engine %s declares no such knob "
-                                "(did you mean %s?)", e->path, (long long)arm, name, h->info.engine, h->knobs[best].name);
+                                "(did you mean %s?)", e->path, (long long)arm, name, h->info.engine, sg.best);
             return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: engine %s declares no such knob "
                             "(its hello lists %lld)", e->path, (long long)arm, name, h->info.engine, (long long)h->n_knobs);
         }

@@ -2,8 +2,10 @@
  * lab.c — dispatch of the lab commands (see lab.h): run, sweep, runs, show,
  * compare, export.
  *
- * Argument handling lives here and nowhere else; the work is done by
- * runner.c (run, sweep) and cmd_query.c (the read-only commands). Every
+ * Argument handling lives here; which options each command takes, their
+ * values when they are a fixed set, and the help are the command table's
+ * (help.c). The work is done by runner.c (run, sweep) and cmd_query.c (the
+ * read-only commands). Every
  * usage error is exit 2 with a message naming the argument and what was
  * expected. SIGINT/SIGTERM during a run set a flag the runner polls between
  * sequences, so an interrupted run is recorded as KILLED rather than left
@@ -13,6 +15,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +28,7 @@
 #include "bench_record.h"
 #include "claim.h"
 #include "cmd_query.h"
+#include "help.h"
 #include "store_query.h"
 #include "ledger.h"
 #include "ledger_engines.h"
@@ -45,7 +49,7 @@
 
 typedef struct lab_args {
     const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop, *reason;
-    const char *good, *bad, *repo, *build, *workdir, *max_scale;
+    const char *good, *bad, *repo, *build, *workdir, *max_scale, *cache;
     const char *shard, *into, *results, *partition, *time, *gpus, *account, *shards, *slurm, *merge_into, *vtlab;
     const char *claim_id, *hypothesis, *limit, *engine, *status, *knob, *tag, *since;
     int         force, json, no_plots, no_audit, exact, allow_dirty, keep, bisect, partial, dry_run, resume, use_slurm;
@@ -56,71 +60,69 @@ typedef struct lab_args {
 static int usage_error(const char *cmd, const char *fmt, const char *arg) {
     fprintf(stderr, "vtlab %s: ", cmd);
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see `vtlab --help`)\n");
+    fprintf(stderr, " (see `vtlab %s --help`)\n", cmd);
     return 2;
 }
 
-/* Parses argv[1..] of a lab command. allowed: the options this command takes. */
-static int parse_args_n(const char *cmd, int argc, char **argv, const char *allowed, int maxpos, lab_args *a) {
+/* Where each option's value goes in lab_args. Which options a command
+ * takes is the command table's (help.c) and nowhere else: an option the
+ * table does not list for the command is unknown to it. "--slurm" is a
+ * flag of status and sbatch options of submit: the table says which. */
+typedef struct opt_slot {
+    const char *name;
+    int         flag;     /* 1: an int set to 1; 0: a const char * set to the value */
+    size_t      off;
+} opt_slot;
+#define FLAG(n, f) {n, 1, offsetof(lab_args, f)}
+#define VALUE(n, f) {n, 0, offsetof(lab_args, f)}
+static const opt_slot SLOTS[] = {
+    FLAG("--force", force), FLAG("--json", json), FLAG("--no-plots", no_plots), FLAG("--no-audit", no_audit),
+    FLAG("--exact", exact), FLAG("--allow-dirty", allow_dirty), FLAG("--keep-worktree", keep),
+    FLAG("--bisect", bisect), FLAG("--partial", partial), FLAG("--dry-run", dry_run), FLAG("--resume", resume),
+    FLAG("--slurm", use_slurm),
+    VALUE("--db", db), VALUE("--arm", arm), VALUE("--format", format), VALUE("--out", out),
+    VALUE("--experiment", experiment), VALUE("--specs", specs), VALUE("--defect", defect), VALUE("--alpha", alpha),
+    VALUE("--reason", reason), VALUE("--perf-min-drop", perf_min_drop), VALUE("--good", good), VALUE("--bad", bad),
+    VALUE("--repo", repo), VALUE("--build", build), VALUE("--workdir", workdir), VALUE("--max-scale", max_scale),
+    VALUE("--shard", shard), VALUE("--into", into), VALUE("--results", results), VALUE("--partition", partition),
+    VALUE("--time", time), VALUE("--gpus-per-task", gpus), VALUE("--account", account),
+    VALUE("--shards-per-arm", shards), VALUE("--slurm", slurm), VALUE("--merge-into", merge_into),
+    VALUE("--vtlab", vtlab), VALUE("--id", claim_id), VALUE("--hypothesis", hypothesis), VALUE("--limit", limit),
+    VALUE("--status", status), VALUE("--knob", knob), VALUE("--tag", tag), VALUE("--since", since),
+    VALUE("--engine", engine), VALUE("--cache", cache),
+};
+
+/* One option of cmd at argv[*i] into a: 0, or the exit status. A value
+ * from a fixed set (runs --status, export --format) is checked here. */
+static int parse_option(const char *cmd, int argc, char **argv, int *i, lab_args *a) {
+    const char *s = argv[*i];
+    const lab_help_opt *o = lab_help_option(lab_help_find(cmd), s);
+    if (!o) return lab_help_bad_argument(cmd, s);
+    const opt_slot *slot = NULL;
+    for (size_t k = 0; !slot && k < sizeof SLOTS / sizeof SLOTS[0]; k++)
+        if (!strcmp(SLOTS[k].name, s) && SLOTS[k].flag == !o->arg) slot = &SLOTS[k];
+    if (!slot) return usage_error(cmd, "%s: the command table lists it, lab.c has no place for it", s);
+    if (slot->flag) {
+        *(int *)((char *)a + slot->off) = 1;
+        return 0;
+    }
+    if (*i + 1 >= argc || !argv[*i + 1][0]) return usage_error(cmd, "%s needs a value", s);
+    const char *v = argv[++*i];
+    *(const char **)((char *)a + slot->off) = v;
+    return lab_help_check_value(cmd, s, v);
+}
+
+/* Parses argv[1..] of a lab command: its options (the command table's) and
+ * at most maxpos (0: 4) positional arguments. */
+static int parse_args_n(const char *cmd, int argc, char **argv, int maxpos, lab_args *a) {
     memset(a, 0, sizeof *a);
     a->maxpos = maxpos;
     a->db = LAB_DEFAULT_DB;
-    const char *cache = NULL;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
-        const char **slot = NULL;
-        if (!strcmp(s, "--force") && strstr(allowed, "force")) { a->force = 1; continue; }
-        if (!strcmp(s, "--json") && strstr(allowed, "json")) { a->json = 1; continue; }
-        if (!strcmp(s, "--no-plots") && strstr(allowed, "no-plots")) { a->no_plots = 1; continue; }
-        if (!strcmp(s, "--no-audit") && strstr(allowed, "no-audit")) { a->no_audit = 1; continue; }
-        if (!strcmp(s, "--exact") && strstr(allowed, "exact")) { a->exact = 1; continue; }
-        if (!strcmp(s, "--allow-dirty") && strstr(allowed, "allow-dirty")) { a->allow_dirty = 1; continue; }
-        if (!strcmp(s, "--keep-worktree") && strstr(allowed, "keep-worktree")) { a->keep = 1; continue; }
-        if (!strcmp(s, "--bisect") && strstr(allowed, "bisect")) { a->bisect = 1; continue; }
-        if (!strcmp(s, "--partial") && strstr(allowed, "partial")) { a->partial = 1; continue; }
-        if (!strcmp(s, "--dry-run") && strstr(allowed, "dry-run")) { a->dry_run = 1; continue; }
-        if (!strcmp(s, "--resume") && strstr(allowed, "resume")) { a->resume = 1; continue; }
-        if (!strcmp(s, "--slurm") && strstr(allowed, "use-slurm")) { a->use_slurm = 1; continue; }
-        if (!strcmp(s, "--db") && strstr(allowed, "db")) slot = &a->db;
-        else if (!strcmp(s, "--arm") && strstr(allowed, "arm")) slot = &a->arm;
-        else if (!strcmp(s, "--format") && strstr(allowed, "format")) slot = &a->format;
-        else if (!strcmp(s, "--out") && strstr(allowed, "out")) slot = &a->out;
-        else if (!strcmp(s, "--experiment") && strstr(allowed, "experiment")) slot = &a->experiment;
-        else if (!strcmp(s, "--specs") && strstr(allowed, "specs")) slot = &a->specs;
-        else if (!strcmp(s, "--defect") && strstr(allowed, "defect")) slot = &a->defect;
-        else if (!strcmp(s, "--alpha") && strstr(allowed, "alpha")) slot = &a->alpha;
-        else if (!strcmp(s, "--reason") && strstr(allowed, "reason")) slot = &a->reason;
-        else if (!strcmp(s, "--perf-min-drop") && strstr(allowed, "perf-min-drop")) slot = &a->perf_min_drop;
-        else if (!strcmp(s, "--good") && strstr(allowed, "good")) slot = &a->good;
-        else if (!strcmp(s, "--bad") && strstr(allowed, "bad")) slot = &a->bad;
-        else if (!strcmp(s, "--repo") && strstr(allowed, "repo")) slot = &a->repo;
-        else if (!strcmp(s, "--build") && strstr(allowed, "build")) slot = &a->build;
-        else if (!strcmp(s, "--workdir") && strstr(allowed, "workdir")) slot = &a->workdir;
-        else if (!strcmp(s, "--max-scale") && strstr(allowed, "max-scale")) slot = &a->max_scale;
-        else if (!strcmp(s, "--shard") && strstr(allowed, "shard")) slot = &a->shard;
-        else if (!strcmp(s, "--into") && strstr(allowed, "into")) slot = &a->into;
-        else if (!strcmp(s, "--results") && strstr(allowed, "results")) slot = &a->results;
-        else if (!strcmp(s, "--partition") && strstr(allowed, "partition")) slot = &a->partition;
-        else if (!strcmp(s, "--time") && strstr(allowed, "time")) slot = &a->time;
-        else if (!strcmp(s, "--gpus-per-task") && strstr(allowed, "gpus-per-task")) slot = &a->gpus;
-        else if (!strcmp(s, "--account") && strstr(allowed, "account")) slot = &a->account;
-        else if (!strcmp(s, "--shards-per-arm") && strstr(allowed, "shards-per-arm")) slot = &a->shards;
-        else if (!strcmp(s, "--slurm") && strstr(allowed, "slurm-opts")) slot = &a->slurm;
-        else if (!strcmp(s, "--merge-into") && strstr(allowed, "merge-into")) slot = &a->merge_into;
-        else if (!strcmp(s, "--vtlab") && strstr(allowed, "vtlab-path")) slot = &a->vtlab;
-        else if (!strcmp(s, "--id") && strstr(allowed, "claim-id")) slot = &a->claim_id;
-        else if (!strcmp(s, "--hypothesis") && strstr(allowed, "hypothesis")) slot = &a->hypothesis;
-        else if (!strcmp(s, "--limit") && strstr(allowed, "limit")) slot = &a->limit;
-        else if (!strcmp(s, "--status") && strstr(allowed, "status")) slot = &a->status;
-        else if (!strcmp(s, "--knob") && strstr(allowed, "knob")) slot = &a->knob;
-        else if (!strcmp(s, "--tag") && strstr(allowed, "tag")) slot = &a->tag;
-        else if (!strcmp(s, "--since") && strstr(allowed, "since")) slot = &a->since;
-        else if (!strcmp(s, "--engine") && strstr(allowed, "engine")) slot = &a->engine;
-        else if (!strcmp(s, "--cache") && strstr(allowed, "cache")) slot = &cache;
-        else if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option %s", s);
-        if (slot) {
-            if (i + 1 >= argc || !argv[i + 1][0]) return usage_error(cmd, "%s needs a value", s);
-            *slot = argv[++i];
+        if (s[0] == '-' && s[1]) {
+            int u = parse_option(cmd, argc, argv, &i, a);
+            if (u) return u;
             continue;
         }
         if (a->npos >= (a->maxpos ? a->maxpos : 4)) return usage_error(cmd, "unexpected argument %s", s);
@@ -128,12 +130,13 @@ static int parse_args_n(const char *cmd, int argc, char **argv, const char *allo
     }
     /* --cache DIR is VTLAB_CACHE for this process and what it starts (an
      * engine, a bisection's candidates), so that all of them share one cache */
-    if (cache && setenv("VTLAB_CACHE", cache, 1)) return usage_error(cmd, "--cache %s: cannot set VTLAB_CACHE", cache);
+    if (a->cache && setenv("VTLAB_CACHE", a->cache, 1))
+        return usage_error(cmd, "--cache %s: cannot set VTLAB_CACHE", a->cache);
     return 0;
 }
 
-static int parse_args(const char *cmd, int argc, char **argv, const char *allowed, lab_args *a) {
-    return parse_args_n(cmd, argc, argv, allowed, 4, a);
+static int parse_args(const char *cmd, int argc, char **argv, lab_args *a) {
+    return parse_args_n(cmd, argc, argv, 4, a);
 }
 
 static int parse_run_id(const char *cmd, const char *s, int64_t *id) {
@@ -179,7 +182,7 @@ static int finish_runs(int rc, const char *err, const lab_run_summary *sum) {
 
 static int cmd_run(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("run", argc, argv, "db arm force shard limit cache", &a);
+    int u = parse_args("run", argc, argv, &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("run", "expected one EXPERIMENT.json%s", "");
     lab_run_opts o = {a.db, a.arm, a.force, lab_progress_mode(), 0, 0};
@@ -197,7 +200,7 @@ static int cmd_run(int argc, char **argv) {
 
 static int cmd_sweep(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("sweep", argc, argv, "db force cache", &a);
+    int u = parse_args("sweep", argc, argv, &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("sweep", "expected at most one DIR, got %s", a.pos[1]);
     const char *dir = a.npos ? a.pos[0] : LAB_DEFAULT_EXPERIMENTS;
@@ -273,19 +276,16 @@ static int split_pair(const char *arg, char *buf, size_t n, const char **k, cons
     return 0;
 }
 
-/* `vtlab runs` filters: a status vtlab writes, a date or UTC time, NAME=VALUE
- * pairs; anything else is a usage error (exit 2) naming it. */
+/* `vtlab runs` filters: a date or UTC time, NAME=VALUE pairs (the status,
+ * one of those vtlab writes, was checked by the parser); anything else is a
+ * usage error (exit 2) naming it. */
 static int runs_filter(const lab_args *a, lab_query_filter *f, char *kbuf, char *tbuf, size_t n) {
-    static const char *const statuses[] = {"RUNNING", "FINISHED", "FAILED", "KILLED", "PARTIAL", NULL};
     memset(f, 0, sizeof *f);
     f->experiment = a->experiment;
     f->arm = a->arm;
     f->status = a->status;
     f->engine = a->engine;
     f->since = a->since;
-    int known = !a->status;
-    for (int i = 0; statuses[i] && !known; i++) known = !strcmp(a->status, statuses[i]);
-    if (!known) return usage_error("runs", "--status must be RUNNING, FINISHED, FAILED, KILLED or PARTIAL, got \"%s\"", a->status);
     int y, mo, d, h, mi, sec;
     char z;
     if (a->since && !(strlen(a->since) == 10 && sscanf(a->since, "%4d-%2d-%2d", &y, &mo, &d) == 3) &&
@@ -303,25 +303,22 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     lab_query_filter f;
     char kbuf[512], tbuf[512];
     if (!strcmp(cmd, "runs")) {
-        if ((u = parse_args(cmd, argc, argv, "db experiment json arm status engine knob tag since", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, &a))) return u;
         if (a.npos) return usage_error(cmd, "unexpected argument %s", a.pos[0]);
         if ((u = runs_filter(&a, &f, kbuf, tbuf, sizeof kbuf))) return u;
     } else if (!strcmp(cmd, "show")) {
-        if ((u = parse_args(cmd, argc, argv, "db json", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, &a))) return u;
         if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
         if ((u = parse_run_id(cmd, a.pos[0], &id))) return u;
     } else if (!strcmp(cmd, "compare")) {
-        if ((u = parse_args(cmd, argc, argv, "db json", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, &a))) return u;
         if (a.npos != 2) return usage_error(cmd, "expected two run ids RUN_A RUN_B%s", "");
         if ((u = parse_run_id(cmd, a.pos[0], &id)) || (u = parse_run_id(cmd, a.pos[1], &id2))) return u;
     } else {
-        if ((u = parse_args(cmd, argc, argv, "db format out", &a))) return u;
+        if ((u = parse_args(cmd, argc, argv, &a))) return u;
         if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
         if ((u = parse_run_id(cmd, a.pos[0], &id))) return u;
-        if (!a.format) a.format = "json";
-        if (strcmp(a.format, "json") && strcmp(a.format, "csv") && strcmp(a.format, "positions") &&
-            strcmp(a.format, "positions-csv"))
-            return usage_error(cmd, "--format must be json, csv, positions or positions-csv, got \"%s\"", a.format);
+        if (!a.format) a.format = "json";   /* its values checked by the parser (help.c's table) */
     }
     lab_store *st = NULL;
     if ((u = open_for_read(cmd, a.db, &st))) return u;
@@ -347,9 +344,10 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
 
 static int cmd_specs(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("specs", argc, argv, "specs", &a);
+    int u = parse_args("specs", argc, argv, &a);
     if (u) return u;
-    if (a.npos != 1 || strcmp(a.pos[0], "check")) return usage_error("specs", "expected `specs check [--specs DIR]`%s", "");
+    if (a.npos != 1) return usage_error("specs", "expected `specs check [--specs DIR]`%s", "");
+    if (strcmp(a.pos[0], "check")) return lab_help_value_error("specs", "the subcommand", a.pos[0], "check");
     const char *dir = a.specs ? a.specs : LAB_DEFAULT_SPECS;
     lab_ledger l;
     char err[2048] = "";
@@ -381,7 +379,7 @@ static int cmd_specs(int argc, char **argv) {
 
 static int cmd_audit(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("audit", argc, argv, "db specs json", &a);
+    int u = parse_args("audit", argc, argv, &a);
     if (u) return u;
     if (a.npos) return usage_error("audit", "unexpected argument %s", a.pos[0]);
     lab_audit_opts o = {a.db, a.specs ? a.specs : LAB_DEFAULT_SPECS, a.json};
@@ -397,7 +395,7 @@ static int cmd_audit(int argc, char **argv) {
 
 static int cmd_reopen(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("reopen", argc, argv, "db specs defect cache", &a);
+    int u = parse_args("reopen", argc, argv, &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("reopen", "expected one CLAIM_ID%s", "");
     lab_reopen_opts o = {a.pos[0], a.db, a.specs ? a.specs : LAB_DEFAULT_SPECS, a.defect, LAB_DEFAULT_REOPEN_DIR};
@@ -414,7 +412,7 @@ static int cmd_reopen(int argc, char **argv) {
 static int cmd_claim(int argc, char **argv) {
     lab_args a;
     int64_t run = 0;
-    int u = parse_args("claim", argc, argv, "db specs claim-id hypothesis", &a);
+    int u = parse_args("claim", argc, argv, &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("claim", "expected one RUN id (an arm's finished run, see `vtlab runs`)%s", "");
     if (!a.claim_id) return usage_error("claim", "--id ID is required (the new claim's id: SPECS/claims/ID.json)%s", "");
@@ -432,7 +430,7 @@ static int cmd_claim(int argc, char **argv) {
 
 static int cmd_record_bench(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("record-bench", argc, argv, "db", &a);
+    int u = parse_args("record-bench", argc, argv, &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("record-bench", "expected one REPORT.json (from `make bench` or bench_cuda)%s", "");
     char err[2048] = "";
@@ -455,6 +453,33 @@ static int parse_fraction(const char *cmd, const char *opt, const char *s, doubl
     return 0;
 }
 
+/* The kinds of regression a nightly finds (nightly_compare.c), the KIND of
+ * an `ack` key EXPERIMENT/ARM/KIND. */
+#define LAB_ACK_KINDS "check|accuracy|numerics|performance"
+
+/* An audit rule's code: R and digits (R1..R6). */
+static int is_rule(const char *s, size_t n) { return n >= 2 && s[0] == 'R' && strspn(s + 1, "0123456789") >= n - 1; }
+
+/* A KEY of the shape EXPERIMENT/ARM/KIND must name one of the kinds, or the
+ * nightly's lookup answers "no regression found" for a misspelt kind
+ * ("perf"). Confound keys (confound_key.h) are let through: their rule is
+ * the second part (CLAIM_ID/RULE[/CAUSE]) or the third (EXPERIMENT/ARM/RULE
+ * [/CAUSE]), and "run N/RULE..." has a blank. 0, or 2 with the message. */
+static int check_ack_kind(const char *key) {
+    const char *s1 = strchr(key, '/'), *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
+    if (!s1 || !s2 || strchr(s2 + 1, '/') || strchr(key, ' ')) return 0;
+    const char *kind = s2 + 1;
+    if (is_rule(s1 + 1, (size_t)(s2 - s1 - 1)) || is_rule(kind, strlen(kind))) return 0;
+    char what[600];
+    snprintf(what, sizeof what, "%.500s: the regression's KIND (EXPERIMENT/ARM/KIND)", key);
+    for (const char *p = LAB_ACK_KINDS; *p;) {
+        size_t k = strcspn(p, "|");
+        if (k == strlen(kind) && !strncmp(p, kind, k)) return 0;
+        p += k + (p[k] == '|');
+    }
+    return lab_help_value_error("ack", what, kind, LAB_ACK_KINDS);
+}
+
 /* `vtlab ack KEY --reason TEXT`, `ack --list`, `ack --remove KEY` (nightly.h).
  * --list and --remove are taken out of argv before the common parser sees it. */
 static int cmd_ack(int argc, char **argv) {
@@ -467,14 +492,16 @@ static int cmd_ack(int argc, char **argv) {
         else rest[n++] = argv[i];
     }
     rest[n] = NULL;
-    int u = parse_args("ack", n, rest, list || rm ? "db" : "db reason", &a);
+    int u = parse_args("ack", n, rest, &a);
     if (u) return u;
     if (list && rm) return usage_error("ack", "--list and --remove do not go together%s", "");
+    if ((list || rm) && a.reason) return usage_error("ack", "--reason goes with KEY only, not with %s", list ? "--list" : "--remove");
     if (a.npos > (list ? 0 : 1)) return usage_error("ack", "unexpected argument %s", a.pos[list ? 0 : 1]);
     if (!list && (!a.npos || !a.pos[0][0]))
         return usage_error("ack", "which confound or regression? (its key, as in nightly.md)%s", "");
     if (!list && !rm && !a.reason)
         return usage_error("ack", "--reason TEXT is required (why this confound or regression is known and accepted)%s", "");
+    if (!list && !rm && (u = check_ack_kind(a.pos[0]))) return u;
     if (!lab_path_exists(a.db)) {
         fprintf(stderr, "vtlab ack: %s: no such database\n", a.db);
         return 2;
@@ -486,7 +513,7 @@ static int cmd_ack(int argc, char **argv) {
 
 static int cmd_report(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("report", argc, argv, "db out no-plots", &a);
+    int u = parse_args("report", argc, argv, &a);
     if (u) return u;
     if (a.npos) return usage_error("report", "unexpected argument %s", a.pos[0]);
     return lab_report_cmd(a.db, a.out ? a.out : LAB_DEFAULT_REPORT, !a.no_plots);
@@ -494,7 +521,7 @@ static int cmd_report(int argc, char **argv) {
 
 static int cmd_nightly(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("nightly", argc, argv, "db out specs alpha perf-min-drop no-audit no-plots bisect cache", &a);
+    int u = parse_args("nightly", argc, argv, &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("nightly", "unexpected argument %s (one experiments DIR at most)", a.pos[1]);
     lab_nightly_opts o;
@@ -513,8 +540,7 @@ static int cmd_nightly(int argc, char **argv) {
 
 static int cmd_bisect(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("bisect", argc, argv,
-                       "db arm good bad repo build workdir max-scale alpha exact allow-dirty keep-worktree", &a);
+    int u = parse_args("bisect", argc, argv, &a);
     if (u) return u;
     if (a.npos != 1) return usage_error("bisect", "expected one EXPERIMENT.json%s", "");
     if (!a.arm) return usage_error("bisect", "--arm NAME is required (the arm that regressed)%s", "");
@@ -546,7 +572,7 @@ static int cmd_bisect(int argc, char **argv) {
 
 static int cmd_merge(int argc, char **argv) {
     lab_args a;
-    int u = parse_args_n("merge", argc, argv, "into partial", LAB_MAX_POS, &a);
+    int u = parse_args_n("merge", argc, argv, LAB_MAX_POS, &a);
     if (u) return u;
     if (a.npos < 1) return usage_error("merge", "expected one or more SHARD.db%s", "");
     if (!a.into) return usage_error("merge", "--into RESULTS.db is required%s", "");
@@ -594,9 +620,7 @@ static int submit_opts(const char *cmd, const lab_args *a, lab_submit_opts *o) {
 
 static int cmd_submit(int argc, char **argv) {
     lab_args a;
-    int u = parse_args_n("submit", argc, argv,
-                         "results partition time gpus-per-task account shards-per-arm slurm-opts merge-into vtlab-path "
-                         "dry-run resume", LAB_MAX_POS, &a);
+    int u = parse_args_n("submit", argc, argv, LAB_MAX_POS, &a);
     if (u) return u;
     if (a.npos < 1) return usage_error("submit", "expected one or more EXPERIMENT.json%s", "");
     lab_submit_opts o;
@@ -609,7 +633,7 @@ static int cmd_submit(int argc, char **argv) {
 
 static int cmd_status(int argc, char **argv) {
     lab_args a;
-    int u = parse_args_n("status", argc, argv, "results use-slurm", 0, &a);
+    int u = parse_args_n("status", argc, argv, 0, &a);
     if (u) return u;
     lab_submit_opts o;
     if ((u = submit_opts("status", &a, &o))) return u;
@@ -627,7 +651,7 @@ static int cmd_status(int argc, char **argv) {
 
 static int cmd_init(int argc, char **argv) {
     lab_args a;
-    int u = parse_args("init", argc, argv, "", &a);
+    int u = parse_args("init", argc, argv, &a);
     if (u) return u;
     if (a.npos > 1) return usage_error("init", "unexpected argument %s (one DIR at most)", a.pos[1]);
     char err[4600] = "";
@@ -638,7 +662,7 @@ static int cmd_init(int argc, char **argv) {
 
 static int cmd_rerun(int argc, char **argv) {
     lab_args a;
-    int u = parse_args_n("rerun", argc, argv, "db experiment engine force cache", LAB_MAX_POS, &a);
+    int u = parse_args_n("rerun", argc, argv, LAB_MAX_POS, &a);
     if (u) return u;
     if (!a.npos == !a.experiment)
         return usage_error("rerun", "expected RUN... (run ids, see `vtlab runs`) or --experiment ID, not both%s", "");
@@ -665,7 +689,7 @@ static int cmd_annotate(const char *cmd, int argc, char **argv) {
     lab_args a;
     int64_t run = 0;
     int tag = !strcmp(cmd, "tag");
-    int u = parse_args_n(cmd, argc, argv, "db", LAB_MAX_POS, &a);
+    int u = parse_args_n(cmd, argc, argv, LAB_MAX_POS, &a);
     if (u) return u;
     if (a.npos < 2) return usage_error(cmd, tag ? "expected RUN KEY=VALUE...%s" : "expected RUN TEXT%s", "");
     if (!tag && a.npos > 2) return usage_error(cmd, "expected one TEXT (quote it), got also \"%s\"", a.pos[2]);
@@ -717,78 +741,4 @@ int lab_main(const char *cmd, int argc, char **argv, int *handled) {
     if (!strcmp(cmd, "tag") || !strcmp(cmd, "note")) return cmd_annotate(cmd, argc, argv);
     *handled = 0;
     return 0;
-}
-
-void lab_usage(FILE *out) {
-    fprintf(out,
-            "a project (docs/experiments.md: paths in a file are relative to that file):\n"
-            "  init     [DIR]                       scaffold experiments/, specs/, .gitignore and nightly CI\n"
-            "                                       (GitHub Actions, GitLab CI) in DIR (default .); never overwrites\n"
-            "lab commands (default database: results.db in the current directory):\n"
-            "  run      EXPERIMENT.json [--db PATH] [--arm NAME] [--force] [--limit N] [--cache DIR]\n"
-            "                                       run the arms (reference first); finished runs are skipped;\n"
-            "                                       --limit N: the first N sequences, as PARTIAL runs that never\n"
-            "                                       count as an arm's finished run; synthetic models are built once\n"
-            "                                       into --cache DIR ($VTLAB_CACHE, else $XDG_CACHE_HOME/vtlab,\n"
-            "                                       else ~/.cache/vtlab; run, sweep, rerun, reopen, nightly take it)\n"
-            "  sweep    [DIR] [--db PATH] [--force] run every DIR/*.json (default experiments/)\n"
-            "  rerun    RUN... [--db PATH] [--engine CMD] [--force], rerun --experiment ID\n"
-            "                                       run a recorded run again from the spec stored with it (the model\n"
-            "                                       found by its hash; --force: on the spec's model when not) and\n"
-            "                                       compare: identical, or the deltas, McNemar and what changed;\n"
-            "                                       --experiment: every arm's latest run; --engine builtin|CMD\n"
-            "  run      EXPERIMENT.json --shard I/N [--arm NAME] --db SHARD.db\n"
-            "                                       sequences [I*n/N, (I+1)*n/N) of the arm (and its reference)\n"
-            "cluster sweeps (docs/slurm.md):\n"
-            "  submit   EXPERIMENT.json... [--shards-per-arm N] [--results DIR] [--partition P] [--time T]\n"
-            "           [--gpus-per-task G] [--account A] [--slurm 'OPTS'] [--merge-into DB] [--dry-run] [--resume]\n"
-            "                                       a Slurm job array: reference shards first, the arms afterok\n"
-            "  merge    SHARD.db... --into RESULTS.db [--partial]\n"
-            "                                       shard databases into whole runs (one transaction, idempotent)\n"
-            "  status   [--results DIR] [--slurm]   tasks pending/running/done/failed, what to resubmit\n"
-            "  runs     [--db PATH] [--experiment ID] [--arm NAME] [--status S] [--engine NAME] [--knob NAME=VALUE]\n"
-            "           [--tag KEY=VALUE] [--since DATE] [--json]\n"
-            "                                       list runs: status, assertions, top-1 k/n, verdict; the filters\n"
-            "                                       all apply (--engine: the engine's name, or builtin; --json: with tags)\n"
-            "  show     RUN [--db PATH] [--json]    everything recorded about one run (--json: as export)\n"
-            "  tag      RUN KEY=VALUE... [--db PATH]\n"
-            "                                       tag a run (a later value of a key replaces it)\n"
-            "  note     RUN TEXT [--db PATH]        add a note to a run\n"
-            "  compare  RUN_A RUN_B [--db PATH] [--json]\n"
-            "                                       side by side, B-A and B/A, agreement, McNemar's exact test\n"
-            "  export   RUN [--format json|csv|positions|positions-csv] [--out FILE] [--db PATH]\n"
-            "                                       the run's records (json), per-position top-k (csv), or one\n"
-            "                                       record per position against the reference (positions: JSONL)\n"
-            "  record-bench REPORT.json [--db PATH] a benchmark report (make bench, bench_cuda) as runs, one per phase\n"
-            "the ledger (specs/: recorded claims and known defects):\n"
-            "  specs    check [--specs DIR]         validate every claim and defect record\n"
-            "  audit    [--db PATH] [--specs DIR] [--json]\n"
-            "                                       flag confounded claims and runs (R1-R6); exit 1 if any is open\n"
-            "  reopen   CLAIM_ID [--db PATH] [--specs DIR] [--defect ID]\n"
-            "                                       replay the defect, rerun without it, record a superseding claim\n"
-            "  claim    RUN --id ID [--db PATH] [--specs DIR] [--hypothesis TEXT]\n"
-            "                                       record an arm's finished run with a verdict as a new claim,\n"
-            "                                       SPECS/claims/ID.json (never overwritten), to be committed\n"
-            "reports and CI:\n"
-            "  report   [--db PATH] [--out DIR] [--no-plots]\n"
-            "                                       static HTML page + markdown + gnuplot charts (default report/)\n"
-            "  nightly  [DIR] [--db PATH] [--out DIR] [--specs DIR] [--alpha A] [--perf-min-drop F] [--no-audit] [--no-plots]\n"
-            "           [--bisect]                  (--bisect or VTLAB_NIGHTLY_BISECT=1: bisect each accuracy/numerics\n"
-            "                                       regression between the previous nightly's commit and tonight's)\n"
-            "                                       rerun DIR/*.json, audit, compare with the previous nightly;\n"
-            "                                       junit.xml, nightly.md, regressions.atom; exit 1 on a regression\n"
-            "  bisect   EXPERIMENT.json --arm NAME --good REV --bad REV [--repo DIR] [--build CMD] [--db PATH]\n"
-            "           [--exact] [--alpha A] [--max-scale N] [--workdir DIR] [--allow-dirty] [--keep-worktree]\n"
-            "                                       find the commit that made the arm regress: each candidate built in\n"
-            "                                       a worktree and run; good/bad/undecided/skip by McNemar against the\n"
-            "                                       ends (or, --exact, a changed logits hash); resumable (docs/bisect.md)\n"
-            "  localize EXPERIMENT.json --arm NAME [--by layer|site] [--goal minimal-failing|largest-passing]\n"
-            "           [--db PATH] [--max-runs N] [--alpha A] [--max-scale N] [--workdir DIR] [--no-sensitivity]\n"
-            "                                       where a REFUTED arm's scoped lever breaks: the fewest layers (or\n"
-            "                                       sites) it fails on, or the most it can stay on (a plan), each set a\n"
-            "                                       stored run judged by the decision rule; a table of each layer alone;\n"
-            "                                       undecided when inside the noise; resumable (docs/localize.md)\n"
-            "  ack      KEY --reason TEXT [--db PATH], ack --list, ack --remove KEY\n"
-            "                                       acknowledge an open confound or a known regression (KEY as in\n"
-            "                                       nightly.md): later nightlies list it, not fail on it\n");
 }

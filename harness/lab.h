@@ -10,7 +10,5 @@
 /* If cmd is a lab command, runs it and sets *handled = 1; returns the exit
  * status (0 ok, 1 a check failed, 2 bad input or usage). argv[0] is cmd. */
 int lab_main(const char *cmd, int argc, char **argv, int *handled);
-/* Appends the lab commands' usage lines to out. */
-void lab_usage(FILE *out);
 
 #endif

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "help.h"
 #include "localize_internal.h"
 #include "model/vt.h"
 #include "runner.h"
@@ -568,7 +569,7 @@ int lab_localize_run(const lab_localize_opts *o, FILE *out, lab_localization *re
 static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "vtlab localize: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see `vtlab --help`)\n");
+    fprintf(stderr, " (see `vtlab localize --help`)\n");
     return 2;
 }
 
@@ -584,18 +585,18 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
 /* One option with a value (argv[*i] is its name): 0, or the exit status. */
 static int option(lab_localize_opts *o, int argc, char **argv, int *i) {
     const char *s = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!lab_help_option(lab_help_find("localize"), s)) return lab_help_bad_argument("localize", s);
     if (!v || !*v) return usage("%s needs a value", s);
     ++*i;
     if (!strcmp(s, "--arm")) o->arm = v;
     else if (!strcmp(s, "--db")) o->db_path = v;
     else if (!strcmp(s, "--workdir")) o->workdir = v;
     else if (!strcmp(s, "--cache")) { if (setenv("VTLAB_CACHE", v, 1)) return usage("--cache %s: cannot set VTLAB_CACHE", v); }
-    else if (!strcmp(s, "--by")) {
-        if (strcmp(v, "layer") && strcmp(v, "site")) return usage("--by: expected layer or site, got \"%s\"", v);
+    else if (!strcmp(s, "--by")) {   /* its values, and --goal's: help.c's table */
+        if (lab_help_check_value("localize", s, v)) return 2;
         o->by_site = !strcmp(v, "site");
     } else if (!strcmp(s, "--goal")) {
-        if (strcmp(v, "minimal-failing") && strcmp(v, "largest-passing"))
-            return usage("--goal: expected minimal-failing or largest-passing, got \"%s\"", v);
+        if (lab_help_check_value("localize", s, v)) return 2;
         o->largest_passing = !strcmp(v, "largest-passing");
     } else if (!strcmp(s, "--max-runs")) {
         if (parse_int(v, 1, 1000000, &o->max_runs)) return usage("--max-runs: expected an integer 1..1000000, got \"%s\"", v);
@@ -605,7 +606,7 @@ static int option(lab_localize_opts *o, int argc, char **argv, int *i) {
         char *end = NULL;
         o->alpha = strtod(v, &end);
         if (*end || !(o->alpha > 0 && o->alpha < 1)) return usage("--alpha: expected a number in (0, 1), got \"%s\"", v);
-    } else return usage("unknown option %s", s);
+    } else return lab_help_bad_argument("localize", s);
     return 0;
 }
 

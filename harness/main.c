@@ -19,71 +19,60 @@
 #include "harness/engine_check.h"
 #include "harness/engine_serve.h"
 #include "harness/experiment.h"   /* LAB_DS_MAX_SEQ_LEN: the longest sequence, as in a dataset */
+#include "harness/help.h"
 #include "harness/lab.h"
 #include "model/vt.h"
 
 extern char **environ;
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: vtlab COMMAND [options]\n"
-            "model commands:\n"
-            "  synth    --config CONFIG.json --seed N --out DIR [--dtype f32|bf16|f16]\n"
-            "  validate --model DIR                 check config and checkpoint, print a summary\n"
-            "  logits   --model DIR --tokens 5,17,3 --out FILE [--probes FILE.json]\n"
-            "  generate --model DIR --tokens 5,17,3 -n N   greedy decoding\n"
-            "  engine   [--model DIR]               serve the model over the engine protocol on stdin/stdout\n"
-            "                                       (docs/engine-protocol.md; model default $VTP_MODEL)\n"
-            "  engine-check [--model DIR] [--timeout S] [--prefix-tol X] [--allow-noop KNOB]... [--env NAME=VALUE]... [--] CMD [ARGS...]\n"
-            "                                       conformance checks of an engine command; exit 1 on a failure\n"
-            "  knobs    [--markdown]                the knob registry (VT_* variables)\n"
-            "  faults                               the replayable defects (VT_FAULT)\n"
-            "  version                              the build's code version\n");
-    lab_usage(out);
-}
-
-/* `vtlab CMD --help` (or -h): CMD's lines of the usage, on stdout. The usage
- * text is the one place commands and options are listed: a command's entry
- * is the line "  CMD ..." and the more-indented lines under it. 0 when CMD has
- * an entry, -1 when not. */
+/* `vtlab CMD --help` (or -h, or `vtlab help CMD`): CMD's entry of the
+ * command table (help.c) on stdout; an unknown CMD is exit 2 with the
+ * command it may be a misspelling of. */
 static int command_help(const char *cmd) {
-    char *text = NULL;
-    size_t len = 0, cl = strlen(cmd);
-    FILE *m = open_memstream(&text, &len);
-    if (!m) return -1;
-    usage(m);
-    fclose(m);
-    int found = 0, in = 0;
-    for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-        nl = strchr(line, '\n');
-        size_t n = nl ? (size_t)(nl - line) : strlen(line);
-        int entry = n > 2 + cl && !strncmp(line, "  ", 2) && !strncmp(line + 2, cmd, cl) && line[2 + cl] == ' ';
-        int more = in && n > 3 && !strncmp(line, "   ", 3);
-        if (entry && !found) printf("usage: vtlab %s\n", cmd);
-        if (entry || more) printf("%.*s\n", (int)n, line);
-        found |= entry;
-        in = entry || more;
-    }
-    free(text);
-    return found ? 0 : -1;
+    if (lab_help_command(stdout, cmd) == 0) return 0;
+    return lab_help_unknown_command(cmd);
 }
 
-/* The argv split_equals made: it lives as long as the process (held here, so
- * a leak checker sees it reachable). */
-static char **split_argv;
+/* `vtlab help [CMD] [--markdown]`. */
+static int cmd_help(int argc, char **argv) {
+    if (argc == 1) { lab_help_usage(stdout); return 0; }
+    if (argc == 2 && !strcmp(argv[1], "--markdown")) { lab_help_markdown(stdout); return 0; }
+    if (argc == 2 && argv[1][0] != '-') return command_help(argv[1]);
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && strcmp(argv[i], "--markdown")) return lab_help_bad_argument("help", argv[i]);
+    return lab_help_bad_argument("help", argv[2]);
+}
+
+/* The names split_equals allocated ("--opt" of "--opt=value"), freed when
+ * the command has returned: held in a static, they were still reported by
+ * LeakSanitizer (a store to a static that is never read may be dropped by
+ * the compiler), which turned an ASan build's exit 2 into 1. */
+static char **split_argv, **split_owned;
+static int    split_n_owned;
+
+static void split_free(void) {
+    for (int i = 0; i < split_n_owned; i++) free(split_owned[i]);
+    free(split_owned);
+    free(split_argv);
+    split_owned = split_argv = NULL;
+    split_n_owned = 0;
+}
 
 /* "--opt=value" becomes "--opt" "value", so every command takes both
  * spellings. The value of `submit --slurm` is sbatch options, which have
  * their own "=": it is left whole. */
 static char **split_equals(int *argc, char **argv) {
     char **out = split_argv = calloc((size_t)*argc * 2 + 1, sizeof *out);
-    if (!out) return argv;
+    split_owned = calloc((size_t)*argc + 1, sizeof *split_owned);
+    if (!out || !split_owned) { split_free(); return argv; }
     int n = 0;
     for (int i = 0; i < *argc; i++) {
         char *eq = strchr(argv[i], '=');
         int slurm_value = i > 1 && !strcmp(argv[i - 1], "--slurm");
-        if (i > 0 && !slurm_value && !strncmp(argv[i], "--", 2) && eq && eq > argv[i] + 2) {
-            out[n++] = strndup(argv[i], (size_t)(eq - argv[i]));
+        char *name = NULL;
+        if (i > 0 && !slurm_value && !strncmp(argv[i], "--", 2) && eq && eq > argv[i] + 2 &&
+            (name = strndup(argv[i], (size_t)(eq - argv[i])))) {
+            out[n++] = split_owned[split_n_owned++] = name;
             out[n++] = eq + 1;
         } else {
             out[n++] = argv[i];
@@ -109,9 +98,10 @@ static int cmd_synth(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed_s = argv[++i];
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dtype = argv[++i];
-        else return lab_cli_usage_error("synth", argv[i]);
+        else return lab_help_bad_argument("synth", argv[i]);
     }
     if (!config || !out || !seed_s) return lab_cli_usage_error("synth", "--config, --seed and --out are required");
+    if (lab_help_check_value("synth", "--dtype", dtype)) return 2;
     uint64_t seed;
     if (lab_cli_parse_u64(seed_s, &seed) != 0) {
         fprintf(stderr, "vtlab synth: --seed %s: expected a non-negative integer\n", seed_s);
@@ -128,7 +118,7 @@ static int cmd_validate(int argc, char **argv) {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
-        else return lab_cli_usage_error("validate", argv[i]);
+        else return lab_help_bad_argument("validate", argv[i]);
     }
     if (!dir) return lab_cli_usage_error("validate", "--model is required");
     char err[1024];
@@ -178,90 +168,115 @@ static char *probes_json(const vt_session *s) {
     return txt;
 }
 
-static int cmd_logits(int argc, char **argv, int generate) {
-    const char *dir = NULL, *tokens_s = NULL, *out = NULL, *probes = NULL, *n_s = "16";
-    const char *name = generate ? "generate" : "logits";
+/* What `logits` or `generate` was asked, checked. */
+typedef struct logits_args {
+    const char *name, *dir, *out, *probes;
+    int         generate;
+    int32_t    *tok;      /* the prompt (malloc'd) */
+    int64_t     T;
+    uint64_t    n_gen;    /* generate: tokens to generate */
+} logits_args;
+
+/* Parses and checks the arguments: 0, or the exit status (a->tok is NULL then). */
+static int logits_parse(int argc, char **argv, int generate, logits_args *a) {
+    const char *tokens_s = NULL, *n_s = "16";
+    memset(a, 0, sizeof *a);
+    a->generate = generate;
+    a->name = generate ? "generate" : "logits";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
+        if (!strcmp(argv[i], "--model") && i + 1 < argc) a->dir = argv[++i];
         else if (!strcmp(argv[i], "--tokens") && i + 1 < argc) tokens_s = argv[++i];
-        else if (!generate && !strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (!generate && !strcmp(argv[i], "--probes") && i + 1 < argc) probes = argv[++i];
+        else if (!generate && !strcmp(argv[i], "--out") && i + 1 < argc) a->out = argv[++i];
+        else if (!generate && !strcmp(argv[i], "--probes") && i + 1 < argc) a->probes = argv[++i];
         else if (generate && !strcmp(argv[i], "-n") && i + 1 < argc) n_s = argv[++i];
-        else return lab_cli_usage_error(name, argv[i]);
+        else return lab_help_bad_argument(a->name, argv[i]);
     }
-    if (!dir || !tokens_s || (!generate && !out))
-        return lab_cli_usage_error(name, generate ? "--model and --tokens are required" : "--model, --tokens and --out are required");
-    int32_t *tok = NULL;
-    int64_t T = 0;
+    if (!a->dir || !tokens_s || (!generate && !a->out))
+        return lab_cli_usage_error(a->name, generate ? "--model and --tokens are required" : "--model, --tokens and --out are required");
     char err[1024];
-    if (lab_cli_parse_tokens(tokens_s, LAB_DS_MAX_SEQ_LEN, &tok, &T, err, sizeof err) != 0) {
-        fprintf(stderr, "vtlab %s: --tokens: %s\n", name, err);
+    if (lab_cli_parse_tokens(tokens_s, LAB_DS_MAX_SEQ_LEN, &a->tok, &a->T, err, sizeof err) != 0) {
+        fprintf(stderr, "vtlab %s: --tokens: %s\n", a->name, err);
         return 2;
     }
-    uint64_t n_gen = 0;
-    if (generate && (lab_cli_parse_u64(n_s, &n_gen) != 0 || n_gen > 100000)) {
-        free(tok);
+    int bad = 0;
+    if (generate && (lab_cli_parse_u64(n_s, &a->n_gen) != 0 || a->n_gen > 100000)) {
         fprintf(stderr, "vtlab generate: -n %s: expected an integer in 0..100000\n", n_s);
-        return 2;
+        bad = 2;
+    } else if (a->probes && !strcmp(a->probes, a->out)) {
+        fprintf(stderr, "vtlab logits: --probes and --out name the same file %s\n", a->out);
+        bad = 2;
     }
-    if (probes && !strcmp(probes, out)) {
-        free(tok);
-        fprintf(stderr, "vtlab logits: --probes and --out name the same file %s\n", out);
-        return 2;
+    if (bad) { free(a->tok); a->tok = NULL; }
+    return bad;
+}
+
+/* `logits`: every position's logits into --out and the probe records into
+ * --probes; neither is put in place unless both were written. */
+static int logits_write(vt_session *s, const logits_args *a, float *logits, int64_t vocab, lab_cli_out *o_out,
+                        lab_cli_out *o_probes, char *err, size_t errlen) {
+    int rc = vt_session_prefill(s, a->tok, a->T, logits, err, errlen);
+    if (!rc) rc = lab_cli_out_write(o_out, logits, sizeof(float) * (size_t)a->T * (size_t)vocab, err, errlen);
+    if (!rc && a->probes) {
+        char *txt = probes_json(s);
+        if (!txt) { rc = VT_STATUS_NOMEM; snprintf(err, errlen, "%s: out of memory", a->probes); }
+        if (!rc) rc = lab_cli_out_write(o_probes, txt, strlen(txt), err, errlen);
+        free(txt);
     }
+    if (!rc) rc = lab_cli_out_commit(o_out, err, errlen);
+    if (!rc && a->probes) rc = lab_cli_out_commit(o_probes, err, errlen);
+    return rc;
+}
+
+/* `generate`: prefill the prompt keeping only the last row, then greedy
+ * decoding, each id printed as it comes. logits: one row. */
+static int greedy(vt_session *s, const logits_args *a, float *logits, int64_t vocab, char *err, size_t errlen) {
+    float *all = malloc(sizeof(float) * (size_t)a->T * (size_t)vocab);
+    if (!all) { snprintf(err, errlen, "out of memory"); return VT_STATUS_NOMEM; }
+    int rc = vt_session_prefill(s, a->tok, a->T, all, err, errlen);
+    if (!rc) memcpy(logits, all + (a->T - 1) * vocab, sizeof(float) * (size_t)vocab);
+    free(all);
+    for (uint64_t g = 0; !rc && g < a->n_gen; g++) {
+        int32_t best = 0;
+        for (int64_t v = 1; v < vocab; v++) if (logits[v] > logits[best]) best = (int32_t)v;
+        printf("%s%d", g ? "," : "", best);
+        fflush(stdout);
+        if (g + 1 < a->n_gen) rc = vt_session_decode(s, best, logits, err, errlen);
+    }
+    if (!rc) printf("\n");
+    return rc;
+}
+
+static int cmd_logits(int argc, char **argv, int generate) {
+    logits_args a;
+    int ec = logits_parse(argc, argv, generate, &a);
     vt_knobset *ks = NULL;
-    int ec = env_knobs(&ks);
-    if (ec) { free(tok); return ec; }
+    if (!ec) ec = env_knobs(&ks);
+    if (ec) { free(a.tok); return ec; }
     vt_model *m = NULL;
     vt_session *s = NULL;
     float *logits = NULL;
-    /* Every output is created (as a temp file) before any work, and none is
-     * put in place unless all were written: a bad --probes path fails before
-     * --out is touched. */
+    char err[1024];
+    /* Every output is created (as a temp file) before any work: a bad
+     * --probes path fails before --out is touched. */
     lab_cli_out o_out = {0}, o_probes = {0};
     o_out.fd = o_probes.fd = -1;
     int rc = VT_STATUS_OK;
-    if (out) rc = lab_cli_out_open(&o_out, out, err, sizeof err);
-    if (!rc && probes) rc = lab_cli_out_open(&o_probes, probes, err, sizeof err);
-    if (!rc) rc = vt_model_open(&m, dir, err, sizeof err);
+    if (a.out) rc = lab_cli_out_open(&o_out, a.out, err, sizeof err);
+    if (!rc && a.probes) rc = lab_cli_out_open(&o_probes, a.probes, err, sizeof err);
+    if (!rc) rc = vt_model_open(&m, a.dir, err, sizeof err);
     if (!rc) rc = vt_session_new(&s, m, ks, err, sizeof err);
     vt_model_info info;
     if (!rc) {
         vt_model_get_info(m, &info);
-        logits = malloc(sizeof(float) * (size_t)(generate ? 1 : T) * (size_t)info.vocab_size);
+        logits = malloc(sizeof(float) * (size_t)(generate ? 1 : a.T) * (size_t)info.vocab_size);
         if (!logits) { rc = VT_STATUS_NOMEM; snprintf(err, sizeof err, "out of memory for logits"); }
     }
-    if (!rc && !generate) {
-        rc = vt_session_prefill(s, tok, T, logits, err, sizeof err);
-        if (!rc) rc = lab_cli_out_write(&o_out, logits, sizeof(float) * (size_t)T * (size_t)info.vocab_size, err, sizeof err);
-        if (!rc && probes) {
-            char *txt = probes_json(s);
-            if (!txt) { rc = VT_STATUS_NOMEM; snprintf(err, sizeof err, "%s: out of memory", probes); }
-            if (!rc) rc = lab_cli_out_write(&o_probes, txt, strlen(txt), err, sizeof err);
-            free(txt);
-        }
-        if (!rc) rc = lab_cli_out_commit(&o_out, err, sizeof err);
-        if (!rc && probes) rc = lab_cli_out_commit(&o_probes, err, sizeof err);
-    } else if (!rc) {
-        /* greedy: prefill the prompt keeping only the last row, then decode */
-        float *all = malloc(sizeof(float) * (size_t)T * (size_t)info.vocab_size);
-        if (!all) { rc = VT_STATUS_NOMEM; snprintf(err, sizeof err, "out of memory"); }
-        if (!rc) rc = vt_session_prefill(s, tok, T, all, err, sizeof err);
-        if (!rc) memcpy(logits, all + (T - 1) * info.vocab_size, sizeof(float) * (size_t)info.vocab_size);
-        free(all);
-        for (uint64_t g = 0; !rc && g < n_gen; g++) {
-            int32_t best = 0;
-            for (int64_t v = 1; v < info.vocab_size; v++) if (logits[v] > logits[best]) best = (int32_t)v;
-            printf("%s%d", g ? "," : "", best);
-            fflush(stdout);
-            if (g + 1 < n_gen) rc = vt_session_decode(s, best, logits, err, sizeof err);
-        }
-        if (!rc) printf("\n");
-    }
+    if (!rc && !generate) rc = logits_write(s, &a, logits, info.vocab_size, &o_out, &o_probes, err, sizeof err);
+    else if (!rc) rc = greedy(s, &a, logits, info.vocab_size, err, sizeof err);
     lab_cli_out_abort(&o_out);      /* no-ops once committed */
     lab_cli_out_abort(&o_probes);
     free(logits);
-    free(tok);
+    free(a.tok);
     vt_session_free(s);
     vt_model_free(m);
     vt_knobset_free(ks);
@@ -285,7 +300,7 @@ static int test_only(const vt_knob_info *k) { return !strncmp(k->name, "VT_TEST_
 
 static int cmd_knobs(int argc, char **argv) {
     int md = argc > 1 && !strcmp(argv[1], "--markdown");
-    if (argc > 1 && !md) return lab_cli_usage_error("knobs", argv[1]);
+    if (argc > 1 + md) return lab_help_bad_argument("knobs", argv[1 + md]);
     if (md) {
         printf("# Knob reference\n\n"
                "Generated from the knob registry (`model/knobs.c`) by `make knobs-doc`; do not edit by hand.\n\n"
@@ -323,7 +338,7 @@ static int cmd_engine(int argc, char **argv) {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) dir = argv[++i];
-        else return lab_cli_usage_error("engine", argv[i]);
+        else return lab_help_bad_argument("engine", argv[i]);
     }
     char err[1024] = "";
     int rc = lab_engine_serve(dir, stdin, stdout, err, sizeof err);
@@ -361,7 +376,10 @@ static int cmd_engine_check(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--prefix-tol") && i + 1 < argc) {
             o.prefix_tol = strtod(argv[++i], &end);
             if (*end || !(o.prefix_tol >= 0)) usage = "--prefix-tol: expected a number >= 0";
-        } else usage = argv[i];
+        } else {
+            free(o.env);
+            return lab_help_bad_argument("engine-check", argv[i]);
+        }
     }
     if (!usage && i >= argc) usage = "the engine's command is required";
     int rc = 0, failed = 0;
@@ -399,22 +417,15 @@ static void wait_passively(char **argv) {
     if (computes) vt_openmp_wait_passively(argv);
 }
 
-int main(int argc, char **argv) {
-    wait_passively(argv);
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    const char *cmd = argv[1];
-    argc--; argv++;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            if (command_help(cmd) == 0) return 0;
-            fprintf(stderr, "vtlab: unknown command \"%s\"\n", cmd);
-            usage(stderr);
-            return 2;
-        }
-    argv = split_equals(&argc, argv);
+/* --help or -h among a command's arguments (before a "--", after which
+ * they are an engine command's own). */
+static int wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+static int dispatch(const char *cmd, int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return cmd_synth(argc, argv);
     if (!strcmp(cmd, "validate")) return cmd_validate(argc, argv);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv, 0);
@@ -422,12 +433,35 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "engine")) return cmd_engine(argc, argv);
     if (!strcmp(cmd, "engine-check")) return cmd_engine_check(argc, argv);
     if (!strcmp(cmd, "knobs")) return cmd_knobs(argc, argv);
-    if (!strcmp(cmd, "faults")) return cmd_faults();
-    if (!strcmp(cmd, "version")) { printf("%s\n", vt_build_info()); return 0; }
+    if (!strcmp(cmd, "faults")) return argc > 1 ? lab_help_bad_argument(cmd, argv[1]) : cmd_faults();
+    if (!strcmp(cmd, "version")) {
+        if (argc > 1) return lab_help_bad_argument(cmd, argv[1]);
+        printf("%s\n", vt_build_info());
+        return 0;
+    }
     int handled = 0;
     int rc = lab_main(cmd, argc, argv, &handled);
     if (handled) return rc;
-    fprintf(stderr, "vtlab: unknown command \"%s\"\n", cmd);
-    usage(stderr);
-    return 2;
+    /* not the whole usage: one line, and the command it may be a misspelling of */
+    return lab_help_unknown_command(cmd);
+}
+
+int main(int argc, char **argv) {
+    wait_passively(argv);
+    if (argc < 2) {
+        lab_help_usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        lab_help_usage(stdout);
+        return 0;
+    }
+    const char *cmd = argv[1];
+    argc--; argv++;
+    if (wants_help(argc, argv)) return command_help(cmd);
+    if (!strcmp(cmd, "help")) return cmd_help(argc, argv);
+    argv = split_equals(&argc, argv);
+    int rc = dispatch(cmd, argc, argv);
+    split_free();
+    return rc;
 }

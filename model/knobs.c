@@ -131,31 +131,14 @@ int vt_knobset_copy(vt_knobset **out, const vt_knobset *src) {
     return VT_STATUS_OK;
 }
 
-/* Levenshtein distance, for the did-you-mean. Names are short (< 64). */
-int vt_edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63) return 99;
-    int d[64][64];
-    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-            if (d[i - 1][j] + 1 < c) c = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < c) c = d[i][j - 1] + 1;
-            d[i][j] = c;
-        }
-    return d[la][lb];
-}
-
+/* An unknown knob, with the declared one it may be a misspelling of
+ * (suggest.c judges what is close enough). */
 static int unknown_knob(const char *name, char *err, size_t errlen) {
-    int best = -1, bestd = 1 << 30;
-    for (int i = 0; i < N_KNOBS; i++) {
-        int dd = vt_edit_distance(name, KNOBS[i].name);
-        if (dd < bestd) { bestd = dd; best = i; }
-    }
-    if (best >= 0 && bestd <= 4)
-        snprintf(err, errlen, "unknown knob %s (did you mean %s?); `vtlab knobs` lists them", name, KNOBS[best].name);
+    vt_suggester sg;
+    vt_suggest_init(&sg, name);
+    for (int i = 0; i < N_KNOBS; i++) vt_suggest_offer(&sg, KNOBS[i].name);
+    if (sg.best)
+        snprintf(err, errlen, "unknown knob %s (did you mean %s?); `vtlab knobs` lists them", name, sg.best);
     else
         snprintf(err, errlen, "unknown knob %s; `vtlab knobs` lists the declared knobs", name);
     return VT_STATUS_INPUT;
@@ -215,7 +198,11 @@ int vt_knobset_set(vt_knobset *ks, const char *name, const char *value, char *er
         return bool_error(name, value, err, errlen);
     case VT_KNOB_ENUM:
         if (!in_list(value, k->allowed)) {
-            snprintf(err, errlen, "knob %s: value \"%s\", expected one of %s", name, value, k->allowed);
+            char meant[KNOB_VALUE_MAX];
+            if (vt_suggest_list(value, k->allowed, meant, sizeof meant))
+                snprintf(err, errlen, "knob %s: value \"%s\", expected one of %s (did you mean %s?)", name, value,
+                         k->allowed, meant);
+            else snprintf(err, errlen, "knob %s: value \"%s\", expected one of %s", name, value, k->allowed);
             return VT_STATUS_INPUT;
         }
         snprintf(canon, sizeof canon, "%s", value);

@@ -92,9 +92,24 @@ typedef struct vt_knob_info {
     const char  *scope_kind;  /* "sites" (layers and their .attn/.ffn sites) or "layers" */
 } vt_knob_info;
 
-/* Levenshtein distance of two names (99 when either is over 63 bytes), for
- * "did you mean" suggestions. */
+/* "Did you mean" (suggest.c, the one helper for knobs, commands, options
+ * and option values). vt_edit_distance: edits between two names, a swap of
+ * neighbours counting one and case ignored (99 when either is over 63 bytes).
+ * vt_suggest: the candidate word is taken for, or NULL when none is close
+ * enough (suggest.c says what is). vt_suggest_list: the same over the
+ * '|'-separated words of list ("json|csv"), copied into out. The suggester
+ * is the same for candidates that are not in an array: init, offer each,
+ * then .best (NULL: none). */
 int                 vt_edit_distance(const char *a, const char *b);
+typedef struct vt_suggester {
+    const char *word;
+    const char *best;   /* the candidate to suggest so far (a pointer offered), or NULL */
+    int         rank;
+} vt_suggester;
+void                vt_suggest_init(vt_suggester *s, const char *word);
+void                vt_suggest_offer(vt_suggester *s, const char *candidate);
+const char         *vt_suggest(const char *word, const char *const *candidates, size_t n);
+const char         *vt_suggest_list(const char *word, const char *list, char *out, size_t outlen);
 int                 vt_knob_count(void);
 const vt_knob_info *vt_knob_at(int i);
 const vt_knob_info *vt_knob_find(const char *name);

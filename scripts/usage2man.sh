@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # usage2man.sh VTLAB > vtlab.1 — the man page, made from the usage text
-# `vtlab --help` prints (harness/main.c usage, harness/lab.c lab_usage), so
-# that the page and --help never say different things. `make install` runs
-# it on the vtlab it installs.
+# `vtlab --help` prints and each command's `vtlab CMD --help` (both made from
+# the command table, harness/help.c), so that the page and --help never say
+# different things. `make install` runs it on the vtlab it installs.
 #
 # The usage text's shape: "usage: vtlab COMMAND [options]"; section lines
 # ("lab commands (...):") start in column 1; a command's entry starts with
@@ -45,7 +45,7 @@ BEGIN {
     print "against known defects. Every option takes \\-\\-opt value or \\-\\-opt=value;"
     print ".B vtlab"
     print ".I COMMAND"
-    print "\\-\\-help prints that command'"'"'s lines of this page."
+    print "\\-\\-help (or vtlab help COMMAND) prints that command'"'"'s section of COMMAND DETAILS."
     print ".SH COMMANDS"
 }
 /^usage:/ { next }
@@ -72,29 +72,39 @@ BEGIN {
     else syn = syn " " text
     next
 }
-END {
-    flush()
-    print ".SH ENVIRONMENT"
-    print ".TP"
-    print ".B VTLAB_CACHE"
-    print "where synthetic models are built once and kept (\\-\\-cache DIR sets it); default"
-    print "$XDG_CACHE_HOME/vtlab, else ~/.cache/vtlab. Never the current directory."
-    print ".TP"
-    print ".B VTLAB_DATA_DIR"
-    print "the shipped data (configs/, experiments/, specs/); default PREFIX/share/vtlab beside the"
-    print "installed binary, or the source tree a vtlab built in it runs from."
-    print ".TP"
-    print ".B VT_*"
-    print "knobs of the model (vtlab knobs lists them); an unknown one is an error."
-    print ".SH FILES"
-    print ".TP"
-    print ".I results.db"
-    print "every run, in the current directory unless \\-\\-db PATH."
-    print ".TP"
-    print ".I experiments/, specs/"
-    print "a project'"'"'s experiments and ledger (vtlab init makes them). Paths inside a file are relative to it."
-    print ".SH EXIT STATUS"
-    print "0 success; 1 a check failed; 2 bad input or usage, with a message naming the file and the field."
-    print ".SH SEE ALSO"
-    print "The documentation in PREFIX/share/doc/vtlab (README.md, experiments.md, schema.md, specs.md, nightly.md)."
-}'
+END { flush() }'
+# Each command's help (`vtlab CMD --help`: its options with their defaults,
+# exit status and examples), as the command prints it.
+echo ".SH COMMAND DETAILS"
+"$VTLAB" --help | sed -n 's/^  \([a-z][a-z-]*\).*/\1/p' | uniq | while read -r c; do
+    echo ".SS vtlab ${c//-/\\-}"
+    echo ".nf"
+    "$VTLAB" "$c" --help | tail -n +2 | sed -e 's/\\/\\e/g' -e 's/-/\\-/g' -e "s/^[.']/\\\\\\&&/"
+    echo ".fi"
+done
+cat <<'EOF'
+.SH ENVIRONMENT
+.TP
+.B VTLAB_CACHE
+where synthetic models are built once and kept (\-\-cache DIR sets it); default
+$XDG_CACHE_HOME/vtlab, else ~/.cache/vtlab. Never the current directory.
+.TP
+.B VTLAB_DATA_DIR
+the shipped data (configs/, experiments/, specs/); default PREFIX/share/vtlab beside the
+installed binary, or the source tree a vtlab built in it runs from.
+.TP
+.B VT_*
+knobs of the model (vtlab knobs lists them); an unknown one is an error.
+.SH FILES
+.TP
+.I results.db
+every run, in the current directory unless \-\-db PATH.
+.TP
+.I experiments/, specs/
+a project's experiments and ledger (vtlab init makes them). Paths inside a file are relative to it.
+.SH EXIT STATUS
+0 success; 1 a check failed; 2 bad input or usage, with a message naming the file and the field.
+What each command's 0, 1 and 2 mean is in its section of COMMAND DETAILS.
+.SH SEE ALSO
+The documentation in PREFIX/share/doc/vtlab (README.md, cli.md, experiments.md, schema.md, specs.md, nightly.md).
+EOF
