@@ -292,7 +292,7 @@ TINY := model/configs/kimi-linear-tiny.json
 run: deps vtlab
 	bash harness/run-demo.sh ./vtlab
 
-$(BUILD)/bench: tests/bench/bench.c tests/bench/blas_core.h tests/bench/contention.h $(LIBHARNESS) $(LIBMODEL)
+$(BUILD)/bench: tests/bench/bench.c tests/bench/blas_core.h tests/bench/contention.h tests/bench/contention_peer.h $(LIBHARNESS) $(LIBMODEL)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIBHARNESS) $(LIBMODEL) $(LDLIBS) -o $@
 
 # Causal attention, reference loop vs blocked (tests/bench/attn_bench.c; not in
@@ -327,20 +327,27 @@ bench: deps vtlab $(BUILD)/bench $(BUILD)/gemm_bench
 
 # make bench-contention [CONTENTION_CONFIG=model/configs/kimi-linear-small.json] [CONTENTION_T=256]
 #     [BENCH_CONTENTION=quiet,steady1,steady2,bursty,teams,ci] [BENCH_CONTENTION_ROUNDS=9] [BENCH_DB=PATH]
+#     [PEER_MODELING=/path/to/modeling_kimi_linear.py] [PEER_CONFIG=FILE]
 # The contention table (tests/bench/contention.h, docs/bench.md): prefill and
 # decode at the default thread count against one thread while other tenants
 # hold the cores, per pattern; on the 288M model by default (synthesized once
-# into $(BUILD)/contention-models/). Its phases are recorded in $(BENCH_DB)
-# (default results.db; BENCH_DB= skips it). A few minutes.
+# into $(BUILD)/contention-models/). With PEER_MODELING (python3-torch is then
+# installed when missing), the official peer's prefill on 1 thread and on all
+# cores in the same rounds (tests/bench/contention_peer.h); without it the
+# table says "peer not run: PEER_MODELING not set". Its phases are recorded
+# in $(BENCH_DB) (default results.db; BENCH_DB= skips it). A few minutes;
+# ~10-15 with the peer on the 288M model (docs/bench.md).
 CONTENTION_CONFIG ?= model/configs/kimi-linear-small.json
 CONTENTION_T      ?= 256
 BENCH_CONTENTION  ?=
 .PHONY: bench-contention
 bench-contention: deps vtlab $(BUILD)/bench
+	@if [ -n "$(PEER_MODELING)" ]; then $(MAKE) --no-print-directory deps-peer; fi
 	@d=$(BUILD)/contention-models/$(basename $(notdir $(CONTENTION_CONFIG)))-seed1; db=$${BENCH_DB-results.db}; \
 	if [ ! -f $$d/config.json ]; then echo "bench-contention: synthesizing $(CONTENTION_CONFIG) into $$d"; \
 	  ./vtlab synth --config $(CONTENTION_CONFIG) --seed 1 --out $$d >/dev/null || exit 1; fi; \
-	$(BUILD)/bench $$d $(CONTENTION_T) --json $(BUILD)/contention.bench.json --contention $(BENCH_CONTENTION) || exit 1; \
+	PEER_MODELING="$(PEER_MODELING)" PEER_CONFIG="$(PEER_CONFIG)" BENCH_PEER_PY=tests/bench/peer.py \
+	  $(BUILD)/bench $$d $(CONTENTION_T) --json $(BUILD)/contention.bench.json --contention $(BENCH_CONTENTION) || exit 1; \
 	if [ -n "$$db" ]; then ./vtlab record-bench $(BUILD)/contention.bench.json --db "$$db"; fi
 
 # python3-torch for the peer mode, when missing; a failure is reported, not fatal.
@@ -352,10 +359,13 @@ deps-peer:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends python3-torch >/dev/null \
 	  || echo "make deps-peer: apt-get install python3-torch failed; the peer will not run" >&2; }
 
-# The peer mode end to end with the stand-in modeling file (tests/bench/
-# test_peer_mode.sh; skipped when python3-torch is absent; not in `make test`).
+# The peer mode and the contention table's peer rows end to end with the
+# stand-in modeling file (tests/bench/test_peer_mode.sh and
+# test_peer_contention.sh; each skipped, said so, when python3-torch is
+# absent; not in `make test`).
 bench-test: deps vtlab $(BUILD)/bench
-	bash tests/bench/test_peer_mode.sh ./vtlab
+	BUILD=$(BUILD) bash tests/bench/test_peer_mode.sh ./vtlab; rc=$$?; \
+	BUILD=$(BUILD) bash tests/bench/test_peer_contention.sh ./vtlab || rc=1; exit $$rc
 
 # The kill campaign as a bounded soak (tests/soak/kill_campaign.sh): SOAK_KILLS
 # random SIGKILLs over a small sweep, report, nightly and reopen, each checked,

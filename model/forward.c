@@ -418,7 +418,8 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
         return prc;
     }
     /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product);
-     * a decode step may use one thread on a busy host (team.h) */
+     * on a busy host a pass, decode step or prefill, may run on one thread
+     * (team.h: the governor learns each kind apart) */
     vt_team_init(&s->team, s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
@@ -620,7 +621,9 @@ static int forward(vt_session *s, const int32_t *tok, int64_t T, float *logits, 
                            tok[t], (long long)t, (long long)V);
     /* The OpenMP thread count is process-wide: set it for this session's call,
      * so that two sessions with different VT_THREADS never see each other's;
-     * the governor (team.h) may choose one thread for a decode step. A decode
+     * the governor (team.h) may choose one thread for this pass, a decode
+     * step (T == 1) or a prefill or pack (T > 1), each kind learnt apart
+     * (docs/architecture.md, "Threads under other tenants"). A decode
      * step on the team runs as one vt_gemm_step (gemm.h): the team waits for
      * its ~30 products spinning instead of sleeping between them. */
     const int n = vt_team_begin(&s->team, T);

@@ -21,7 +21,8 @@
  *     the default thread count (all cores) against 1 thread while other
  *     tenants hold the cores (busy loops, bursts, other vtlab teams, a build
  *     with its tests), in interleaved rounds; --contention [PATTERNS] runs
- *     only that table (`make bench-contention`);
+ *     only that table (`make bench-contention`); with PEER_MODELING set, the
+ *     official peer's prefill in the same rounds (contention_peer.h);
  *   - prefill time with VT_PROBE=on and =audit relative to off;
  *   - a STREAM triad (3 arrays of BENCH_TRIAD_MIB MiB, default 512, far beyond
  *     the last-level cache) at 1 and 2 threads, and decode's achieved

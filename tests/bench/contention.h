@@ -25,6 +25,11 @@
  * and recorded as phases cont-PATTERN-{prefill,decode}-tN.
  * BENCH_CONTENTION_AA=1 makes the "default" session a second one-thread
  * session: its ratios are the host's noise floor.
+ * With PEER_MODELING set, the official peer is timed in the same rounds, its
+ * prefill on 1 thread and on the default count, in processes of its own
+ * (contention_peer.h): a row "+peer" under each pattern, with vtlab's default
+ * over the peer's default, and phases cont-PATTERN-peer-prefill-tN. Without
+ * it the table says "peer not run: PEER_MODELING not set".
  */
 #ifndef BENCH_CONTENTION_H
 #define BENCH_CONTENTION_H
@@ -50,6 +55,7 @@ static int cont_spawn(cont_load *L, char *const argv[], int ready_fd) {
     if (p < 0) return -1;
     if (p == 0) {
         setpgid(0, 0);
+        signal(SIGPIPE, SIG_DFL);   /* the bench ignores it while peers run (contention_peer.h); a load must not */
         int dn = open("/dev/null", O_RDWR);
         if (dn >= 0) { dup2(dn, 0); dup2(dn, 1); dup2(dn, 2); }
         if (ready_fd >= 0) fcntl(ready_fd, F_SETFD, 0);
@@ -189,6 +195,20 @@ static int cont_start(cont_load *L, const char *p, const char *self, const char 
     return 0;
 }
 
+#include "contention_peer.h"
+
+/* What one pattern's rounds measured: vtlab's sessions [0] at the default
+ * count and [1] on one thread, and, with the peer, its processes the same. */
+typedef struct cont_result {
+    double tp[2], td[2];   /* vtlab: medians of the seconds of one prefill, of CONT_DECODE steps */
+    double ratio[2];       /* vtlab: medians of the rounds' ratios one thread / default, [0] prefill, [1] decode */
+    long   gov[4];         /* what the governor chose: one thread in gov[0] of gov[1] prefill passes, gov[2] of gov[3] steps */
+    int    peer;           /* the peer answered in every round: the figures below hold */
+    double qp[2];          /* the peer: medians of the seconds of one prefill */
+    double qratio;         /* the peer: median of the rounds' ratios one thread / default (prefill) */
+    double vq;             /* median of the rounds' vtlab default / peer default (tok/s; prefill) */
+} cont_result;
+
 /* One pattern's rounds: session [0] at the default count, [1] on one thread.
  * A round is `rep` prefills of T tokens by each, then rep * CONT_DECODE
  * decode steps by each in chunks of CONT_CHUNK, the sessions taking turns at
@@ -197,22 +217,25 @@ static int cont_start(cont_load *L, const char *p, const char *self, const char 
  * and comes in bursts of milliseconds, and what falls on one session must
  * fall on the other as well. rep makes a round's
  * prefills last ~0.15 s on one thread (the tiny model's 7 ms prefill, alone,
- * left two identical one-thread sessions 0.76 to 1.21 apart). Out: per
- * session the medians over the rounds of the seconds of one prefill (tp) and
- * of CONT_DECODE steps (td), and the medians of the rounds' own ratios, one
- * thread's seconds over the default's (ratio[0] prefill, [1] decode: the
- * paired figure, which the drift between rounds does not reach). */
+ * left two identical one-thread sessions 0.76 to 1.21 apart). With the peer
+ * (pe, else NULL), its two processes time one prefill each between the
+ * prefills and the decode steps (cont_peer_round): its rounds are vtlab's.
+ * Out: per session the medians over the rounds of the seconds of one
+ * prefill and of CONT_DECODE steps, and the medians of the rounds' own
+ * ratios (the paired figures, which the drift between rounds does not
+ * reach). */
 enum { CONT_CHUNK = 8 };
 
 static void cont_rounds(vt_model *m, int ndef, const int32_t *tok, int ntok, int T, float *logits, int rounds,
-                        double tp[2], double td[2], double ratio[2], long gov[4]) {
+                        cont_peer *pe, cont_result *res) {
     vt_session *s[2] = {session(m, env_int("BENCH_CONTENTION_AA", 0) ? 1 : ndef, "off"), session(m, 1, "off")};
-    double p[2][64], d[2][64], rp[64], rd[64];
+    double p[2][64], d[2][64], rp[64], rd[64], q[2][64], rq[64], rv[64], qs[2];
     if (rounds > 64) rounds = 64;
     prefill_s(s[0], tok, T, logits);   /* warm-up */
     int rep = (int)(0.15 / prefill_s(s[1], tok, T, logits)) + 1;
     if (rep > 32) rep = 32;
     while (rep > 1 && T + rep * CONT_DECODE > ntok) rep--;
+    res->peer = pe != NULL;
     for (int r = 0; r < rounds; r++) {
         const int a = r % 2;
         p[0][r] = p[1][r] = d[0][r] = d[1][r] = 0;
@@ -221,6 +244,8 @@ static void cont_rounds(vt_model *m, int ndef, const int32_t *tok, int ntok, int
                 const int k = (a + j + i) % 2;   /* A B, B A, A B, ... */
                 p[k][r] += prefill_s(s[k], tok, T, logits) / rep;
             }
+        if (res->peer && cont_peer_round(pe, r, qs)) res->peer = 0;
+        if (res->peer) q[0][r] = qs[0], q[1][r] = qs[1], rq[r] = qs[1] / qs[0], rv[r] = qs[0] / p[0][r];
         for (int c = 0; c < rep * CONT_DECODE / CONT_CHUNK; c++)
             for (int j = 0; j < 2; j++) {
                 const int k = (a + j + c) % 2;
@@ -229,15 +254,17 @@ static void cont_rounds(vt_model *m, int ndef, const int32_t *tok, int ntok, int
         rp[r] = p[1][r] / p[0][r];
         rd[r] = d[1][r] / d[0][r];
     }
-    const vt_team *g = &s[0]->team;   /* what the governor chose: one thread in gov[0] of gov[1] prefill passes, ... */
-    gov[0] = g->single_passes, gov[1] = g->passes, gov[2] = g->single_steps, gov[3] = g->steps;
+    const vt_team *g = &s[0]->team;
+    res->gov[0] = g->single_passes, res->gov[1] = g->passes, res->gov[2] = g->single_steps, res->gov[3] = g->steps;
     for (int k = 0; k < 2; k++) {
-        tp[k] = median(p[k], rounds);
-        td[k] = median(d[k], rounds);
+        res->tp[k] = median(p[k], rounds);
+        res->td[k] = median(d[k], rounds);
+        if (res->peer) res->qp[k] = median(q[k], rounds);
         vt_session_free(s[k]);
     }
-    ratio[0] = median(rp, rounds);
-    ratio[1] = median(rd, rounds);
+    res->ratio[0] = median(rp, rounds);
+    res->ratio[1] = median(rd, rounds);
+    if (res->peer) res->qratio = median(rq, rounds), res->vq = median(rv, rounds);
 }
 
 static void cont_phase(phases *P, const vt_config *cfg, const char *pat, const char *what, int th, int T,
@@ -250,32 +277,76 @@ static void cont_phase(phases *P, const vt_config *cfg, const char *pat, const c
     else ph->context = T, ph->tokens = CONT_DECODE, ph->flops = CONT_DECODE * flops_per_token(cfg, T + CONT_DECODE / 2.0);
 }
 
-/* The table: each pattern of the comma-separated list which (NULL: all). */
-static int contention_table(vt_model *m, const char *dir, const vt_config *cfg, const int32_t *tok, int ntok, int T,
-                            float *logits, const char *which, phases *P) {
-    const int ndef = omp_get_num_procs(), rounds = env_int("BENCH_CONTENTION_ROUNDS", 9);
-    double worst = 1e9;
-    char self[4096];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) return -1;
-    self[sl] = 0;
+/* The table's header; the peer's line says what its rows are, or that it
+ * did not run and why (never nothing). */
+static void cont_header(int T, int rounds, int ndef, const char *peer_why) {
     printf("contention (rounds of prefills of T=%d and decode steps, %d per prefill, per session, the sessions "
            "taking turns; tok/s: medians of %d rounds; ratio: default / 1 thread, the median of the rounds' own ratios, goal >= "
            "0.90; default = %d threads, governed (model/team.h)%s):\n", T, CONT_DECODE, rounds, ndef,
            env_int("BENCH_CONTENTION_AA", 0) ? "; BENCH_CONTENTION_AA=1: the 'default' is a second 1-thread session, "
                                                "the ratios are the noise floor" : "");
+    if (peer_why)
+        printf("peer not run: %s\n", peer_why);
+    else
+        printf("peer: PEER_MODELING=%s in two processes of its own (tests/bench/peer.py --serve-peer), 1 and %d "
+               "threads, each timing one prefill of the same T tokens per round between vtlab's prefills and decode "
+               "steps; its rows (+peer): its medians, tok/s, its ratio default / 1 thread, and vtlab default / peer "
+               "default (tok/s, the median of the rounds' own ratios)\n", getenv("PEER_MODELING"), ndef);
     printf("  %-8s %-46s %8s %8s %6s | %8s %8s %6s\n", "pattern", "load", "pre t1", "pre def", "ratio", "dec t1",
            "dec def", "ratio");
+}
+
+/* A pattern's rows, and its phases. */
+static void cont_report(phases *P, const vt_config *cfg, int i, int ndef, int T, int with_peer, double l0,
+                        const cont_result *c) {
+    const char *p = CONT_PATTERNS[i].name;
+    printf("  %-8s %-46s %8.1f %8.1f %6.2f | %8.1f %8.1f %6.2f   (load %.1f; one thread: %ld/%ld prefills, "
+           "%ld/%ld steps)\n", p, CONT_PATTERNS[i].what, T / c->tp[1], T / c->tp[0], c->ratio[0],
+           CONT_DECODE / c->td[1], CONT_DECODE / c->td[0], c->ratio[1], l0, c->gov[0], c->gov[1], c->gov[2],
+           c->gov[3]);
+    cont_phase(P, cfg, p, "prefill", 1, T, c->tp[1]);
+    cont_phase(P, cfg, p, "prefill", ndef, T, c->tp[0]);
+    cont_phase(P, cfg, p, "decode", 1, T, c->td[1]);
+    cont_phase(P, cfg, p, "decode", ndef, T, c->td[0]);
+    if (!with_peer) return;
+    if (!c->peer) {
+        printf("  %-8s not run in this pattern: the peer stopped answering (above)\n", "+peer");
+        return;
+    }
+    printf("  %-8s %-46s %8.1f %8.1f %6.2f | vtlab def / peer def %.2f\n", "+peer", "the peer (PEER_MODELING), prefill",
+           T / c->qp[1], T / c->qp[0], c->qratio, c->vq);
+    cont_phase(P, cfg, p, "peer-prefill", 1, T, c->qp[1]);
+    cont_phase(P, cfg, p, "peer-prefill", ndef, T, c->qp[0]);
+}
+
+/* Pattern p is in the comma-separated list which (NULL or "": all). */
+static int cont_wanted(const char *which, const char *p) {
+    if (!which || !*which) return 1;
+    const char *h = strstr(which, p);
+    size_t n = strlen(p);
+    return h && (h == which || h[-1] == ',') && (!h[n] || h[n] == ',');
+}
+
+/* The table: each pattern of the comma-separated list which (NULL: all). */
+static int contention_table(vt_model *m, const char *dir, const vt_config *cfg, const int32_t *tok, int ntok, int T,
+                            float *logits, const char *which, phases *P) {
+    const int ndef = omp_get_num_procs(), rounds = env_int("BENCH_CONTENTION_ROUNDS", 9);
+    double worst = 1e9, vq_lo = 1e30, vq_hi = 0;
+    char self[4096], why[1024] = "PEER_MODELING not set (make bench-contention PEER_MODELING=/path/to/"
+                                 "modeling_kimi_linear.py: docs/bench.md, \"The official peer\")";
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) return -1;
+    self[sl] = 0;
+    const char *pm = getenv("PEER_MODELING");
+    cont_peer pe[2];
+    int agree = 1, with_peer = pm && *pm &&
+                               !cont_peers_open(pe, m, dir, ndef, tok, T, logits, &agree, why, sizeof why);
+    cont_header(T, rounds, ndef, with_peer ? NULL : why);
     for (int i = 0; i < CONT_NPAT; i++) {
         const char *p = CONT_PATTERNS[i].name;
-        if (which && *which) {
-            const char *h = strstr(which, p);
-            size_t n = strlen(p);
-            if (!h || (h != which && h[-1] != ',') || (h[n] && h[n] != ',')) continue;
-        }
+        if (!cont_wanted(which, p)) continue;
         cont_load L = {{0}, 0};
-        double tp[2], td[2], ratio[2];
-        long gov[4];
+        cont_result c = {0};
         if (cont_start(&L, p, self, dir)) {
             cont_stop(&L);
             printf("  %-8s could not start its load\n", p);
@@ -283,24 +354,25 @@ static int contention_table(vt_model *m, const char *dir, const vt_config *cfg, 
         }
         const double l0 = loadavg();
         const vt_gov gp0 = vt_team_gov(VT_TEAM_PREFILL, ndef), gd0 = vt_team_gov(VT_TEAM_DECODE, ndef);
-        cont_rounds(m, ndef, tok, ntok, T, logits, rounds, tp, td, ratio, gov);
+        cont_rounds(m, ndef, tok, ntok, T, logits, rounds, with_peer && pe[0].up && pe[1].up ? pe : NULL, &c);
         cont_stop(&L);
         const vt_gov gp1 = vt_team_gov(VT_TEAM_PREFILL, ndef), gd1 = vt_team_gov(VT_TEAM_DECODE, ndef);
         if (env_int("BENCH_CONTENTION_VERBOSE", 0))
             printf("  # %s governor: prefill %ld probes, %ld changes, %ld called by a change of load; decode %ld, %ld, %ld\n",
                    p, gp1.probes - gp0.probes, gp1.changes - gp0.changes, gp1.odd_probes - gp0.odd_probes,
                    gd1.probes - gd0.probes, gd1.changes - gd0.changes, gd1.odd_probes - gd0.odd_probes);
-        printf("  %-8s %-46s %8.1f %8.1f %6.2f | %8.1f %8.1f %6.2f   (load %.1f; one thread: %ld/%ld prefills, "
-               "%ld/%ld steps)\n", p, CONT_PATTERNS[i].what, T / tp[1], T / tp[0], ratio[0], CONT_DECODE / td[1],
-               CONT_DECODE / td[0], ratio[1], l0, gov[0], gov[1], gov[2], gov[3]);
-        cont_phase(P, cfg, p, "prefill", 1, T, tp[1]);
-        cont_phase(P, cfg, p, "prefill", ndef, T, tp[0]);
-        cont_phase(P, cfg, p, "decode", 1, T, td[1]);
-        cont_phase(P, cfg, p, "decode", ndef, T, td[0]);
-        worst = ratio[0] < worst ? ratio[0] : worst;
-        worst = ratio[1] < worst ? ratio[1] : worst;
+        cont_report(P, cfg, i, ndef, T, with_peer, l0, &c);
+        worst = c.ratio[0] < worst ? c.ratio[0] : worst;
+        worst = c.ratio[1] < worst ? c.ratio[1] : worst;
+        if (c.peer) vq_lo = c.vq < vq_lo ? c.vq : vq_lo, vq_hi = c.vq > vq_hi ? c.vq : vq_hi;
     }
     printf("contention: lowest ratio %.2f (goal >= 0.90)\n", worst);
+    if (with_peer) {
+        if (vq_hi > 0) printf("contention: vtlab default / peer default %.2f to %.2f over the patterns%s\n", vq_lo,
+                              vq_hi, agree ? "" : " (WARNING: the peer's logits disagree with vtlab's, above)");
+        cont_peer_stop(&pe[0]);
+        cont_peer_stop(&pe[1]);
+    }
     return 0;
 }
 

@@ -299,6 +299,55 @@ def _config_class(mod):
     return (named or found or [None])[0]
 
 
+def build_config(ccls, raw):
+    """The peer's config from the checkpoint's config.json (raw, a dict), and how it was built.
+    A config_from_moonshot_json beside the class (in its module) comes first: a config class
+    whose attribute_map misses Moonshot's names (num_experts, num_shared_experts) would keep
+    its own defaults for them under from_dict."""
+    moon = getattr(sys.modules.get(ccls.__module__), "config_from_moonshot_json", None)
+    if callable(moon):
+        return moon(raw), "config_from_moonshot_json"
+    if hasattr(ccls, "from_dict"):
+        return ccls.from_dict(raw), "%s.from_dict" % ccls.__name__
+    return ccls(**raw), "%s(**config.json)" % ccls.__name__
+
+
+def register_shim_buffers(model):
+    """torch 1.13 has no nn.Buffer; the transformers stand-in of a prepared peer folder gives
+    one that marks the tensor, and its register_marked_buffers(model) registers the marked
+    attributes (the router's e_score_correction_bias) as buffers, so that they are in the state
+    dict and get the checkpoint's values. A real transformers on torch >= 2.5 needs nothing."""
+    reg = getattr(sys.modules.get("transformers"), "register_marked_buffers", None)
+    return int(reg(model)) if callable(reg) else 0
+
+
+def select_kda(mod, mode):
+    """The KDA path of the peer's prefill. The official file's forward without a cache calls
+    torch_chunk_kda, whose plain-torch form materialises [heads, chunks, 64, 64, d] decays;
+    its torch_recurrent_kda (the token loop it uses to decode) is about 2x faster on a CPU.
+    mode "recurrent" (the default, the peer's faster official path) rebinds the module's name
+    torch_chunk_kda to a call of torch_recurrent_kda (the file itself is not changed); "chunk"
+    leaves the file as shipped. A file without both functions runs its own path."""
+    if mode not in ("recurrent", "chunk"):
+        raise ValueError("PEER_KDA=%s: must be recurrent or chunk" % mode)
+    chunk, rec = getattr(mod, "torch_chunk_kda", None), getattr(mod, "torch_recurrent_kda", None)
+    if not (callable(chunk) and callable(rec)):
+        return "the modeling file's own path (it defines no torch_chunk_kda and torch_recurrent_kda)"
+    if mode == "chunk":
+        return "torch_chunk_kda, as the file calls it without a cache (PEER_KDA=chunk)"
+
+    def chunk_by_recurrence(query, key, value, g, beta, initial_state=None, output_final_state=False,
+                            use_qk_l2norm_in_kernel=False, cu_seqlens=None, **_):
+        if cu_seqlens is not None:
+            raise RuntimeError("PEER_KDA=recurrent: packed sequences (cu_seqlens) are not supported")
+        return rec(query, key, value, g=g, beta=beta, initial_state=initial_state,
+                   output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+
+    mod.torch_chunk_kda = chunk_by_recurrence
+    return ("torch_recurrent_kda in place of torch_chunk_kda, the file's faster CPU path (PEER_KDA=chunk: "
+            "as shipped)")
+
+
 def load_peer(modeling, config_file, model_dir, threads):
     if not modeling:
         raise NotRun("PEER_MODELING is not set (make bench PEER_MODELING=/path/to/modeling_kimi_linear.py)")
@@ -332,7 +381,7 @@ def load_peer(modeling, config_file, model_dir, threads):
                      % modeling)
     raw = json.load(open(os.path.join(model_dir, "config.json")))
     try:
-        cfg = ccls.from_dict(raw) if hasattr(ccls, "from_dict") else ccls(**raw)
+        cfg, how = build_config(ccls, raw)
         torch.set_num_threads(threads)
         blas, lib = blas_threads(threads)
         print("peer: threads: torch %d, OpenBLAS %s (%s); OpenMP waiting %s" % (
@@ -345,9 +394,15 @@ def load_peer(modeling, config_file, model_dir, threads):
         else:
             bad_threads = False
         torch.manual_seed(0)
-        model = cls(cfg).float().eval()
+        model = cls(cfg)
+        nbuf = register_shim_buffers(model)
+        model = model.float().eval()
     except Exception as e:
         raise NotRun("building %s from %s failed: %s: %s" % (cls.__name__, ccls.__name__, type(e).__name__, e))
+    try:
+        kda = select_kda(mod, os.environ.get("PEER_KDA", "recurrent"))
+    except ValueError as e:
+        raise NotRun(str(e))
     sd = model.state_dict()
     ck = load_checkpoint(model_dir)
     mapped, used, rules, problems = map_state(ck, {k: tuple(v.shape) for k, v in sd.items()})
@@ -355,7 +410,12 @@ def load_peer(modeling, config_file, model_dir, threads):
                                 strict=False)
     problems += ["missing (load_state_dict): %s" % k for k in res.missing_keys if k in mapped]
     problems += ["unexpected (load_state_dict): %s" % k for k in res.unexpected_keys]
-    print("peer: %s (KimiLinearForCausalLM; config class %s from %s)" % (modeling, ccls.__name__, where))
+    print("peer: %s (KimiLinearForCausalLM; config class %s from %s, built by %s)" % (
+        modeling, ccls.__name__, where, how))
+    if nbuf:
+        print("peer: %d tensors the transformers stand-in marked as buffers registered (its nn.Buffer for "
+              "torch < 2.5)" % nbuf)
+    print("peer: KDA: %s" % kda)
     print("peer: %d checkpoint tensors -> %d of the model's %d state-dict entries (%s); %s" % (
         len(used), len(mapped), len(sd), ", ".join("%s %d" % kv for kv in sorted(rules.items())),
         "missing: none, unexpected: none" if not problems else "%d PROBLEMS:" % len(problems)))
@@ -406,6 +466,68 @@ def mmm(v):
     n = len(v)
     med = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
     return v[0], med, v[-1]
+
+
+def serve_peer(argv):
+    """`peer.py --serve-peer --model DIR --threads N`: the peer in a process of its own for
+    the bench's contention table (tests/bench/contention_peer.h), on N threads (torch's and
+    OpenBLAS's, set before they load), answering one command per line on stdin:
+        tokens ID,ID,...   -> ok              the input of the next commands
+        prefill            -> ok SECONDS      wall time of one model(input_ids), no cache
+        logits PATH        -> ok              that prefill's logits, raw f32 LE [T, vocab]
+        quit
+    First it prints what load_peer says, each line as "info LINE", then "ready" with the
+    threads read back and whether the mapping and the thread counts were clean, or
+    "notrun REASON" (and exits 0) when the peer cannot run. Errors answer "err MESSAGE"."""
+    import contextlib
+    import io
+    ap = argparse.ArgumentParser(prog="peer.py --serve-peer")
+    ap.add_argument("--serve-peer", action="store_true")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--modeling", default=os.environ.get("PEER_MODELING", ""))
+    ap.add_argument("--config", default=os.environ.get("PEER_CONFIG", ""))
+    ap.add_argument("--threads", type=int, required=True)
+    a = ap.parse_args(argv)
+
+    def say(text):
+        print(text, flush=True)
+
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log):
+            model, torch, bad_map, bad_threads = load_peer(a.modeling, a.config, a.model, a.threads)
+    except NotRun as e:
+        for ln in log.getvalue().splitlines():
+            say("info " + ln)
+        say("notrun %s" % e)
+        return 0
+    for ln in log.getvalue().splitlines():
+        say("info " + ln)
+    say("ready threads=%d map=%s thread-counts=%s" % (torch.get_num_threads(), "problems" if bad_map else "clean",
+                                                      "differ" if bad_threads else "ok"))
+    x = None
+    for line in sys.stdin:
+        cmd, _, arg = line.strip().partition(" ")
+        try:
+            if cmd == "quit":
+                break
+            if cmd == "tokens":
+                x = torch.tensor([[int(t) for t in arg.split(",")]], dtype=torch.long)
+                say("ok")
+            elif cmd in ("prefill", "logits") and x is not None:
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    out = model(input_ids=x, use_cache=False)
+                sec = time.perf_counter() - t0
+                if cmd == "logits":
+                    lg = out.logits if hasattr(out, "logits") else out[0]
+                    lg[0].float().numpy().astype("<f4").tofile(arg)
+                say("ok %.9f" % sec if cmd == "prefill" else "ok")
+            else:
+                say("err unknown or malformed command (or no tokens yet): %s" % line.strip()[:80])
+        except Exception as e:   # the user's file: its failure is an answer, never a crash
+            say("err %s: %s" % (type(e).__name__, str(e).replace("\n", " ")[:300]))
+    return 0
 
 
 def main(argv=None):
@@ -519,4 +641,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve_peer(sys.argv[1:]) if "--serve-peer" in sys.argv[1:] else main())

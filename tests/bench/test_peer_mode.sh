@@ -2,8 +2,9 @@
 # test_peer_mode.sh - the bench's peer mode end to end (make bench-test; by hand:
 # bash tests/bench/test_peer_mode.sh ./vtlab). Uses tests/bench/standin_modeling.py,
 # a stand-in for the official modeling file (NOT the official peer), on a synthesised
-# tiny checkpoint. Skipped, with the reason, when python3-torch is absent. Not part of
-# `make test` (torch is big).
+# tiny checkpoint. When python3-torch is absent it says "skip - ..." and "0 passed, 0
+# failed, 1 skipped": skipped, never passed. Not part of `make test` (torch is big).
+# The contention table's peer rows: test_peer_contention.sh.
 # Checks: the ratio, tok/s and GFLOP/s lines; the peer's threads (torch's and OpenBLAS's); logits agreement printed and within 1e-4
 # (which also proves the loading path), with the fused expert names (mapped) and the
 # checkpoint's own names; a missing parameter reported; a peer that computes something
@@ -24,7 +25,8 @@ notok() { echo "not ok - $*"; fail=$((fail + 1)); }
 check() { if eval "$2"; then ok "$1"; else notok "$1"; sed 's/^/#   /' "$OUT"; fi; }
 
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "test_peer_mode: skipped: python3-torch is not installed (apt-get install python3-torch, or make deps-peer)"
+  echo "skip - test_peer_mode: python3-torch is not installed (apt-get install python3-torch, or make deps-peer)"
+  echo "test_peer_mode: 0 passed, 0 failed, 1 skipped"
   exit 0
 fi
 if [ ! -x "$BENCH" ] || [ ! -x "$VTLAB" ]; then echo "not ok - build $BENCH and $VTLAB first (make vtlab $BUILD/bench)"; exit 1; fi
@@ -116,5 +118,5 @@ BUILD=$BUILD BENCH_DB= BENCH_TMAX=0 BENCH_BUSY=0 BENCH_TRIAD_MIB=0 PEER_MODELING
   bash "$HERE/run.sh" "$VTLAB" >"$OUT" 2>&1; echo $? >"$W/rc"
 check "run.sh with a bogus PEER_MODELING: exit 0, 'peer: not run'" '[ "$(cat $W/rc)" = 0 ] && grep -q "^peer: not run - " "$OUT"'
 
-echo "test_peer_mode: $pass passed, $fail failed"
+echo "test_peer_mode: $pass passed, $fail failed, 0 skipped"
 [ "$fail" -eq 0 ]
