@@ -238,7 +238,7 @@ static const lab_help_cmd CMDS[] = {
      {O_SPECS},
      {"every record is valid (each listed)", "a record could not be read",
       X_BAD " (an invalid record, or one its engine contradicts)"},
-     {"vtlab specs check", "vtlab specs check --specs examples/engines/devengine/story/specs"}},
+     {"vtlab specs check", "vtlab specs check --specs build/demo/specs"}},
     {"audit", S_LEDGER, "", NULL, "flag confounded claims and runs (R1-R6); exit 1 if any is open",
      "A run's own probes at a defect's site decide before its code range; each flag says how to replay it.",
      {O_DB, O_SPECS, O_JSON},
