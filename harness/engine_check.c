@@ -14,6 +14,11 @@
  *   bad request  a header that is not JSON, a payload of the wrong size and
  *                a token out of range each get an error response, and the
  *                engine keeps serving
+ *   batch        (max_batch > 1) requests of several sequences, two in
+ *                flight, give each sequence bit-identical logits and the same
+ *                probe records as the sequence sent alone; more sequences
+ *                than max_batch, or lengths that do not sum to the tokens,
+ *                get an error. Skipped, saying so, without max_batch.
  *   knobs        each declared knob set to another allowed value (one engine
  *                start each) is reported with that value; a numeric knob
  *                changes the logits, a non-numeric one does not (else runs
@@ -138,17 +143,18 @@ static void check_probes(checker *k, void *inst, const lab_engine_hello *h) {
     free(recs);
 }
 
-/* One bad request: it must get an error response, then a good one must work. */
-static int bad_request(checker *k, void *inst, const char *what, const char *header, const void *pl, size_t n,
-                       int64_t V) {
+/* One bad request: it must get an error response, then a good one must work.
+ * check: the check's name in a FAIL line ("bad request", "batch limits"). */
+static int bad_request(checker *k, void *inst, const char *check, const char *what, const char *header, const void *pl,
+                       size_t n, int64_t V) {
     char *reply = NULL, err[1024];
     int rc = lab_engine_command_raw(inst, header, pl, n, &reply, err, sizeof err);
     cJSON *j = rc ? NULL : cJSON_Parse(reply);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
     int is_error = cJSON_IsString(t) && !strcmp(t->valuestring, "error");
     cJSON_Delete(j);
-    if (rc) line(k, "FAIL", "bad request (%s): %s", what, err);
-    else if (!is_error) line(k, "FAIL", "bad request (%s): the answer is not an error: %.200s", what, reply);
+    if (rc) line(k, "FAIL", "%s (%s): %s", check, what, err);
+    else if (!is_error) line(k, "FAIL", "%s (%s): the answer is not an error: %.200s", check, what, reply);
     free(reply);
     if (rc || !is_error) return -1;
     float *lg = malloc((size_t)V * sizeof *lg);
@@ -156,7 +162,7 @@ static int bad_request(checker *k, void *inst, const char *what, const char *hea
     rc = forward(inst, k->tok, 1, lg, err, sizeof err);
     free(lg);
     if (rc) {
-        line(k, "FAIL", "bad request (%s): a good request afterwards failed: %s", what, err);
+        line(k, "FAIL", "%s (%s): a good request afterwards failed: %s", check, what, err);
         return -1;
     }
     return 0;
@@ -165,13 +171,13 @@ static int bad_request(checker *k, void *inst, const char *what, const char *hea
 static void check_bad_requests(checker *k, void *inst, int64_t V) {
     int32_t big[2] = {(int32_t)V, 3};
     int bad = 0;
-    bad |= bad_request(k, inst, "header not JSON", "this is not a header\n", NULL, 0, V);
+    bad |= bad_request(k, inst, "bad request", "header not JSON", "this is not a header\n", NULL, 0, V);
     if (!bad)
-        bad |= bad_request(k, inst, "payload of the wrong size",
+        bad |= bad_request(k, inst, "bad request", "payload of the wrong size",
                            "{\"type\":\"forward\",\"id\":900,\"tokens\":2,\"capture\":false,\"payload_bytes\":4}\n",
                            big, 4, V);
     if (!bad)
-        bad |= bad_request(k, inst, "token id = vocab",
+        bad |= bad_request(k, inst, "bad request", "token id = vocab",
                            "{\"type\":\"forward\",\"id\":901,\"tokens\":2,\"capture\":false,\"payload_bytes\":8}\n",
                            big, 8, V);
     if (!bad) line(k, "ok", "bad requests: three malformed requests answered with errors, serving went on");
@@ -569,6 +575,234 @@ done:
     free(rp.values);
 }
 
+/* ---------------------------------------------------------------- batch */
+
+/* The check of max_batch (docs/engine-protocol.md, "Several sequences in one
+ * request"): the sequences of a request must come back as each would alone.
+ * Its largest request is what vtlab can send: at most max_batch sequences
+ * and LAB_ENGINE_BATCH_ROWS (2048) tokens; at most 256 sequences (`vtlab
+ * engine`'s max_batch: each is also sent alone, one round trip each), and
+ * at most 256 MiB of logits for a large vocab. */
+#define BATCH_SEQS     256
+#define BATCH_TOKENS   2048
+#define BATCH_LOGITS   ((int64_t)256 << 20)
+#define BATCH_PAIR_T   5     /* tokens of each sequence of the request of two: equal, so a swap keeps the shapes */
+
+/* Odd lengths, unordered and 1 among them: an engine that pads to a
+ * multiple of 2 or 4, or sorts by length, shows it. */
+static const int64_t batch_len[8] = {3, 1, 7, 5, 13, 9, 15, 11};
+
+/* One request of several sequences and what came back. */
+typedef struct batch_req {
+    int64_t    n, *off;      /* sequence i: tok[off[i] .. off[i + 1]) */
+    int32_t   *tok;
+    float     *logits;       /* [off[n], V]: the request's */
+    vtp_probes got, want;    /* its records; its sequences' sent alone, merged in order */
+} batch_req;
+
+static void batch_free(batch_req *b) {
+    free(b->off);
+    free(b->tok);
+    free(b->logits);
+    vtp_probes_free(&b->got);
+    vtp_probes_free(&b->want);
+    memset(b, 0, sizeof *b);
+}
+
+/* n sequences numbered from g0 (every sequence of the check has tokens of
+ * its own), each of len tokens, or of batch_len's when len is 0. 0, or -1
+ * out of memory. */
+static int batch_make(batch_req *b, int64_t n, int64_t g0, int64_t len, int64_t V) {
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    if (!(b->off = malloc((size_t)(n + 1) * sizeof *b->off))) return -1;
+    b->off[0] = 0;
+    for (int64_t i = 0; i < n; i++) b->off[i + 1] = b->off[i] + (len ? len : batch_len[i % 8]);
+    const int64_t T = b->off[n];
+    b->tok = malloc((size_t)T * sizeof *b->tok);
+    b->logits = malloc((size_t)(T * V) * sizeof *b->logits);
+    if (!b->tok || !b->logits) return -1;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t t = b->off[i]; t < b->off[i + 1]; t++)
+            b->tok[t] = (int32_t)((uint64_t)((g0 + i + 1) * 7919 + (t - b->off[i]) * 104729 + (g0 + i) * t * 31) %
+                                  (uint64_t)V);
+    return 0;
+}
+
+/* The sequences of the largest request: up to max_batch (and BATCH_SEQS),
+ * as long as their tokens stay within BATCH_TOKENS and BATCH_LOGITS. */
+static int64_t batch_size(int64_t max_batch, int64_t V) {
+    int64_t budget = BATCH_LOGITS / (4 * V), n = 0, T = 0;
+    if (budget > BATCH_TOKENS) budget = BATCH_TOKENS;
+    while (n < max_batch && n < BATCH_SEQS && (n < 2 || T + batch_len[n % 8] <= budget)) T += batch_len[n++ % 8];
+    return n;
+}
+
+/* The records of what inst answered since the last call, merged into p. */
+static int take_probes(void *inst, vtp_probes *p, char *err, size_t errlen) {
+    vt_probe *recs = NULL;
+    int64_t n = 0, lost = 0;
+    int rc = lab_engine_command.probes(inst, &recs, &n, &lost, err, errlen);
+    for (int64_t i = 0; !rc && i < n; i++)
+        if (vtp_probes_merge(p, &recs[i])) rc = lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
+    free(recs);
+    return rc;
+}
+
+/* Writes the nb requests of b one after another (two in flight, as vtlab
+ * does: an engine that answers them out of order or mixes them up shows
+ * it), then reads each answer and its records. 0, or -1 after a FAIL line. */
+static int batch_send(checker *k, void *inst, batch_req *b, int nb) {
+    char err[1024];
+    for (int i = 0; i < nb; i++)
+        if (lab_engine_command.submit(inst, b[i].n, b[i].tok, b[i].off, 0, err, sizeof err)) {
+            line(k, "FAIL", "batch: writing a request of %lld sequences: %s", (long long)b[i].n, err);
+            return -1;
+        }
+    for (int i = 0; i < nb; i++)
+        if (lab_engine_command.collect(inst, b[i].logits, err, sizeof err) || take_probes(inst, &b[i].got, err, sizeof err)) {
+            line(k, "FAIL", "batch: the request of %lld sequences (%lld tokens): %s", (long long)b[i].n,
+                 (long long)b[i].off[b[i].n], err);
+            return -1;
+        }
+    return 0;
+}
+
+/* The first element where got and want differ (bit for bit, or by more than
+ * tol when tol >= 0), or -1. */
+static int64_t first_diff(const float *got, const float *want, int64_t n, double tol) {
+    for (int64_t i = 0; i < n; i++)
+        if (tol < 0 ? memcmp(&got[i], &want[i], sizeof *got) != 0 : fabs((double)got[i] - want[i]) > tol) return i;
+    return -1;
+}
+
+/* The first way two record sets differ, in why; 1 when they do. Records are
+ * matched by key: their order is the engine's business. */
+static int probes_differ(const vtp_probes *got, const vtp_probes *want, char *why, size_t wl) {
+    for (int64_t i = 0; i < want->n + got->n; i++) {
+        const vt_probe *r = i < want->n ? &want->recs[i] : &got->recs[i - want->n];
+        const vtp_probes *other = i < want->n ? got : want;
+        const vt_probe *o = NULL;
+        for (int64_t j = 0; j < other->n && !o; j++) {
+            const vt_probe *c = &other->recs[j];
+            if (c->layer == r->layer && !strcmp(c->site, r->site) && !strcmp(c->dtype, r->dtype) &&
+                !strcmp(c->src_dtype, r->src_dtype) && c->bytes_per_row == r->bytes_per_row &&
+                c->src_row_bytes == r->src_row_bytes && c->dst_row_bytes == r->dst_row_bytes &&
+                c->converting == r->converting)
+                o = c;
+        }
+        const vt_probe *g = i < want->n ? o : r, *w = i < want->n ? r : o;
+        if (!o) snprintf(why, wl, "a record at site %s layer %d (%s) %s", r->site, r->layer, r->dtype,
+                         i < want->n ? "only alone" : "only batched");
+        else if (g->calls != w->calls || g->rows != w->rows || g->violations != w->violations ||
+                 g->rows_unwritten != w->rows_unwritten)
+            snprintf(why, wl, "site %s layer %d (%s): calls %lld, rows %lld, violations %lld, rows_unwritten %lld batched; "
+                     "%lld, %lld, %lld, %lld alone", r->site, r->layer, r->dtype, (long long)g->calls, (long long)g->rows,
+                     (long long)g->violations, (long long)g->rows_unwritten, (long long)w->calls, (long long)w->rows,
+                     (long long)w->violations, (long long)w->rows_unwritten);
+        else if (strcmp(g->detail, w->detail))
+            snprintf(why, wl, "site %s layer %d (%s): detail \"%.60s\" batched, \"%.60s\" alone", r->site, r->layer,
+                     r->dtype, g->detail, w->detail);
+        else continue;
+        return 1;
+    }
+    return 0;
+}
+
+/* Each sequence of b sent alone: its logits must be b's rows for it (bit
+ * for bit; within prefix_tol when the engine is not deterministic), and the
+ * records of all of them, merged in order, b's. 0, or -1 after a FAIL line. */
+static int batch_compare(checker *k, void *inst, const lab_engine_hello *h, batch_req *b, float *alone, int64_t V) {
+    char err[1024], why[512];
+    const int exact = h->deterministic && !k->nondeterministic;
+    for (int64_t i = 0; i < b->n; i++) {
+        const int64_t T = b->off[i + 1] - b->off[i];
+        const float *got = b->logits + b->off[i] * V;
+        if (forward(inst, b->tok + b->off[i], T, alone, err, sizeof err) || take_probes(inst, &b->want, err, sizeof err)) {
+            line(k, "FAIL", "batch: sequence %lld of the request of %lld, sent alone (%lld tokens): %s", (long long)i,
+                 (long long)b->n, (long long)T, err);
+            return -1;
+        }
+        double scale = max_abs(alone, T * V);
+        int64_t d = first_diff(got, alone, T * V, exact ? -1 : k->o->prefix_tol * (scale > 1 ? scale : 1));
+        if (d >= 0) {
+            line(k, "FAIL", "batch: sequence %lld of the request of %lld sequences (%lld tokens) differs from the same "
+                 "sequence sent alone%s, first at position %lld, vocab index %lld: %.9g batched, %.9g alone", (long long)i,
+                 (long long)b->n, (long long)T, exact ? "" : " (beyond --prefix-tol)", (long long)(d / V),
+                 (long long)(d % V), got[d], alone[d]);
+            return -1;
+        }
+    }
+    if (probes_differ(&b->got, &b->want, why, sizeof why)) {
+        line(k, "FAIL", "batch: the probe records of the request of %lld sequences are not those of its sequences sent "
+             "alone (summed): %s", (long long)b->n, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* More sequences than max_batch, and lengths that do not sum to tokens:
+ * each must get an error, and serving go on. */
+static void check_batch_limits(checker *k, void *inst, int64_t M, int64_t V) {
+    lab_buf head = {0};
+    int32_t *ids = calloc((size_t)M + 1, sizeof *ids), three[3] = {1, 2, 3};
+    lab_buf_printf(&head, "{\"type\":\"forward\",\"id\":902,\"tokens\":%lld,\"sequences\":[", (long long)(M + 1));
+    for (int64_t i = 0; i <= M; i++) lab_buf_printf(&head, i ? ",1" : "1");
+    lab_buf_printf(&head, "],\"capture\":false,\"payload_bytes\":%lld}\n", (long long)(4 * (M + 1)));
+    char what[96];
+    snprintf(what, sizeof what, "%lld sequences, max_batch %lld", (long long)(M + 1), (long long)M);
+    if (!ids || head.oom) line(k, "FAIL", "batch limits: out of memory");
+    else if (!bad_request(k, inst, "batch limits", what, head.data, ids, (size_t)(M + 1) * 4, V) &&
+             !bad_request(k, inst, "batch limits", "sequences [1,1] for 3 tokens",
+                          "{\"type\":\"forward\",\"id\":903,\"tokens\":3,\"sequences\":[1,1],\"capture\":false,"
+                          "\"payload_bytes\":12}\n", three, sizeof three, V))
+        line(k, "ok", "batch limits: a request of %lld sequences (max_batch %lld) and one whose lengths do not sum to "
+             "its tokens answered with errors, serving went on", (long long)(M + 1), (long long)M);
+    lab_buf_free(&head);
+    free(ids);
+}
+
+/* max_batch > 1: a request of as many sequences as vtlab may send and one
+ * of two (when max_batch > 2), both in flight at once, then each sequence
+ * alone; bit-identical logits and the same records, then the limits. */
+static void check_batch(checker *k, void *inst, const lab_engine_hello *h) {
+    const int64_t M = h->max_batch, V = h->info.vocab;
+    if (M <= 1) {
+        cJSON *j = cJSON_Parse(h->json ? h->json : "");
+        int said = cJSON_GetObjectItemCaseSensitive(j, "max_batch") != NULL;
+        cJSON_Delete(j);
+        line(k, "skip", "batch: the hello %s (one sequence per request): nothing to compare",
+             said ? "says max_batch 1" : "declares no max_batch");
+        return;
+    }
+    batch_req b[2];
+    memset(b, 0, sizeof b);
+    const int nb = M > 2 ? 2 : 1;
+    const int64_t n = batch_size(M, V);
+    char err[1024];
+    float *alone = malloc((size_t)(15 * V) * sizeof *alone);   /* the longest sequence */
+    if (!alone || batch_make(&b[0], n, 0, 0, V) || (nb == 2 && batch_make(&b[1], 2, n, BATCH_PAIR_T, V))) {
+        line(k, "FAIL", "batch: out of memory for %lld sequences of vocab %lld", (long long)n, (long long)V);
+        goto done;
+    }
+    if (take_probes(inst, &b[0].want, err, sizeof err)) { line(k, "FAIL", "batch: %s", err); goto done; }
+    vtp_probes_clear(&b[0].want);   /* the records of the checks before */
+    if (batch_send(k, inst, b, nb)) goto done;
+    for (int i = 0; i < nb; i++)
+        if (batch_compare(k, inst, h, &b[i], alone, V)) goto done;
+    char more[96] = "";
+    if (nb == 2) snprintf(more, sizeof more, " and one of 2 sequences of %d tokens, both in flight,", BATCH_PAIR_T);
+    line(k, "ok", "batch: a request of %lld sequences of 1-15 tokens (%lld tokens; max_batch %lld)%s gave each "
+         "sequence the logits it gets alone%s and the same probe records (%lld)", (long long)n, (long long)b[0].off[n],
+         (long long)M, more, h->deterministic && !k->nondeterministic ? ", bit for bit," : " (within --prefix-tol)",
+         (long long)b[0].want.n);
+    check_batch_limits(k, inst, M, V);
+done:
+    free(alone);
+    batch_free(&b[0]);
+    batch_free(&b[1]);
+}
+
 static void run_checks(checker *k, void *inst, const lab_engine_hello *h) {
     int64_t V = h->info.vocab;
     char err[1024];
@@ -593,6 +827,7 @@ static void run_checks(checker *k, void *inst, const lab_engine_hello *h) {
               CHECK_PREFIX, CHECK_T, d, k->o->prefix_tol, scale);
     check_probes(k, inst, h);
     check_bad_requests(k, inst, V);
+    check_batch(k, inst, h);
     check_knobs(k, h, a, V);
     check_scopes(k, h, a, V);
     check_audit(k, h, a, V);
@@ -624,10 +859,12 @@ int lab_engine_check(const lab_engine_check_opts *o, FILE *out, int *failed, cha
     if (start(&k, 0, NULL, NULL, "on", &inst, &h, verr, sizeof verr)) {
         line(&k, "FAIL", "hello: %s", verr);
     } else {
-        line(&k, "ok", "hello: %s, model %.12s, vocab %lld, %lld layers (%s), %lld knobs, %lld probe sites, %lld faults",
+        char mb[48] = "";
+        if (h.max_batch > 1) snprintf(mb, sizeof mb, ", max_batch %lld", (long long)h.max_batch);
+        line(&k, "ok", "hello: %s, model %.12s, vocab %lld, %lld layers (%s), %lld knobs, %lld probe sites, %lld faults%s",
              h.engine_id, h.info.model_sha256, (long long)h.info.vocab, (long long)h.info.n_layers,
              h.info.layer_kinds[0] ? h.info.layer_kinds : "kinds not said", (long long)h.n_knobs, (long long)h.n_sites,
-             (long long)h.n_faults);
+             (long long)h.n_faults, mb);
         check_faults(&k, &h);
         run_checks(&k, inst, &h);
         lab_engine_command.close(inst);

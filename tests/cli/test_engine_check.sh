@@ -5,7 +5,11 @@
 # served by `vtlab engine` passes (one knob that changes nothing on the tiny
 # model allowed explicitly). Issue 30 item 4: the audit-mode check (the
 # sentinel contract under VTP_PROBE=audit), one replay per declared fault
-# (check_fault_*.py, devengine, the builtin), and --env NAME=VALUE.
+# (check_fault_*.py, devengine, the builtin), and --env NAME=VALUE. Issue 32
+# item 3: the batch check of an engine that declares max_batch (each sequence
+# of a request of several bit-identical to the sequence alone, the same probe
+# records, more than max_batch refused), skipped without max_batch; the same
+# engines through tests/engines/conformance.py's batch rules.
 #
 # Usage (from the repository root): bash tests/cli/test_engine_check.sh ./build/vtlab
 set -u
@@ -19,6 +23,7 @@ for v in $(env | sed -n 's/^\(VT_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 E=tests/engines
 
 expect_exit "good.py passes every check" 0 "$VTLAB" engine-check $E/good.py
+cp "$OUT_FILE" "$W/good.out"
 if grep -q "^engine-check: [0-9]* ok, 0 failed" "$OUT_FILE" && grep -q "^ok    bad requests" "$OUT_FILE"; then ok "... one line per check and a summary"
 else not_ok "good output" "$(cat "$OUT_FILE")"; fi
 if grep -q "^ok    audit mode: logits finite and bit-identical to VTP_PROBE=on's" "$OUT_FILE"; then ok "... including audit mode"
@@ -56,6 +61,56 @@ fails check_audit_nan.py "audit mode: record 1 \(site state.copy, layer -1\): ro
 fails check_fault_inert.py "fault half_rows \(CHECK_FAULT\): no violation at state.copy \(alone, nor with FAKE_UNUSED=1\)"
 if ! pgrep -f "tests/engines/slow.py" >/dev/null; then ok "the timed-out engine was killed (no slow.py left running)"
 else not_ok "slow.py killed" "$(pgrep -af tests/engines/slow.py)"; fi
+
+# ---- batches (max_batch): each sequence of a request of several as it is alone
+if grep -q "^skip  batch: the hello declares no max_batch (one sequence per request)" "$W/good.out" &&
+   ! grep -q "^ok    batch" "$W/good.out"; then ok "good.py (no max_batch): the batch check is skipped, saying why (not passed)"
+else not_ok "good batch skip" "$(grep -i batch "$W/good.out")"; fi
+expect_exit "batch.py (max_batch 4) passes" 0 "$VTLAB" engine-check --timeout 5 $E/batch.py
+if grep -Eq "^ok +batch: a request of 4 sequences of 1-15 tokens \(16 tokens; max_batch 4\) and one of 2 sequences of 5 tokens, both in flight, gave each sequence the logits it gets alone, bit for bit, and the same probe records" "$OUT_FILE" &&
+   grep -Eq "^ok +batch limits: a request of 5 sequences \(max_batch 4\) and one whose lengths do not sum to its tokens answered with errors" "$OUT_FILE" &&
+   grep -q "^ok    hello: .*, max_batch 4$" "$OUT_FILE"; then ok "... its batch and batch limits lines"
+else not_ok "batch.py lines" "$(cat "$OUT_FILE")"; fi
+expect_exit "batch.py BATCH_MAX=2 passes" 0 env BATCH_MAX=2 "$VTLAB" engine-check --timeout 5 $E/batch.py
+if grep -Eq "^ok +batch: a request of 2 sequences of 1-15 tokens \(4 tokens; max_batch 2\) gave each" "$OUT_FILE"; then
+    ok "... one request of max_batch = 2 sequences"; else not_ok "batch.py max 2" "$(grep batch "$OUT_FILE")"; fi
+expect_exit "batch.py BATCH_MAX=256 passes" 0 env BATCH_MAX=256 "$VTLAB" engine-check --timeout 5 $E/batch.py
+if grep -Eq "^ok +batch: a request of 256 sequences of 1-15 tokens \(2048 tokens; max_batch 256\)" "$OUT_FILE" &&
+   grep -Eq "^ok +batch limits: a request of 257 sequences" "$OUT_FILE"; then ok "... 256 sequences, 2048 tokens: as much as vtlab sends"
+else not_ok "batch.py max 256" "$(grep batch "$OUT_FILE")"; fi
+expect_exit "batch.py BATCH_MAX=1 passes" 0 env BATCH_MAX=1 "$VTLAB" engine-check --timeout 5 $E/batch.py
+if grep -q "^skip  batch: the hello says max_batch 1" "$OUT_FILE" && grep -q "^engine-check: [0-9]* ok, 0 failed, 1 skipped" "$OUT_FILE"
+then ok "... max_batch 1: skipped, counted as skipped"; else not_ok "batch.py max 1" "$(grep -E "batch|engine-check" "$OUT_FILE")"; fi
+# An engine that mixes the sequences of a request, each way its own FAIL (and the only one).
+fails bad_batch_mix.py "batch: sequence 0 of the request of 4 sequences \(3 tokens\) differs from the same sequence sent alone, first at position 0, vocab index [0-9]+: "
+fails bad_batch_mix.py "batch: sequence 2 of the request of 4 sequences \(7 tokens\) differs from the same sequence sent alone, first at position 0, vocab index 0: " env BAD_MIX=swap
+fails bad_batch_mix.py "batch: sequence 0 of the request of 2 sequences \(3 tokens\) differs" env BAD_MIX=swap BAD_MIX_MAX=2
+fails bad_batch_mix.py "batch: the probe records of the request of 4 sequences are not those of its sequences sent alone \(summed\): site logits layer -1 \(f32\): calls 1, rows 16" env BAD_MIX=probes
+fails bad_batch_mix.py "batch limits \(5 sequences, max_batch 4\): the answer is not an error" env BAD_MIX=limit
+fails bad_batch.py "batch: the request of 4 sequences \(16 tokens\): .*sequences \[3,1,7\], expected \[3,1,7,5\]"
+fails bad_batch.py "batch: the request of 4 sequences \(16 tokens\): .*sequences none, expected \[3,1,7,5\]" env BAD_BATCH=joined
+# A hello whose max_batch is no integer 1..65536: a FAIL hello line naming the member.
+for raw in 0 -1 65537 1e300 2.5 '"4"' true null '[4]'; do
+    fails batch.py "hello: .*hello: max_batch: expected an integer 1\.\.65536" env BATCH_MAX_RAW="$raw"
+done
+# The same engines through conformance.py's batch rules (the engine's side, without vtlab).
+conf() {
+    local want=$1; shift
+    /usr/bin/python3 $E/conformance.py --timeout 5 "$@" >"$W/conf.out" 2>&1
+    local bad; bad=$(grep "^not ok" "$W/conf.out" | sed 's/^not ok - [^:]*: \([a-z-]*\):.*/\1/' | sort | tr '\n' ' ')
+    if [ "$bad" = "$want" ]; then ok "conformance.py $*: ${want:-every rule kept}"
+    else not_ok "conformance.py $*" "broken: '$bad', expected '$want': $(grep '^not ok' "$W/conf.out" | head -c 400)"; fi
+}
+conf "" $E/batch.py
+if grep -q "^ok - $E/batch.py: batch$" "$W/conf.out"; then ok "... its batch rule applied"; else not_ok "conf batch" "$(cat "$W/conf.out")"; fi
+conf "" $E/good.py
+if grep -q "^ok - $E/good.py: batch (does not apply: the hello declares no max_batch)" "$W/conf.out"; then ok "... good.py: the batch rules do not apply, and it says so"
+else not_ok "conf good" "$(grep batch "$W/conf.out")"; fi
+conf "batch " $E/bad_batch_mix.py BAD_MIX=ulp
+conf "batch " $E/bad_batch_mix.py BAD_MIX=swap
+conf "batch " $E/bad_batch_mix.py BAD_MIX=probes
+conf "batch-limit " $E/bad_batch_mix.py BAD_MIX=limit
+conf "batch " $E/bad_batch.py BAD_BATCH=joined
 
 expect_exit "unread_knob.py is honest about its unread knob: it passes" 0 "$VTLAB" engine-check $E/unread_knob.py
 if grep -q "knob FAKE_SCALE: declared as not read" "$OUT_FILE"; then ok "... and the unread knob is said"
@@ -102,6 +157,10 @@ if grep -Eq "^ok +fault moe_scatter_row_bytes_from_stream \(VT_FAULT\): [0-9]+ v
    grep -q "^ok    audit mode" "$OUT_FILE"; then
     ok "... its audit mode and its fault replay pass (the fault found with VT_KIMI_BF16_STREAM=1 alone: with VT_KIMI_BF16_EXPERT_OUT=1 too it does not act)"
 else not_ok "builtin fault" "$(grep -E "audit|fault" "$OUT_FILE")"; fi
+if grep -Eq "^ok +batch: a request of 256 sequences of 1-15 tokens \(2048 tokens; max_batch 256\) and one of 2 sequences of 5 tokens, both in flight, gave each sequence the logits it gets alone, bit for bit, and the same probe records \([0-9]+\)" "$OUT_FILE" &&
+   grep -q "^ok    batch limits: a request of 257 sequences (max_batch 256)" "$OUT_FILE"; then
+    ok "... its batches (vt_session_prefill_batch) give each sequence its bits alone, the same records, and 257 sequences are refused"
+else not_ok "builtin batch" "$(grep -E "batch" "$OUT_FILE")"; fi
 expect_exit "... and without --allow-noop the knob that changes nothing fails it" 1 \
     "$VTLAB" engine-check --model "$W/m" "$VTLAB" engine
 

@@ -356,7 +356,10 @@ def serve(hello, forward_fn, stdin=None, stdout=None, on_bad=None, batch_fn=None
         sys.stdout = sys.stderr          # stray prints must not corrupt the protocol stream
     vocab = hello["model"]["vocab"]
     can_capture = bool(hello.get("capture"))
-    max_batch = int(hello.get("max_batch", 1))
+    # a max_batch that is no positive integer is still sent as given (vtlab must refuse that hello,
+    # which tests declare on purpose); the engine then takes one sequence per request
+    mb = hello.get("max_batch", 1)
+    max_batch = mb if _is_int(mb) and mb >= 1 else 1
     write_frame(fout, hello)
 
     def error(rid, message):
