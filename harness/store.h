@@ -20,10 +20,10 @@
  *     comparison with the reference, per-layer divergence, top-k rows)
  *     before it commits, so FINISHED means complete by construction.
  *
- * Schema: versioned with PRAGMA user_version; migrations[] in store.c take
- * version v to v + 1 and run in one transaction each. The tables and columns
- * are documented in docs/schema.md. Every statement is prepared with bound
- * parameters; no SQL text is ever built from data.
+ * Schema: versioned with PRAGMA user_version; migrations[] in
+ * store_schema.c take version v to v + 1 and run in one transaction each.
+ * The tables and columns are documented in docs/schema.md. Every statement
+ * is prepared with bound parameters; no SQL text is ever built from data.
  */
 #ifndef LAB_STORE_H
 #define LAB_STORE_H
@@ -33,7 +33,7 @@
 
 #include "model/vt.h"
 
-/* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store.c has the history). */
+/* v5: nightly_acks, nightly_remeasure_runs, nightlies.pid_start (store_schema.c has the history). */
 /* v8: bisections, bisect_steps (`vtlab bisect`); runs.shard, run_sequences, run_shards, merged_shards. */
 /* v9: run_tags, run_notes, runs.rerun_of, the PARTIAL status (`vtlab run --limit`). */
 /* v10: nightly_confounds, the CONFOUNDED status of nightlies. */

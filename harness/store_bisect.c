@@ -60,16 +60,7 @@ static void step_row(sqlite3_stmt *s, void *row) {
     r->scale = sqlite3_column_int64(s, 6);
     lab_sq_col_copy(s, 7, r->cls, sizeof r->cls);
     r->built = (int)sqlite3_column_int64(s, 8);
-    r->arm_run_id = sqlite3_column_int64(s, 9);
-    r->ref_run_id = sqlite3_column_int64(s, 10);
-    r->k = sqlite3_column_int64(s, 11);
-    r->n = sqlite3_column_int64(s, 12);
-    r->lo = lab_sq_col_num(s, 13);
-    r->hi = lab_sq_col_num(s, 14);
-    lab_sq_col_copy(s, 15, r->verdict, sizeof r->verdict);
-    r->lost = sqlite3_column_int64(s, 16);
-    r->gained = sqlite3_column_int64(s, 17);
-    r->p = lab_sq_col_num(s, 18);
+    LAB_SQ_COL_STEP_EVIDENCE(s, 9, r);   /* columns 9 .. 18 */
     r->lost_bad = sqlite3_column_int64(s, 19);
     r->gained_bad = sqlite3_column_int64(s, 20);
     r->p_bad = lab_sq_col_num(s, 21);
@@ -104,8 +95,6 @@ int lab_store_bisect_find(lab_store *st, const char *key, lab_bisection *out, in
     return rc;
 }
 
-static void bind_opt_text(sqlite3_stmt *s, int i, const char *v) { lab_sq_bind_text(s, i, v && v[0] ? v : NULL); }
-
 int lab_store_bisect_insert(lab_store *st, lab_bisection *b, char *err, size_t errlen) {
     const char *what = "recording a new bisection";
     sqlite3_stmt *s = NULL;
@@ -133,18 +122,10 @@ int lab_store_bisect_insert(lab_store *st, lab_bisection *b, char *err, size_t e
     sqlite3_bind_int64(s, 16, b->scale);
     sqlite3_bind_int64(s, 17, b->builds);
     lab_sq_bind_text(s, 18, b->build_cmd);
-    if (b->nightly_id > 0) sqlite3_bind_int64(s, 19, b->nightly_id);
-    else sqlite3_bind_null(s, 19);
+    lab_sq_bind_id(s, 19, b->nightly_id);
     lab_sq_bind_text(s, 20, b->started_at);
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    sqlite3_finalize(s);
-    if (!rc) {
-        b->id = sqlite3_last_insert_rowid(st->db);
-        snprintf(b->status, sizeof b->status, "RUNNING");
-        rc = lab_sq_commit(st, err, errlen);
-    }
-    if (rc) lab_sq_rollback(st);
+    int rc = lab_sq_write_rowid(st, s, NULL, &b->id, what, err, errlen);
+    if (!rc) snprintf(b->status, sizeof b->status, "RUNNING");
     return rc;
 }
 
@@ -158,14 +139,13 @@ int lab_store_bisect_update(lab_store *st, const lab_bisection *b, char *err, si
     sqlite3_bind_int64(s, 1, b->id);
     sqlite3_bind_int64(s, 2, b->scale);
     sqlite3_bind_int64(s, 3, b->builds);
-    if (b->nightly_id > 0) sqlite3_bind_int64(s, 4, b->nightly_id);
-    else sqlite3_bind_null(s, 4);
+    lab_sq_bind_id(s, 4, b->nightly_id);
     lab_sq_bind_text(s, 5, b->status);
-    bind_opt_text(s, 6, b->first_bad);
-    bind_opt_text(s, 7, b->range_good);
-    bind_opt_text(s, 8, b->range_bad);
-    bind_opt_text(s, 9, b->message);
-    bind_opt_text(s, 10, b->finished_at);
+    lab_sq_bind_opt_text(s, 6, b->first_bad);
+    lab_sq_bind_opt_text(s, 7, b->range_good);
+    lab_sq_bind_opt_text(s, 8, b->range_bad);
+    lab_sq_bind_opt_text(s, 9, b->message);
+    lab_sq_bind_opt_text(s, 10, b->finished_at);
     return lab_sq_write1(st, s, what, err, errlen);
 }
 
@@ -196,15 +176,6 @@ int lab_store_bisect_steps(lab_store *st, int64_t bid, lab_bisect_step **v, int6
     return lab_sq_collect(st, s, what, step_row, sizeof **v, (void **)v, n, err, errlen);
 }
 
-static void bind_num(sqlite3_stmt *s, int i, double v) {
-    if (isfinite(v)) sqlite3_bind_double(s, i, v);
-    else sqlite3_bind_null(s, i);
-}
-static void bind_id(sqlite3_stmt *s, int i, int64_t v) {
-    if (v > 0) sqlite3_bind_int64(s, i, v);
-    else sqlite3_bind_null(s, i);
-}
-
 int lab_store_bisect_put_step(lab_store *st, lab_bisect_step *r, int64_t builds, char *err, size_t errlen) {
     char what[128];
     snprintf(what, sizeof what, "recording bisection %lld's step at %.12s", (long long)r->bisection_id, r->commit);
@@ -219,7 +190,6 @@ int lab_store_bisect_put_step(lab_store *st, lab_bisect_step *r, int64_t builds,
         sqlite3_finalize(s);
         return lab_sq_error(st, err, errlen, what);
     }
-    int has_run = r->arm_run_id > 0;
     sqlite3_bind_int64(s, 1, r->bisection_id);
     lab_sq_bind_text(s, 2, r->commit);
     lab_sq_bind_text(s, 3, r->subject);
@@ -227,39 +197,18 @@ int lab_store_bisect_put_step(lab_store *st, lab_bisect_step *r, int64_t builds,
     sqlite3_bind_int64(s, 5, r->scale);
     lab_sq_bind_text(s, 6, r->cls);
     sqlite3_bind_int(s, 7, r->built);
-    bind_id(s, 8, r->arm_run_id);
-    bind_id(s, 9, r->ref_run_id);
-    if (has_run) {
-        sqlite3_bind_int64(s, 10, r->k);
-        sqlite3_bind_int64(s, 11, r->n);
-    }
-    bind_num(s, 12, has_run ? r->lo : NAN);
-    bind_num(s, 13, has_run ? r->hi : NAN);
-    bind_opt_text(s, 14, r->verdict);
-    if (isfinite(r->p)) {
-        sqlite3_bind_int64(s, 15, r->lost);
-        sqlite3_bind_int64(s, 16, r->gained);
-    }
-    bind_num(s, 17, r->p);
+    LAB_SQ_BIND_STEP_EVIDENCE(s, 8, r);   /* ?8 .. ?17 */
     if (isfinite(r->p_bad)) {
         sqlite3_bind_int64(s, 18, r->lost_bad);
         sqlite3_bind_int64(s, 19, r->gained_bad);
     }
-    bind_num(s, 20, r->p_bad);
-    bind_opt_text(s, 21, r->logits_sha256);
-    bind_opt_text(s, 22, r->reason);
+    lab_sq_bind_num(s, 20, r->p_bad);
+    lab_sq_bind_opt_text(s, 21, r->logits_sha256);
+    lab_sq_bind_opt_text(s, 22, r->reason);
     lab_sq_bind_text(s, 23, r->at);
     sqlite3_bind_int64(u, 1, r->bisection_id);
     sqlite3_bind_int64(u, 2, builds);
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    if (!rc) r->id = sqlite3_last_insert_rowid(st->db);
-    if (!rc) rc = lab_sq_step(st, u, err, errlen, what);
-    sqlite3_finalize(s);
-    sqlite3_finalize(u);
-    if (!rc) rc = lab_sq_commit(st, err, errlen);
-    if (rc) lab_sq_rollback(st);
-    return rc;
+    return lab_sq_write_rowid(st, s, u, &r->id, what, err, errlen);
 }
 
 int lab_store_bisect_find_run(lab_store *st, const char *experiment, const char *arm, const char *code_prefix,

@@ -11,70 +11,6 @@
 
 #include "store_internal.h"
 
-/* v11: `vtlab localize` (docs/localize.md). A localization is found again
- * by its key (the sha256 of the arguments that define it), so the same
- * command resumes it; a step is one layer set evaluated at one dataset scale,
- * with the run it used and its evidence. */
-static const char *const migration_v11 =
-    "CREATE TABLE localizations ("
-    "  id INTEGER PRIMARY KEY,"
-    "  key TEXT NOT NULL UNIQUE,"
-    "  experiment TEXT NOT NULL,"
-    "  experiment_file TEXT NOT NULL,"
-    "  experiment_sha256 TEXT NOT NULL,"
-    "  arm TEXT NOT NULL,"
-    "  reference_arm TEXT NOT NULL,"
-    "  by_unit TEXT NOT NULL CHECK (by_unit IN ('layer','site')),"
-    "  goal TEXT NOT NULL CHECK (goal IN ('minimal-failing','largest-passing')),"
-    "  levers TEXT NOT NULL,"
-    "  n_units INTEGER NOT NULL,"
-    "  alpha REAL NOT NULL,"
-    "  max_scale INTEGER NOT NULL,"
-    "  scale INTEGER NOT NULL DEFAULT 1,"
-    "  runs_made INTEGER NOT NULL DEFAULT 0,"
-    "  runs_reused INTEGER NOT NULL DEFAULT 0,"
-    "  status TEXT NOT NULL CHECK (status IN ('RUNNING','FOUND','NONE','UNDECIDED','BUDGET','FAILED')),"
-    "  result TEXT,"
-    "  plan TEXT,"
-    "  result_run_id INTEGER REFERENCES runs(id),"
-    "  plan_run_id INTEGER REFERENCES runs(id),"
-    "  message TEXT,"
-    "  started_at TEXT NOT NULL,"
-    "  finished_at TEXT);"
-    "CREATE TABLE localize_steps ("
-    "  id INTEGER PRIMARY KEY,"
-    "  localization_id INTEGER NOT NULL REFERENCES localizations(id) ON DELETE CASCADE,"
-    "  seq INTEGER NOT NULL,"
-    "  phase TEXT NOT NULL CHECK (phase IN ('full','empty','search','sensitivity')),"
-    "  layer_set TEXT NOT NULL,"
-    "  size INTEGER NOT NULL,"
-    "  scale INTEGER NOT NULL,"
-    "  class TEXT NOT NULL CHECK (class IN ('fail','pass','undecided','error')),"
-    "  made INTEGER NOT NULL,"
-    "  arm_run_id INTEGER REFERENCES runs(id),"
-    "  ref_run_id INTEGER REFERENCES runs(id),"
-    "  top1_k INTEGER, top1_n INTEGER, top1_lo REAL, top1_hi REAL,"
-    "  verdict TEXT,"
-    "  lost INTEGER, gained INTEGER, p REAL,"
-    "  kl_mean REAL,"
-    "  first_div_layer INTEGER, first_div_site INTEGER, first_div_value REAL,"
-    "  reason TEXT,"
-    "  at TEXT NOT NULL,"
-    "  UNIQUE (localization_id, layer_set, scale));";
-
-int lab_store_localize_migrate(lab_store *st, char *err, size_t errlen) {
-    const char *tail = migration_v11;
-    while (*tail) {   /* statement by statement: the script is ours, never data */
-        sqlite3_stmt *s = NULL;
-        if (sqlite3_prepare_v2(st->db, tail, -1, &s, &tail) != SQLITE_OK) return lab_sq_error(st, err, errlen, "schema v11");
-        if (!s) break;
-        int rc = sqlite3_step(s);
-        sqlite3_finalize(s);
-        if (rc != SQLITE_DONE) return lab_sq_error(st, err, errlen, "schema v11");
-    }
-    return LAB_OK;
-}
-
 #define LOC_COLS                                                                                                   \
     "id, key, experiment, experiment_file, experiment_sha256, arm, reference_arm, by_unit, goal, levers, n_units," \
     " alpha, max_scale, scale, runs_made, runs_reused, status, result, plan, result_run_id, plan_run_id, message," \
@@ -125,16 +61,7 @@ static void step_row(sqlite3_stmt *s, void *row) {
     r->scale = sqlite3_column_int64(s, 6);
     lab_sq_col_copy(s, 7, r->cls, sizeof r->cls);
     r->made = (int)sqlite3_column_int64(s, 8);
-    r->arm_run_id = sqlite3_column_int64(s, 9);
-    r->ref_run_id = sqlite3_column_int64(s, 10);
-    r->k = sqlite3_column_int64(s, 11);
-    r->n = sqlite3_column_int64(s, 12);
-    r->lo = lab_sq_col_num(s, 13);
-    r->hi = lab_sq_col_num(s, 14);
-    lab_sq_col_copy(s, 15, r->verdict, sizeof r->verdict);
-    r->lost = sqlite3_column_int64(s, 16);
-    r->gained = sqlite3_column_int64(s, 17);
-    r->p = lab_sq_col_num(s, 18);
+    LAB_SQ_COL_STEP_EVIDENCE(s, 9, r);   /* columns 9 .. 18 */
     r->kl_mean = lab_sq_col_num(s, 19);
     r->first_div_layer = sqlite3_column_type(s, 20) == SQLITE_NULL ? -1 : sqlite3_column_int64(s, 20);
     r->first_div_site = (int)sqlite3_column_int64(s, 21);
@@ -163,16 +90,6 @@ int lab_store_localize_find(lab_store *st, const char *key, lab_localization *ou
     return rc;
 }
 
-static void bind_opt_text(sqlite3_stmt *s, int i, const char *v) { lab_sq_bind_text(s, i, v && v[0] ? v : NULL); }
-static void bind_num(sqlite3_stmt *s, int i, double v) {
-    if (isfinite(v)) sqlite3_bind_double(s, i, v);
-    else sqlite3_bind_null(s, i);
-}
-static void bind_id(sqlite3_stmt *s, int i, int64_t v) {
-    if (v > 0) sqlite3_bind_int64(s, i, v);
-    else sqlite3_bind_null(s, i);
-}
-
 int lab_store_localize_insert(lab_store *st, lab_localization *l, char *err, size_t errlen) {
     const char *what = "recording a new localization";
     sqlite3_stmt *s = NULL;
@@ -189,15 +106,8 @@ int lab_store_localize_insert(lab_store *st, lab_localization *l, char *err, siz
     sqlite3_bind_int64(s, 12, l->max_scale);
     sqlite3_bind_int64(s, 13, l->scale);
     lab_sq_bind_text(s, 14, l->started_at);
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    sqlite3_finalize(s);
-    if (!rc) {
-        l->id = sqlite3_last_insert_rowid(st->db);
-        snprintf(l->status, sizeof l->status, "RUNNING");
-        rc = lab_sq_commit(st, err, errlen);
-    }
-    if (rc) lab_sq_rollback(st);
+    int rc = lab_sq_write_rowid(st, s, NULL, &l->id, what, err, errlen);
+    if (!rc) snprintf(l->status, sizeof l->status, "RUNNING");
     return rc;
 }
 
@@ -208,12 +118,12 @@ static void bind_mutable(sqlite3_stmt *s, const lab_localization *l) {
     sqlite3_bind_int64(s, 3, l->runs_made);
     sqlite3_bind_int64(s, 4, l->runs_reused);
     lab_sq_bind_text(s, 5, l->status);
-    bind_opt_text(s, 6, l->result);
-    bind_opt_text(s, 7, l->plan);
-    bind_id(s, 8, l->result_run_id);
-    bind_id(s, 9, l->plan_run_id);
-    bind_opt_text(s, 10, l->message);
-    bind_opt_text(s, 11, l->finished_at);
+    lab_sq_bind_opt_text(s, 6, l->result);
+    lab_sq_bind_opt_text(s, 7, l->plan);
+    lab_sq_bind_id(s, 8, l->result_run_id);
+    lab_sq_bind_id(s, 9, l->plan_run_id);
+    lab_sq_bind_opt_text(s, 10, l->message);
+    lab_sq_bind_opt_text(s, 11, l->finished_at);
 }
 
 #define LOC_UPDATE                                                                                             \
@@ -254,7 +164,7 @@ int lab_store_localize_steps(lab_store *st, int64_t lid, lab_localize_step **v, 
 /* The step's columns bound to s (?1 its localization, then in STEP_COLS
  * order from phase on, seq computed by the statement). */
 static void bind_step(sqlite3_stmt *s, const lab_localize_step *r) {
-    const int has_run = r->arm_run_id > 0, paired = isfinite(r->p);
+    const int has_run = r->arm_run_id > 0;
     sqlite3_bind_int64(s, 1, r->localization_id);
     lab_sq_bind_text(s, 2, r->phase);
     lab_sq_bind_text(s, 3, r->set);
@@ -262,27 +172,14 @@ static void bind_step(sqlite3_stmt *s, const lab_localize_step *r) {
     sqlite3_bind_int64(s, 5, r->scale);
     lab_sq_bind_text(s, 6, r->cls);
     sqlite3_bind_int(s, 7, r->made);
-    bind_id(s, 8, r->arm_run_id);
-    bind_id(s, 9, r->ref_run_id);
-    if (has_run) {
-        sqlite3_bind_int64(s, 10, r->k);
-        sqlite3_bind_int64(s, 11, r->n);
-    }
-    bind_num(s, 12, has_run ? r->lo : NAN);
-    bind_num(s, 13, has_run ? r->hi : NAN);
-    bind_opt_text(s, 14, r->verdict);
-    if (paired) {
-        sqlite3_bind_int64(s, 15, r->lost);
-        sqlite3_bind_int64(s, 16, r->gained);
-    }
-    bind_num(s, 17, r->p);
-    bind_num(s, 18, r->kl_mean);
+    LAB_SQ_BIND_STEP_EVIDENCE(s, 8, r);   /* ?8 .. ?17 */
+    lab_sq_bind_num(s, 18, r->kl_mean);
     if (has_run && r->first_div_layer >= 0) {
         sqlite3_bind_int64(s, 19, r->first_div_layer);
         sqlite3_bind_int(s, 20, r->first_div_site);
     }
-    bind_num(s, 21, r->first_div_layer >= 0 ? r->first_div_value : NAN);
-    bind_opt_text(s, 22, r->reason);
+    lab_sq_bind_num(s, 21, r->first_div_layer >= 0 ? r->first_div_value : NAN);
+    lab_sq_bind_opt_text(s, 22, r->reason);
     lab_sq_bind_text(s, 23, r->at);
 }
 
@@ -304,15 +201,7 @@ int lab_store_localize_put_step(lab_store *st, lab_localize_step *r, const lab_l
     }
     bind_step(s, r);
     bind_mutable(u, l);
-    int rc = lab_sq_begin(st, err, errlen);
-    if (!rc) rc = lab_sq_step(st, s, err, errlen, what);
-    if (!rc) r->id = sqlite3_last_insert_rowid(st->db);
-    if (!rc) rc = lab_sq_step(st, u, err, errlen, what);
-    sqlite3_finalize(s);
-    sqlite3_finalize(u);
-    if (!rc) rc = lab_sq_commit(st, err, errlen);
-    if (rc) lab_sq_rollback(st);
-    return rc;
+    return lab_sq_write_rowid(st, s, u, &r->id, what, err, errlen);
 }
 
 /* The latest run's error of experiment/arm into why ("" none). */

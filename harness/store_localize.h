@@ -66,9 +66,6 @@ typedef struct lab_localize_step {
     char    at[32];
 } lab_localize_step;
 
-/* The migration to v11 (store.c calls it): the two tables. */
-int lab_store_localize_migrate(lab_store *st, char *err, size_t errlen);
-
 /* The localization with this key: *found = 0 when none. */
 int lab_store_localize_find(lab_store *st, const char *key, lab_localization *out, int *found, char *err,
                             size_t errlen);

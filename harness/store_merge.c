@@ -1,5 +1,9 @@
 /*
- * store_merge.c — run_sequences, run_shards, merged_shards (see store_merge.h).
+ * store_merge.c — the merge's part of results.db (see store_merge.h): the
+ * reads of a shard database (its shard runs with their run_sequences,
+ * run_shards, logits and records; its schema checked against the one its
+ * version claims) and the writes of merged_shards. The shard rows it reads
+ * are written with every run by store_finish.c.
  */
 #include "store_merge.h"
 
@@ -12,89 +16,6 @@
 
 #include "store_internal.h"
 #include "util.h"
-
-static void bind_real(sqlite3_stmt *s, int i, double v) {
-    if (v != v || v > 1e308 || v < -1e308) sqlite3_bind_null(s, i);
-    else sqlite3_bind_double(s, i, v);
-}
-
-static void bind_f64s(sqlite3_stmt *s, int i, const double *v, int64_t n) {
-    if (v && n > 0) sqlite3_bind_blob64(s, i, v, (size_t)n * sizeof *v, SQLITE_STATIC);
-    else sqlite3_bind_null(s, i);
-}
-
-int lab_store_put_sequences(lab_store *st, int64_t run_id, const lab_run_result *r, char *err, size_t errlen) {
-    sqlite3_stmt *s;
-    int rc = lab_sq_prep(st, "INSERT INTO run_sequences (run_id, seq, n_pos, n_scored, logits_sha256, nll_sum, nll_n,"
-                             " f16_kl_sum, f16_kl_max, f16_dlogit_max, f16_n, compared, agree, dp2_sum, maxd, kl, dp,"
-                             " dnll, div) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)",
-                         &s, err, errlen);
-    for (int64_t q = 0; !rc && q < r->n_sequences; q++) {
-        const lab_seq_stat *x = &r->seq[q];
-        sqlite3_reset(s);
-        sqlite3_clear_bindings(s);
-        sqlite3_bind_int64(s, 1, run_id);
-        sqlite3_bind_int64(s, 2, r->seq_base + q);
-        sqlite3_bind_int64(s, 3, x->n_pos);
-        sqlite3_bind_int64(s, 4, x->n_scored);
-        sqlite3_bind_text(s, 5, x->logits_sha256, -1, SQLITE_TRANSIENT);
-        bind_real(s, 6, x->nll_sum);
-        sqlite3_bind_int64(s, 7, x->nll_n);
-        bind_real(s, 8, x->f16_kl_sum);
-        bind_real(s, 9, x->f16_kl_max);
-        bind_real(s, 10, x->f16_dlogit_max);
-        sqlite3_bind_int64(s, 11, x->f16_n);
-        sqlite3_bind_int(s, 12, x->compared);
-        if (x->compared) {
-            sqlite3_bind_int64(s, 13, x->agree);
-            bind_real(s, 14, x->dp2_sum);
-            bind_real(s, 15, x->maxd);   /* NaN -> NULL: "a NaN was met" */
-            bind_f64s(s, 16, r->seq_kl ? r->seq_kl + x->sc0 : NULL, x->n_scored);
-            bind_f64s(s, 17, r->seq_dp ? r->seq_dp + x->sc0 : NULL, x->n_scored);
-            bind_f64s(s, 18, r->seq_dnll ? r->seq_dnll + x->sc0 : NULL, x->n_scored);
-        }
-        bind_f64s(s, 19, x->div, r->n_layers * 4);
-        rc = lab_sq_step(st, s, err, errlen, "store run_sequences");
-    }
-    sqlite3_finalize(s);
-    return rc;
-}
-
-int lab_store_put_shard(lab_store *st, int64_t run_id, const lab_shard_info *h, char *err, size_t errlen) {
-    sqlite3_stmt *s;
-    int rc = lab_sq_prep(st, "INSERT INTO run_shards (run_id, shard_index, shard_count, seq_lo, seq_hi, n_seq_total,"
-                             " n_tokens_total, n_scored_total, metrics, div_sequences, div_tolerance, decision_metric,"
-                             " decision_threshold, decision_ge, n_layers, probes_lost, task, node, slurm_job_id,"
-                             " slurm_array_job_id, slurm_array_task_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
-                             "?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)", &s, err, errlen);
-    if (rc) return rc;
-    sqlite3_bind_int64(s, 1, run_id);
-    sqlite3_bind_int64(s, 2, h->index);
-    sqlite3_bind_int64(s, 3, h->count);
-    sqlite3_bind_int64(s, 4, h->seq_lo);
-    sqlite3_bind_int64(s, 5, h->seq_hi);
-    sqlite3_bind_int64(s, 6, h->n_seq_total);
-    sqlite3_bind_int64(s, 7, h->n_tokens_total);
-    sqlite3_bind_int64(s, 8, h->n_scored_total);
-    sqlite3_bind_int64(s, 9, h->metrics);
-    sqlite3_bind_int64(s, 10, h->div_sequences);
-    sqlite3_bind_double(s, 11, h->div_tolerance);
-    if (h->has_decision) {
-        lab_sq_bind_text(s, 12, h->decision_metric);
-        sqlite3_bind_double(s, 13, h->decision_threshold);
-        sqlite3_bind_int(s, 14, h->decision_ge);
-    }
-    sqlite3_bind_int64(s, 15, h->n_layers);
-    sqlite3_bind_int64(s, 16, h->probes_lost);
-    lab_sq_bind_text(s, 17, h->task);
-    lab_sq_bind_text(s, 18, h->node);
-    lab_sq_bind_text(s, 19, h->slurm_job_id);
-    lab_sq_bind_text(s, 20, h->slurm_array_job_id);
-    lab_sq_bind_text(s, 21, h->slurm_array_task_id);
-    rc = lab_sq_step(st, s, err, errlen, "store run_shards");
-    sqlite3_finalize(s);
-    return rc;
-}
 
 static char *dup_col(sqlite3_stmt *s, int i) {
     if (sqlite3_column_type(s, i) == SQLITE_NULL) return NULL;
@@ -113,6 +34,73 @@ void lab_shard_runs_free(lab_shard_run *v, int64_t n) {
         for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) free(f[k]);
     }
     free(v);
+}
+
+/* Columns c.. of a shard run's row into h (its run_shards row); returns the
+ * column after them. */
+static int shard_info_row(sqlite3_stmt *s, int c, lab_shard_info *h) {
+    h->index = sqlite3_column_int64(s, c++);
+    h->count = sqlite3_column_int64(s, c++);
+    h->seq_lo = sqlite3_column_int64(s, c++);
+    h->seq_hi = sqlite3_column_int64(s, c++);
+    h->n_seq_total = sqlite3_column_int64(s, c++);
+    h->n_tokens_total = sqlite3_column_int64(s, c++);
+    h->n_scored_total = sqlite3_column_int64(s, c++);
+    h->metrics = (unsigned)sqlite3_column_int64(s, c++);
+    h->div_sequences = sqlite3_column_int64(s, c++);
+    h->div_tolerance = sqlite3_column_double(s, c++);
+    h->has_decision = sqlite3_column_type(s, c) != SQLITE_NULL;
+    h->decision_metric = dup_col(s, c++);
+    h->decision_threshold = sqlite3_column_double(s, c++);
+    h->decision_ge = sqlite3_column_int(s, c++);
+    h->n_layers = sqlite3_column_int64(s, c++);
+    h->probes_lost = sqlite3_column_int64(s, c++);
+    h->task = dup_col(s, c++);
+    h->node = dup_col(s, c++);
+    h->slurm_job_id = dup_col(s, c++);
+    h->slurm_array_job_id = dup_col(s, c++);
+    h->slurm_array_task_id = dup_col(s, c++);
+    return c;
+}
+
+/* One row of lab_store_shard_runs' statement into r. */
+static void shard_run_row(sqlite3_stmt *s, lab_shard_run *r) {
+    int c = 0;
+    r->run_id = sqlite3_column_int64(s, c++);
+    r->experiment = dup_col(s, c++);
+    r->arm = dup_col(s, c++);
+    r->repeat = sqlite3_column_int64(s, c++);
+    r->knob_hash = dup_col(s, c++);
+    r->model_sha256 = dup_col(s, c++);
+    r->dataset_sha256 = dup_col(s, c++);
+    r->code_version = dup_col(s, c++);
+    r->shard = dup_col(s, c++);
+    r->is_reference = sqlite3_column_int(s, c++);
+    c = shard_info_row(s, c, &r->info);
+    r->experiment_sha256 = dup_col(s, c++);
+    r->git_commit = dup_col(s, c++);
+    r->build_flags = dup_col(s, c++);
+    r->compiler = dup_col(s, c++);
+    r->backend = dup_col(s, c++);
+    r->device = dup_col(s, c++);
+    r->host = dup_col(s, c++);
+    r->score = dup_col(s, c++);
+    r->expected_assertions = dup_col(s, c++);
+    r->layer_kinds = dup_col(s, c++);
+    r->engine_hello = dup_col(s, c++);
+    r->started_at = dup_col(s, c++);
+    r->finished_at = dup_col(s, c++);
+    r->logits_sha256 = dup_col(s, c++);
+    r->git_dirty = sqlite3_column_int(s, c++);
+    r->top_k = sqlite3_column_int64(s, c++);
+    r->n_sequences = sqlite3_column_int64(s, c++);
+    r->n_tokens = sqlite3_column_int64(s, c++);
+    r->n_scored = sqlite3_column_int64(s, c++);
+    r->wall_s = sqlite3_column_double(s, c++);
+    r->forward_s = sqlite3_column_double(s, c++);
+    r->ref_recomputed = sqlite3_column_type(s, c) == SQLITE_NULL ? 0 : sqlite3_column_int(s, c);
+    c++;
+    r->ref_hash_match = sqlite3_column_type(s, c) == SQLITE_NULL ? -1 : sqlite3_column_int(s, c);
 }
 
 int lab_store_shard_runs(lab_store *st, lab_shard_run **out, int64_t *n, char *err, size_t errlen) {
@@ -140,63 +128,7 @@ int lab_store_shard_runs(lab_store *st, lab_shard_run **out, int64_t *n, char *e
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         lab_shard_run *r = lab_sq_append((void **)out, n, &cap, sizeof *r);
         if (!r) { sqlite3_finalize(s); return lab_errf(err, errlen, LAB_ENOMEM, "out of memory"); }
-        int c = 0;
-        r->run_id = sqlite3_column_int64(s, c++);
-        r->experiment = dup_col(s, c++);
-        r->arm = dup_col(s, c++);
-        r->repeat = sqlite3_column_int64(s, c++);
-        r->knob_hash = dup_col(s, c++);
-        r->model_sha256 = dup_col(s, c++);
-        r->dataset_sha256 = dup_col(s, c++);
-        r->code_version = dup_col(s, c++);
-        r->shard = dup_col(s, c++);
-        r->is_reference = sqlite3_column_int(s, c++);
-        lab_shard_info *h = &r->info;
-        h->index = sqlite3_column_int64(s, c++);
-        h->count = sqlite3_column_int64(s, c++);
-        h->seq_lo = sqlite3_column_int64(s, c++);
-        h->seq_hi = sqlite3_column_int64(s, c++);
-        h->n_seq_total = sqlite3_column_int64(s, c++);
-        h->n_tokens_total = sqlite3_column_int64(s, c++);
-        h->n_scored_total = sqlite3_column_int64(s, c++);
-        h->metrics = (unsigned)sqlite3_column_int64(s, c++);
-        h->div_sequences = sqlite3_column_int64(s, c++);
-        h->div_tolerance = sqlite3_column_double(s, c++);
-        h->has_decision = sqlite3_column_type(s, c) != SQLITE_NULL;
-        h->decision_metric = dup_col(s, c++);
-        h->decision_threshold = sqlite3_column_double(s, c++);
-        h->decision_ge = sqlite3_column_int(s, c++);
-        h->n_layers = sqlite3_column_int64(s, c++);
-        h->probes_lost = sqlite3_column_int64(s, c++);
-        h->task = dup_col(s, c++);
-        h->node = dup_col(s, c++);
-        h->slurm_job_id = dup_col(s, c++);
-        h->slurm_array_job_id = dup_col(s, c++);
-        h->slurm_array_task_id = dup_col(s, c++);
-        r->experiment_sha256 = dup_col(s, c++);
-        r->git_commit = dup_col(s, c++);
-        r->build_flags = dup_col(s, c++);
-        r->compiler = dup_col(s, c++);
-        r->backend = dup_col(s, c++);
-        r->device = dup_col(s, c++);
-        r->host = dup_col(s, c++);
-        r->score = dup_col(s, c++);
-        r->expected_assertions = dup_col(s, c++);
-        r->layer_kinds = dup_col(s, c++);
-        r->engine_hello = dup_col(s, c++);
-        r->started_at = dup_col(s, c++);
-        r->finished_at = dup_col(s, c++);
-        r->logits_sha256 = dup_col(s, c++);
-        r->git_dirty = sqlite3_column_int(s, c++);
-        r->top_k = sqlite3_column_int64(s, c++);
-        r->n_sequences = sqlite3_column_int64(s, c++);
-        r->n_tokens = sqlite3_column_int64(s, c++);
-        r->n_scored = sqlite3_column_int64(s, c++);
-        r->wall_s = sqlite3_column_double(s, c++);
-        r->forward_s = sqlite3_column_double(s, c++);
-        r->ref_recomputed = sqlite3_column_type(s, c) == SQLITE_NULL ? 0 : sqlite3_column_int(s, c);
-        c++;
-        r->ref_hash_match = sqlite3_column_type(s, c) == SQLITE_NULL ? -1 : sqlite3_column_int(s, c);
+        shard_run_row(s, r);
         if (!r->experiment || !r->arm || !r->code_version || !r->logits_sha256) {
             sqlite3_finalize(s);
             return lab_errf(err, errlen, LAB_EINPUT, "%s: run %lld: a shard run without its identity or logits hash",
@@ -377,8 +309,8 @@ static int load_logits(lab_store *st, const lab_shard_run *r, lab_shard_data *d,
     return LAB_OK;
 }
 
-/* probes, expectations, knobs and the experiment spec of r. */
-static int load_records(lab_store *st, const lab_shard_run *r, lab_shard_data *d, char *err, size_t errlen) {
+/* probes of r, in their order. */
+static int load_probes(lab_store *st, const lab_shard_run *r, lab_shard_data *d, char *err, size_t errlen) {
     sqlite3_stmt *s;
     int64_t cap = 0;
     int step, rc = lab_sq_prep_as(st, "SELECT site, layer, dtype, src_dtype, calls, rows, bytes_per_row, src_row_bytes,"
@@ -403,11 +335,16 @@ static int load_records(lab_store *st, const lab_shard_run *r, lab_shard_data *d
         p->rows_unwritten = sqlite3_column_int64(s, 11);
         lab_sq_col_copy(s, 12, p->detail, sizeof p->detail);
     }
-    if ((rc = lab_sq_done(st, s, step, "reading probes", err, errlen))) return rc;
-    cap = 0;
-    if ((rc = lab_sq_prep_as(st, "SELECT site, expected_dtype, seen_dtypes, records, ok, reason FROM expectations"
-                                 " WHERE run_id = ?1 ORDER BY rowid", &s, "reading expectations", err, errlen)))
-        return rc;
+    return lab_sq_done(st, s, step, "reading probes", err, errlen);
+}
+
+/* expectations of r, in their order. */
+static int load_expectations(lab_store *st, const lab_shard_run *r, lab_shard_data *d, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int64_t cap = 0;
+    int step, rc = lab_sq_prep_as(st, "SELECT site, expected_dtype, seen_dtypes, records, ok, reason FROM expectations"
+                                      " WHERE run_id = ?1 ORDER BY rowid", &s, "reading expectations", err, errlen);
+    if (rc) return rc;
     sqlite3_bind_int64(s, 1, r->run_id);
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         lab_expect_result *x = lab_sq_append((void **)&d->ex, &d->n_ex, &cap, sizeof *x);
@@ -419,11 +356,16 @@ static int load_records(lab_store *st, const lab_shard_run *r, lab_shard_data *d
         x->ok = sqlite3_column_int(s, 4);
         lab_sq_col_copy(s, 5, x->reason, sizeof x->reason);
     }
-    if ((rc = lab_sq_done(st, s, step, "reading expectations", err, errlen))) return rc;
+    return lab_sq_done(st, s, step, "reading expectations", err, errlen);
+}
+
+/* run_knobs of r, in their order: names, values and numeric flags. */
+static int load_knobs(lab_store *st, const lab_shard_run *r, lab_shard_data *d, char *err, size_t errlen) {
+    sqlite3_stmt *s;
     int64_t capn = 0, n = 0;
-    if ((rc = lab_sq_prep_as(st, "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY rowid", &s,
-                             "reading run_knobs", err, errlen)))
-        return rc;
+    int step, rc = lab_sq_prep_as(st, "SELECT name, value, numeric FROM run_knobs WHERE run_id = ?1 ORDER BY rowid", &s,
+                                  "reading run_knobs", err, errlen);
+    if (rc) return rc;
     sqlite3_bind_int64(s, 1, r->run_id);
     while ((step = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == capn) {
@@ -441,10 +383,15 @@ static int load_records(lab_store *st, const lab_shard_run *r, lab_shard_data *d
         d->n_kn = ++n;
         if (!d->kn[n - 1] || !d->kv[n - 1]) { sqlite3_finalize(s); return OOM(); }
     }
-    if ((rc = lab_sq_done(st, s, step, "reading run_knobs", err, errlen))) return rc;
-    if ((rc = lab_sq_prep_as(st, "SELECT sha256, id, file, json FROM experiment_specs WHERE sha256 = ?1", &s,
-                             "reading experiment_specs", err, errlen)))
-        return rc;
+    return lab_sq_done(st, s, step, "reading run_knobs", err, errlen);
+}
+
+/* The experiment spec of r (LAB_EINPUT when the shard lacks it). */
+static int load_spec(lab_store *st, const lab_shard_run *r, lab_shard_data *d, char *err, size_t errlen) {
+    sqlite3_stmt *s;
+    int step, rc = lab_sq_prep_as(st, "SELECT sha256, id, file, json FROM experiment_specs WHERE sha256 = ?1", &s,
+                                  "reading experiment_specs", err, errlen);
+    if (rc) return rc;
     lab_sq_bind_text(s, 1, r->experiment_sha256);
     if ((step = sqlite3_step(s)) == SQLITE_ROW) {
         d->spec_sha = dup_col(s, 0);
@@ -458,6 +405,15 @@ static int load_records(lab_store *st, const lab_shard_run *r, lab_shard_data *d
         return lab_errf(err, errlen, LAB_EINPUT, "%s: run %lld: its experiment spec %s is missing", st->path,
                         (long long)r->run_id, r->experiment_sha256 ? r->experiment_sha256 : "(none)");
     return LAB_OK;
+}
+
+/* probes, expectations, knobs and the experiment spec of r, in that order. */
+static int load_records(lab_store *st, const lab_shard_run *r, lab_shard_data *d, char *err, size_t errlen) {
+    int rc = load_probes(st, r, d, err, errlen);
+    if (!rc) rc = load_expectations(st, r, d, err, errlen);
+    if (!rc) rc = load_knobs(st, r, d, err, errlen);
+    if (!rc) rc = load_spec(st, r, d, err, errlen);
+    return rc;
 }
 
 int lab_store_shard_load(lab_store *st, const lab_shard_run *r, lab_shard_data *d, char *err, size_t errlen) {

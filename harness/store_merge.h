@@ -4,8 +4,8 @@
  * docs/slurm.md).
  *
  * Written with every run: run_sequences (per-sequence sums and logits
- * hashes), and for a shard run its run_shards row (lab_store_finish calls
- * the two put functions inside its transaction). Read by `vtlab merge` from
+ * hashes), and for a shard run its run_shards row (both by lab_store_finish,
+ * store_finish.c, inside its transaction). Read by `vtlab merge` from
  * each shard database (lab_store_shard_runs, lab_store_shard_load), which
  * writes merged runs through lab_store_lease/lab_store_finish inside one
  * batch, plus their merged_shards provenance (lab_store_put_merged_shard).
@@ -17,11 +17,6 @@
 #include <stdint.h>
 
 #include "store.h"
-
-/* Inside lab_store_finish's transaction: the run's run_sequences rows
- * (r->seq, with seq numbers from r->seq_base) and its run_shards row. */
-int lab_store_put_sequences(lab_store *st, int64_t run_id, const lab_run_result *r, char *err, size_t errlen);
-int lab_store_put_shard(lab_store *st, int64_t run_id, const lab_shard_info *sh, char *err, size_t errlen);
 
 /* A FINISHED shard run of a shard database: identity, shard, provenance. */
 typedef struct lab_shard_run {
@@ -61,7 +56,7 @@ void lab_schema_cache_free(lab_schema_cache *c);
  * version and every missing table and column. Extra tables and columns are
  * allowed. The expected schema is that of a fresh database migrated to the
  * same version (in a temporary directory under $TMPDIR, removed at once):
- * the one schema definition, store.c's, never a copy of it. */
+ * the one schema definition, store_schema.c's, never a copy of it. */
 int lab_store_check_schema(lab_store *st, lab_schema_cache *cache, char *err, size_t errlen);
 
 /* One text of a shard run's rows that a merge copies: table, row (rowid or
