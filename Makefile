@@ -77,7 +77,7 @@ else
 CUDA_OBJ  :=
 endif
 
-.PHONY: all deps deps-slurm cuda-info test unit cli-test reference-test slurm-test fuzz sanitize mutation run bench clean knobs-doc
+.PHONY: all deps deps-slurm cuda-info test unit cli-test reference-test slurm-test fuzz sanitize mutation run bench clean knobs-doc cli-doc
 
 all: deps vtlab
 
@@ -384,6 +384,10 @@ nightly: deps vtlab
 
 knobs-doc: vtlab
 	./vtlab knobs --markdown > docs/knobs.md
+
+# docs/cli.md from help.c's table (tests/cli/test_help.sh fails when it is stale).
+cli-doc: vtlab
+	./vtlab help --markdown > docs/cli.md
 
 # make install [PREFIX=/usr/local] [DESTDIR=staging]: the binary, vtprobe.h
 # (include/), the shipped configs, and the experiments and ledger as examples

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runner.h"   /* lab_interrupted */
+#include "interrupt.h"   /* lab_interrupted */
 #include "store.h"    /* lab_pid_start, lab_pid_alive */
 
 static void write_pgid(const char *file, pid_t pid) {

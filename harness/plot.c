@@ -46,7 +46,7 @@
 #endif
 
 #include "cli.h"
-#include "runner.h"   /* lab_interrupted */
+#include "interrupt.h"   /* lab_interrupted */
 
 static int  g_checked = 0, g_ok = 0;
 static char g_png_term[16] = "pngcairo";

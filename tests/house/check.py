@@ -145,6 +145,9 @@ def main():
             return depth[v]
         for v in objs: d(v)
         print(f"  longest chain of file dependencies: {max(depth.values() or [0])} levels")
+        for lv in range(1, max(depth.values() or [0]) + 1):
+            names = sorted(os.path.basename(v) for v in objs if depth[v] == lv)
+            print(f"  level {lv:2d}: " + " ".join(names))
     for p in problems: print(p)
     print(f"house: {len(problems)} problem(s); {len(long_fns)} function(s) over {MAX_FN} lines")
     return 1 if problems else 0

@@ -1,7 +1,7 @@
 /* test_nightly_schema.c — schema v10 (issue 33): a database from before it
  * (v9) opens with its nightlies kept, nightly_confounds added and
  * CONFOUNDED a status the nightlies table takes (its CHECK widened in place,
- * harness/store.c migrate_v10_status). Built from the store's own v9, so a
+ * harness/store_schema.c migrate_v10_status). Built from the store's own v9, so a
  * later migration applies on top of it as it would in the field. */
 #include "tests/unit/vt_test.h"
 #include "tests/unit/vt_test_db.h"   /* dbpath, q_int; raw SQL: an older schema's rows, the CHECK's text */
