@@ -324,6 +324,13 @@ static int finish_nightly(night *n, const lab_nightly_end *e, char *err, size_t 
     if (rc) return rc;
     if ((rc = lab_store_nightly_finish(n->st, e, err, errlen))) goto rollback;
     if ((rc = write_outputs(n, err, errlen))) { lab_err_prefix(err, errlen, rc, "outputs"); goto rollback; }
+    /* A signal while the outputs were written (the charts take seconds) may
+     * have cut a chart short without failing the report: the status decided
+     * before is not the night's any more. */
+    if (lab_interrupted) {
+        rc = lab_errf(err, errlen, LAB_EIO, "interrupted by a signal while the outputs were written");
+        goto rollback;
+    }
     if ((rc = lab_store_batch_commit(n->st, err, errlen))) { lab_err_prefix(err, errlen, rc, "outputs"); goto failed; }
     return LAB_OK;
 rollback:

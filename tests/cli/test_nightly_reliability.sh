@@ -95,6 +95,33 @@ check "outputs: ... recorded FAILED" "[ \"\$(q $DB 'select status from nightlies
 expect_exit "outputs: a nightly with writable outputs passes again" 0 "${NIGHTLY[@]}"
 check "outputs: ... and its junit.xml is current" "[ \"\$(junit_nightly $R/junit.xml)\" = \"\$(q $DB 'select max(id) from nightlies') 0\" ]"
 
+# SIGTERM while the charts are drawn (a gnuplot on PATH that waits before a
+# chart's script, then runs the real one): the night is FAILED ("interrupted"),
+# never PASSED, and it exits non-zero.
+if GP=$(command -v gnuplot); then
+  mkdir -p "$T/gpbin"
+  cat > "$T/gpbin/gnuplot" <<GPEOF
+#!/bin/sh
+for a in "\$@"; do case "\$a" in src/*.gp) touch "$T/gp-started"; sleep 30;; esac; done
+exec "$GP" "\$@"
+GPEOF
+  chmod +x "$T/gpbin/gnuplot"; rm -f "$T/gp-started"
+  PATH="$T/gpbin:$PATH" "$VTLAB" nightly "$T/exp" --db "$DB" --out "$R" --specs specs --perf-min-drop 0.95 >"$OUT_FILE" 2>"$ERR" &
+  vp=$!
+  for i in $(seq 600); do [ -e "$T/gp-started" ] && break; kill -0 $vp 2>/dev/null || break; sleep 0.2; done
+  kill -TERM $vp 2>/dev/null; wait $vp; rc=$?
+  check "outputs: SIGTERM while the charts are drawn: a chart had started" "[ -e $T/gp-started ]"
+  check "outputs: ... exits non-zero" "[ $rc -ne 0 ]" "exit $rc"
+  check "outputs: ... the night is recorded FAILED, not PASSED" \
+    "[ \"\$(q $DB 'select status from nightlies order by id desc limit 1')\" = FAILED ]" \
+    "$(q $DB 'select id, status, error from nightlies order by id desc limit 1')"
+  check "outputs: ... its error says it was interrupted" \
+    "q $DB 'select error from nightlies order by id desc limit 1' | grep -q interrupted"
+  expect_exit "outputs: ... and the next nightly passes again" 0 "${NIGHTLY[@]}"
+else
+  echo "# gnuplot absent: the SIGTERM-during-charts case is not checked"; ok "outputs: SIGTERM during charts (skipped: no gnuplot)"
+fi
+
 # ------------------------------------------------------------ item 6: throughput
 # History: 4 nightlies with no change. Then a planted slowdown far beyond any
 # noise of this machine (x1e-6: VTLAB_TEST_PLANT_SLOWDOWN is a test-only hook
