@@ -492,6 +492,7 @@ static void residual_add(vt_session *s, vt_tensor *h, float *hf, const float *o,
     #pragma omp parallel for schedule(static) if (T * D >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         float *hr = hf + t * D;
+        #pragma omp simd   /* hf and o never overlap; one add per element either way */
         for (int64_t i = 0; i < D; i++) hr[i] += o[t * D + i];
         vt_act_round(s, hr, D);
         stream_store(s, h, vt_tensor_row(h, t), hr, D);

@@ -94,10 +94,12 @@ static void gates_and_norms(const vt_kda_w *w, int64_t T, int64_t H, int64_t d, 
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         float *ft = f + t * P;   /* -exp(A_log) * softplus(f + dt_bias), a token's row at once */
+        #pragma omp simd   /* the element-wise loops in vectors: the same operation per element */
         for (int64_t ch = 0; ch < P; ch++) ft[ch] = ft[ch] + dt_bias[ch];
         vt_softplus_array(ft, ft, P);
         for (int64_t h = 0; h < H; h++) {   /* -exp(A_log) once per head, not per element */
             const float neg_a = -vt_expf(A_log[h]);
+            #pragma omp simd
             for (int64_t i = 0; i < d; i++) ft[h * d + i] = neg_a * ft[h * d + i];
         }
         for (int64_t h = 0; h < H; h++) {
@@ -105,6 +107,7 @@ static void gates_and_norms(const vt_kda_w *w, int64_t T, int64_t H, int64_t d, 
             float *qh = q + t * P + h * d, *kh = k + t * P + h * d;
             const double sq = vt_sum_squares(qh, d), sk = vt_sum_squares(kh, d);
             float iq = (float)(1.0 / sqrt(sq + 1e-6)) * qscale, ik = (float)(1.0 / sqrt(sk + 1e-6));
+            #pragma omp simd
             for (int64_t i = 0; i < d; i++) { qh[i] *= iq; kh[i] *= ik; }
         }
     }
@@ -125,6 +128,7 @@ static void gated_norm(float *o, const float *gg, const float *onw, int64_t T, i
                 const int64_t n = d - i0 < 64 ? d - i0 : 64;
                 float sg[64];
                 vt_sigmoid_array(gh + i0, sg, n);
+                #pragma omp simd
                 for (int64_t i = 0; i < n; i++) oh[i0 + i] = oh[i0 + i] * inv * onw[i0 + i] * sg[i];
             }
         }

@@ -363,10 +363,13 @@ static void moe_combine(vt_session *s, int layer, const vt_tensor *eo, const moe
             const float *e = vt_tensor_row(eo, t * K + k);   /* f32 rows are read where they are */
             if (eo->dtype != VT_F32) vt_convert(r, VT_F32, e, eo->dtype, (size_t)D), e = r;
             float wk = wts[t * K + k];
+            #pragma omp simd   /* o, e and sh never overlap: each element's multiply then add, as scalar code */
             for (int64_t i = 0; i < D; i++) o[i] += wk * e[i];
         }
-        if (sh)
+        if (sh) {
+            #pragma omp simd
             for (int64_t i = 0; i < D; i++) o[i] += sh[t * D + i];
+        }
     }
     const int64_t NK = N * K;
     const vt_copy_stats st = {.rows = NK, .bytes_per_row = vt_row_size(VT_F32, D),

@@ -162,12 +162,14 @@ void vt_rmsnorm(vt_session *s, const float *x, int64_t M, int64_t n, const float
         float *yr = y + r * n;
         const double ss = vt_sum_squares(xr, n);
         float inv = (float)(1.0 / sqrt(ss / (double)n + eps));
-        for (int64_t i = 0; i < n; i++) {
-            float v = xr[i] * inv;
-            if (act) v = vt_lever_round(s, vt_lever_round(s, v) * w[i]);
-            else v = v * w[i];
-            yr[i] = v;
+        if (act) {
+            for (int64_t i = 0; i < n; i++) yr[i] = vt_lever_round(s, vt_lever_round(s, xr[i] * inv) * w[i]);
+            continue;
         }
+        /* The same two multiplies per element, in vectors (x == y in place is
+         * fine: element i is read before it is written, and by no other). */
+        #pragma omp simd
+        for (int64_t i = 0; i < n; i++) yr[i] = xr[i] * inv * w[i];
     }
 }
 
