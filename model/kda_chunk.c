@@ -371,13 +371,19 @@ static void chunk_products(const kda_buf *b, const chunk_dims *cd, const float *
         for (int64_t m = 0; m < nb; m++) {
             const float *Fr = F + (a0 + m) * ld, *qr = q + (a0 + m) * P, *kr = k + (a0 + m) * P;
             float *xk = XK + m * ld, *xq = XQ + m * ld;
+            /* RHO's first row apart: with "m == 0 ? Fr[i] : RHO[i] * Fr[i]"
+             * inside the loop GCC left it scalar (the same products either way) */
+#ifdef VT_MUTATE_KDA_CHUNK_NO_DECAY
+            for (int64_t i = 0; i < d; i++) RHO[i] = 1.0f;
+#else
+            if (m == 0) memcpy(RHO, Fr, (size_t)d * sizeof *RHO);
+            else {
+                #pragma omp simd
+                for (int64_t i = 0; i < d; i++) RHO[i] = RHO[i] * Fr[i];
+            }
+#endif
             #pragma omp simd
             for (int64_t i = 0; i < d; i++) {
-#ifdef VT_MUTATE_KDA_CHUNK_NO_DECAY
-                RHO[i] = 1.0f;
-#else
-                RHO[i] = m == 0 ? Fr[i] : RHO[i] * Fr[i];
-#endif
                 xk[i] = kr[i] * RHO[i];
                 xq[i] = qr[i] * RHO[i];
             }
