@@ -19,6 +19,7 @@
  * file does the projections (one batched product), the short convs, the gates,
  * and the gated output norm.
  */
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -28,19 +29,41 @@
 #include "model.h"
 #include "vmath.h"
 
+/* Channels [0, 16 * (P / 16)) of conv_rows' row t with AVX-512, each
+ * vector's sums in a register over the K taps: the same products and adds
+ * in the same order (0, then + w[j] * x[t + j] for j = 0..K-1; a multiply
+ * and an add, never fused) as the loops there, which pass over y once per
+ * tap, a load and a store per product. Returns the first channel left. */
+__attribute__((target("avx512f"))) static int64_t conv_row512(const float *x0, int64_t t, int64_t P, int64_t K,
+                                                              const float *wt, const float *cache, float *yt) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= P; c0 += 16) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t j = 0; j < K; j++) {
+            const int64_t u = t + j - (K - 1);
+            const float *bj = u < 0 ? cache + (t + j) * P : x0 + u * P;
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(wt + j * P + c0), _mm512_loadu_ps(bj + c0)));
+        }
+        _mm512_storeu_ps(yt + c0, acc);
+    }
+    return c0;
+}
+
 /* Rows t < T of the convolution (short_conv), wt the kernel transposed. */
 static void conv_rows(const float *x0, int64_t T, int64_t P, int64_t K, const float *wt, const float *cache,
                       float *y) {
+    const int avx = strcmp(vt_gemm_isa(), "avx512") == 0;   /* VTLAB_GEMM_ISA=scalar: the loops below alone */
     #pragma omp parallel for schedule(static) if (T * P >= VT_PAR_MIN_ELEMS)
     for (int64_t t = 0; t < T; t++) {
         float *yt = y + t * P;
+        const int64_t c0 = avx ? conv_row512(x0, t, P, K, wt, cache, yt) : 0;
         #pragma omp simd
-        for (int64_t c = 0; c < P; c++) yt[c] = 0.0f;
-        for (int64_t j = 0; j < K; j++) {
+        for (int64_t c = c0; c < P; c++) yt[c] = 0.0f;
+        for (int64_t j = 0; j < K && c0 < P; j++) {
             const int64_t u = t + j - (K - 1);   /* the input row, in x0's numbering */
             const float *wj = wt + j * P, *bj = u < 0 ? cache + (t + j) * P : x0 + u * P;
             #pragma omp simd
-            for (int64_t c = 0; c < P; c++) {
+            for (int64_t c = c0; c < P; c++) {
                 const float prod = wj[c] * bj[c];
                 yt[c] = yt[c] + prod;
             }
