@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +31,45 @@
 #include "store_annot.h"
 #include "store_query.h"
 #include "store_report.h"
+#include "cli.h"
 #include "util.h"
 
+
+/* ------------------------------------------------------------ text out */
+
+/* The text of runs, show and compare is built in one buffer and written
+ * with every control character but newline and tab shown as '?'
+ * (lab_write_shown): names, tags, notes and reasons come from a database
+ * that anyone may have written with sqlite3, and an escape sequence in an
+ * arm's name must not move the reader's cursor or recolour the terminal. */
+static FILE *g_text;
+
+__attribute__((format(printf, 1, 2))) static void tprintf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(g_text ? g_text : stdout, fmt, ap);
+    va_end(ap);
+}
+
+/* Starts the buffer (text goes straight to stdout when there is no memory
+ * for one: shown unsanitised rather than not at all). */
+static void text_begin(char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    g_text = open_memstream(buf, len);
+}
+
+/* Writes the buffer shown, and ends it; rc passes through. */
+static int text_end(char **buf, size_t *len, int rc) {
+    if (g_text) {
+        fclose(g_text);
+        g_text = NULL;
+        lab_write_shown(stdout, *buf, *len);
+    }
+    free(*buf);
+    *buf = NULL;
+    return rc;
+}
 
 /* LAB_EINPUT "run ID: no such run in the database" unless run id exists. */
 static int need_run(lab_store *st, int64_t id, char *err, size_t errlen) {
@@ -83,7 +121,7 @@ static void run_line(const lab_query_run_row *r, int we, int wa) {
                  r->top1_hi);
     if (r->has_kl) snprintf(kl, sizeof kl, "%.3g", r->kl_mean);
     if (r->has_div) snprintf(div, sizeof div, "L%lld %s", (long long)r->div_layer, r->div_ffn ? "ffn" : "attn");
-    printf("%-5lld %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %-20s %s\n", (long long)r->id, we, r->experiment, wa, arm,
+    tprintf("%-5lld %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %-20s %s\n", (long long)r->id, we, r->experiment, wa, arm,
            r->status, asrt, top1, kl, r->verdict ? r->verdict : "-", div, r->started,
            lab_engine_label(&r->engine, engine, sizeof engine));
 }
@@ -94,8 +132,17 @@ int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, siz
     return lab_cmd_runs_filtered(st, &f, json, err, errlen);
 }
 
+static int runs_text(lab_store *st, const lab_query_filter *f, char *err, size_t errlen);
+
 int lab_cmd_runs_filtered(lab_store *st, const lab_query_filter *f, int json, char *err, size_t errlen) {
     if (json) return runs_json(st, f, err, errlen);
+    char *buf;
+    size_t len;
+    text_begin(&buf, &len);
+    return text_end(&buf, &len, runs_text(st, f, err, errlen));
+}
+
+static int runs_text(lab_store *st, const lab_query_filter *f, char *err, size_t errlen) {
     lab_query_runs runs;
     int rc = lab_query_runs_read(st, f, &runs, err, errlen);
     if (rc) return rc;
@@ -106,11 +153,11 @@ int lab_cmd_runs_filtered(lab_store *st, const lab_query_filter *f, int json, ch
         if ((int)strlen(runs.rows[i].experiment) > we) we = (int)strlen(runs.rows[i].experiment);
         if ((int)strlen(arm) > wa) wa = (int)strlen(arm);
     }
-    printf("%-5s %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %-20s %s\n", "id", we, "experiment", wa, "arm", "status",
+    tprintf("%-5s %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %-20s %s\n", "id", we, "experiment", wa, "arm", "status",
            "asserts", "top1 k/n [95% CI]", "KL mean", "verdict", "diverges", "started", "engine");
     for (int64_t i = 0; i < runs.n; i++) run_line(&runs.rows[i], we, wa);
-    if (!runs.n) printf("(no runs)\n");
-    else printf("asserts: ok / FAIL (runtime dtype assertions); * = the arm replays a defect and expects FAIL\n");
+    if (!runs.n) tprintf("(no runs)\n");
+    else tprintf("asserts: ok / FAIL (runtime dtype assertions); * = the arm replays a defect and expects FAIL\n");
     lab_query_runs_free(&runs);
     return LAB_OK;
 }
@@ -118,56 +165,56 @@ int lab_cmd_runs_filtered(lab_store *st, const lab_query_filter *f, int json, ch
 /* ------------------------------------------------------------ show */
 
 static void show_comparison(const lab_query_comparison *c) {
-    printf("comparison with reference run %lld%s\n", (long long)c->reference_run_id,
+    tprintf("comparison with reference run %lld%s\n", (long long)c->reference_run_id,
            c->recomputed ? (c->hash_match ? " (recomputed, hash matches)" : " (recomputed, HASH DIFFERS)") : "");
-    printf("  top-1 agreement        %lld/%lld = %.4f  Wilson 95%% [%.4f, %.4f]\n", (long long)c->top1_k,
+    tprintf("  top-1 agreement        %lld/%lld = %.4f  Wilson 95%% [%.4f, %.4f]\n", (long long)c->top1_k,
            (long long)c->top1_n, c->top1_n ? (double)c->top1_k / (double)c->top1_n : 0.0, c->top1_lo, c->top1_hi);
-    printf("  KL(ref||arm) nats      mean %.4g  p99 %.4g  max %.4g\n", c->kl_mean, c->kl_p99, c->kl_max);
-    printf("  max |dlogit|           %.4g\n", c->max_abs_dlogit);
-    printf("  RMS dp (ref top-1)     %.4g\n", c->rms_dp);
-    printf("  McNemar vs reference   b=%lld c=%lld p=%.4g\n", (long long)c->mcnemar_b, (long long)c->mcnemar_c,
+    tprintf("  KL(ref||arm) nats      mean %.4g  p99 %.4g  max %.4g\n", c->kl_mean, c->kl_p99, c->kl_max);
+    tprintf("  max |dlogit|           %.4g\n", c->max_abs_dlogit);
+    tprintf("  RMS dp (ref top-1)     %.4g\n", c->rms_dp);
+    tprintf("  McNemar vs reference   b=%lld c=%lld p=%.4g\n", (long long)c->mcnemar_b, (long long)c->mcnemar_c,
            c->mcnemar_p);
     if (c->has_first_div)
-        printf("  first divergence       layer %lld %s (rel L2 %.3g > tolerance %.3g)\n", (long long)c->first_div_layer,
+        tprintf("  first divergence       layer %lld %s (rel L2 %.3g > tolerance %.3g)\n", (long long)c->first_div_layer,
                c->first_div_ffn ? "after FFN" : "after attention", c->first_div_value, c->div_tolerance);
     else if (c->has_tolerance)
-        printf("  first divergence       none above tolerance %.3g\n", c->div_tolerance);
+        tprintf("  first divergence       none above tolerance %.3g\n", c->div_tolerance);
 }
 
 /* The run's row, the engine it went through (lab_engine_describe), its
  * knobs and metrics. */
 static void show_head(int64_t id, const lab_query_run_detail *d) {
     char engine[320];
-    printf("run %lld\n", (long long)id);
-    for (int64_t i = 0; i < d->n_fields; i++) printf("  %-20s %s\n", d->fields[i].name, d->fields[i].value);
-    printf("  %-20s %s\n", "engine", lab_engine_describe(&d->engine, engine, sizeof engine));
-    printf("knobs (resolved; * = changes numerics)\n");
+    tprintf("run %lld\n", (long long)id);
+    for (int64_t i = 0; i < d->n_fields; i++) tprintf("  %-20s %s\n", d->fields[i].name, d->fields[i].value);
+    tprintf("  %-20s %s\n", "engine", lab_engine_describe(&d->engine, engine, sizeof engine));
+    tprintf("knobs (resolved; * = changes numerics)\n");
     for (int64_t i = 0; i < d->n_knobs; i++)
-        printf("  %s%-28s %s\n", d->knobs[i].numeric ? "*" : " ", d->knobs[i].name, d->knobs[i].value);
-    printf("metrics\n");
-    for (int64_t i = 0; i < d->n_metrics; i++) printf("  %-28s %.6g\n", d->metrics[i].name, d->metrics[i].a);
+        tprintf("  %s%-28s %s\n", d->knobs[i].numeric ? "*" : " ", d->knobs[i].name, d->knobs[i].value);
+    tprintf("metrics\n");
+    for (int64_t i = 0; i < d->n_metrics; i++) tprintf("  %-28s %.6g\n", d->metrics[i].name, d->metrics[i].a);
 }
 
 static void show_divergence(const lab_query_run_detail *d) {
     if (d->n_divergence)
-        printf("per-layer divergence (relative L2 of the residual stream)\n  layer  after-attn  after-ffn\n");
+        tprintf("per-layer divergence (relative L2 of the residual stream)\n  layer  after-attn  after-ffn\n");
     for (int64_t i = 0; i < d->n_divergence; i++) {
         const lab_query_divergence *v = &d->divergence[i];
-        if (!v->ffn) printf("  %5lld  %10.3g", (long long)v->layer, v->rel_l2);
-        else printf("  %10.3g\n", v->rel_l2);
+        if (!v->ffn) tprintf("  %5lld  %10.3g", (long long)v->layer, v->rel_l2);
+        else tprintf("  %10.3g\n", v->rel_l2);
     }
 }
 
 static void show_verdicts(const lab_query_run_detail *d) {
     for (int64_t i = 0; i < d->n_verdicts; i++) {
         const lab_query_verdict *v = &d->verdicts[i];
-        printf("verdict: %s  (%s %s %.3g; evidence %lld/%lld, Wilson 95%% [%.4f, %.4f])\n", v->verdict, v->metric,
+        tprintf("verdict: %s  (%s %s %.3g; evidence %lld/%lld, Wilson 95%% [%.4f, %.4f])\n", v->verdict, v->metric,
                v->direction, v->threshold, (long long)v->k, (long long)v->n, v->lo, v->hi);
     }
-    if (d->n_expectations) printf("expectations\n");
+    if (d->n_expectations) tprintf("expectations\n");
     for (int64_t i = 0; i < d->n_expectations; i++) {
         const lab_query_expectation *e = &d->expectations[i];
-        printf("  %-18s expects %-5s saw %-10s %s %s\n", e->site, e->expected, e->seen, e->ok ? "ok" : "FAIL",
+        tprintf("  %-18s expects %-5s saw %-10s %s %s\n", e->site, e->expected, e->seen, e->ok ? "ok" : "FAIL",
                e->reason);
     }
 }
@@ -175,17 +222,17 @@ static void show_verdicts(const lab_query_run_detail *d) {
 /* Probes: one line per site and dtype pair, with violations summed. */
 static void show_probes(const lab_query_run_detail *d) {
     if (d->n_probes)
-        printf("probes (records per site; bytes/row copied vs src/dst row bytes)\n"
+        tprintf("probes (records per site; bytes/row copied vs src/dst row bytes)\n"
                "  %-16s %-5s %-5s %7s %10s %7s %7s %7s %10s %9s %s\n", "site", "dtype", "src", "records", "rows",
                "B/row", "srcB", "dstB", "violations", "unwritten", "layers");
     for (int64_t i = 0; i < d->n_probes; i++) {
         const lab_query_probe_group *p = &d->probes[i];
-        printf("  %-16s %-5s %-5s %7lld %10lld %7lld %7lld %7lld %10lld %9lld %lld..%lld %s\n", p->site, p->dtype,
+        tprintf("  %-16s %-5s %-5s %7lld %10lld %7lld %7lld %7lld %10lld %9lld %lld..%lld %s\n", p->site, p->dtype,
                *p->src_dtype ? p->src_dtype : "-", (long long)p->records, (long long)p->rows,
                (long long)p->bytes_per_row, (long long)p->src_row_bytes, (long long)p->dst_row_bytes,
                (long long)p->violations, (long long)p->rows_unwritten, (long long)p->layer_min,
                (long long)p->layer_max, p->n_violated ? "VIOLATED" : "");
-        if (p->n_violated && *p->first_detail) printf("      first: %s\n", p->first_detail);
+        if (p->n_violated && *p->first_detail) tprintf("      first: %s\n", p->first_detail);
     }
 }
 
@@ -194,15 +241,24 @@ static int show_annot(lab_store *st, int64_t id, char *err, size_t errlen) {
     lab_run_annot a;
     int rc = lab_store_run_annot(st, id, &a, err, errlen);
     if (rc) return rc;
-    if (a.n_tags) printf("tags\n");
-    for (int64_t i = 0; i < a.n_tags; i++) printf("  %-28s %s\n", a.keys[i], a.values[i]);
-    if (a.n_notes) printf("notes\n");
-    for (int64_t i = 0; i < a.n_notes; i++) printf("  %s  %s\n", a.note_at[i], a.notes[i]);
+    if (a.n_tags) tprintf("tags\n");
+    for (int64_t i = 0; i < a.n_tags; i++) tprintf("  %-28s %s\n", a.keys[i], a.values[i]);
+    if (a.n_notes) tprintf("notes\n");
+    for (int64_t i = 0; i < a.n_notes; i++) tprintf("  %s  %s\n", a.note_at[i], a.notes[i]);
     lab_run_annot_free(&a);
     return LAB_OK;
 }
 
+static int show_text(lab_store *st, int64_t id, char *err, size_t errlen);
+
 int lab_cmd_show(lab_store *st, int64_t id, char *err, size_t errlen) {
+    char *buf;
+    size_t len;
+    text_begin(&buf, &len);
+    return text_end(&buf, &len, show_text(st, id, err, errlen));
+}
+
+static int show_text(lab_store *st, int64_t id, char *err, size_t errlen) {
     int rc = need_run(st, id, err, errlen);
     if (rc) return rc;
     lab_query_run_detail d;
@@ -229,21 +285,21 @@ static int load_brief(lab_store *st, int64_t id, lab_query_brief *b, char *err, 
 
 /* A metric of both runs with the difference and the ratio (B - A, B / A). */
 static void metric_row(const char *name, double va, double vb) {
-    printf("%-16s %-40.6g %-16.6g B-A %+.4g", name, va, vb, vb - va);
-    if (va != 0 && isfinite(va) && isfinite(vb)) printf(", B/A %.4f", vb / va);
-    printf("\n");
+    tprintf("%-16s %-40.6g %-16.6g B-A %+.4g", name, va, vb, vb - va);
+    if (va != 0 && isfinite(va) && isfinite(vb)) tprintf(", B/A %.4f", vb / va);
+    tprintf("\n");
 }
 
 /* A field of both runs, marked when it differs. */
 static void brief_row(const char *name, const char *fa, const char *fb) {
-    printf("%-16s %-40.40s %-40.40s%s\n", name, fa, fb, strcmp(fa, fb) ? "  (differs)" : "");
+    tprintf("%-16s %-40.40s %-40.40s%s\n", name, fa, fb, strcmp(fa, fb) ? "  (differs)" : "");
 }
 
 /* A hash of both runs, whole (a hash cut to a column could hide where two
  * differ): one line when they are the same, A's and B's when not. */
 static void hash_row(const char *name, const char *fa, const char *fb) {
-    if (!strcmp(fa, fb)) printf("%-16s %s  (both)\n", name, fa[0] ? fa : "-");
-    else printf("%-16s A %s\n%-16s B %s  (differs)\n", name, fa[0] ? fa : "-", "", fb[0] ? fb : "-");
+    if (!strcmp(fa, fb)) tprintf("%-16s %s  (both)\n", name, fa[0] ? fa : "-");
+    else tprintf("%-16s A %s\n%-16s B %s  (differs)\n", name, fa[0] ? fa : "-", "", fb[0] ? fb : "-");
 }
 
 /* "*" p < 0.05, "**" p < 0.01, "***" p < 0.001, else "(not significant)". */
@@ -254,8 +310,8 @@ static const char *signif(double p) {
 /* Identity, differing knobs, metrics and each run against its reference. */
 static void compare_table(int64_t a, int64_t b, const lab_query_brief *A, const lab_query_brief *B,
                           const lab_query_compare *c) {
-    printf("%-16s %-40s %-40s\n", "", "run A", "run B");
-    printf("%-16s %-40lld %-40lld\n", "id", (long long)a, (long long)b);
+    tprintf("%-16s %-40s %-40s\n", "", "run A", "run B");
+    tprintf("%-16s %-40lld %-40lld\n", "id", (long long)a, (long long)b);
     brief_row("experiment", A->experiment, B->experiment);
     brief_row("arm", A->arm, B->arm);
     brief_row("status", A->status, B->status);
@@ -268,7 +324,7 @@ static void compare_table(int64_t a, int64_t b, const lab_query_brief *A, const 
     brief_row("engine commit", A->engine.commit, B->engine.commit);
     hash_row("logits sha256", A->logits, B->logits);
     for (int64_t i = 0; i < c->n_knobs; i++)
-        printf("knob %-11s %-40s %-40s\n", c->knobs[i].name, c->knobs[i].a, c->knobs[i].b);
+        tprintf("knob %-11s %-40s %-40s\n", c->knobs[i].name, c->knobs[i].a, c->knobs[i].b);
     for (int64_t i = 0; i < c->n_metrics; i++) metric_row(c->metrics[i].name, c->metrics[i].a, c->metrics[i].b);
     for (int64_t i = 0; i < c->n_refs; i++)
         if (c->refs[i].measured) metric_row(c->refs[i].name, c->refs[i].a, c->refs[i].b);
@@ -314,16 +370,16 @@ static int top1_compute(lab_store *st, int64_t a, int64_t b, const lab_query_bri
 
 static void top1_print(const top1_cmp *t) {
     if (!t->comparable) {
-        printf("top-1 A vs B: not comparable (different datasets or scored positions: %lld vs %lld)\n", (long long)t->na,
+        tprintf("top-1 A vs B: not comparable (different datasets or scored positions: %lld vs %lld)\n", (long long)t->na,
                (long long)t->nb);
         return;
     }
-    printf("top-1 A vs B     %lld/%lld agree, Wilson 95%% [%.4f, %.4f]\n", (long long)t->k, (long long)t->na, t->lo, t->hi);
+    tprintf("top-1 A vs B     %lld/%lld agree, Wilson 95%% [%.4f, %.4f]\n", (long long)t->k, (long long)t->na, t->lo, t->hi);
     if (t->mcnemar)
-        printf("McNemar exact    vs reference run %lld: A-only agree %lld, B-only agree %lld, p = %.4g %s\n",
+        tprintf("McNemar exact    vs reference run %lld: A-only agree %lld, B-only agree %lld, p = %.4g %s\n",
                (long long)t->ref, (long long)t->a_only, (long long)t->b_only, t->p, signif(t->p));
     else if (!t->ref)
-        printf("McNemar exact    not computed: the runs have no common reference run\n");
+        tprintf("McNemar exact    not computed: the runs have no common reference run\n");
 }
 
 static cJSON *brief_json(int64_t id, const lab_query_brief *b) {
@@ -400,11 +456,15 @@ int lab_cmd_compare(lab_store *st, int64_t a, int64_t b, int json, char *err, si
     if ((rc = top1_compute(st, a, b, &A, &B, &t, err, errlen))) { lab_query_compare_free(&c); return rc; }
     if (json) rc = compare_json(a, b, &A, &B, &c, &t, err, errlen);
     else {
+        char *buf;
+        size_t len;
+        text_begin(&buf, &len);
         compare_table(a, b, &A, &B, &c);
         top1_print(&t);
         /* the answer to "did it come out the same": the logits, bit for bit */
-        if (A.logits[0] && !strcmp(A.logits, B.logits)) printf("identical (logits sha256 %s)\n", A.logits);
-        else if (A.logits[0] && B.logits[0]) printf("not identical: the logits differ (sha256 above)\n");
+        if (A.logits[0] && !strcmp(A.logits, B.logits)) tprintf("identical (logits sha256 %s)\n", A.logits);
+        else if (A.logits[0] && B.logits[0]) tprintf("not identical: the logits differ (sha256 above)\n");
+        text_end(&buf, &len, 0);
     }
     lab_query_compare_free(&c);
     return rc;
