@@ -83,6 +83,10 @@ static int check_keys(pctx *c, const cJSON *obj, const char *where, const char *
         }
         char field[256];
         snprintf(field, sizeof field, "%s%s%s", where, *where ? "." : "", it->string);
+        vt_suggester sg;
+        vt_suggest_init(&sg, it->string);
+        for (const char *const *a = allowed; *a; a++) vt_suggest_offer(&sg, *a);
+        if (sg.best) return BAD(c, field, "unknown field (did you mean %s? expected one of: %s)", sg.best, list);
         return BAD(c, field, "unknown field (expected one of: %s)", list);
     }
     return LAB_OK;
@@ -715,9 +719,17 @@ static int parse_metrics(pctx *c, lab_experiment *e, const cJSON *m) {
         if (cJSON_IsString(it))
             for (size_t k = 0; k < sizeof metric_names / sizeof metric_names[0]; k++)
                 if (!strcmp(it->valuestring, metric_names[k].name)) bit = metric_names[k].bit;
-        if (!bit)
+        if (!bit) {
+            vt_suggester sg;
+            vt_suggest_init(&sg, cJSON_IsString(it) ? it->valuestring : "");
+            for (size_t k = 0; cJSON_IsString(it) && k < sizeof metric_names / sizeof metric_names[0]; k++)
+                vt_suggest_offer(&sg, metric_names[k].name);
+            if (sg.best)
+                return BAD(c, field, "\"%s\" (did you mean %s?): expected one of top1_agreement, kl, max_abs_dlogit, "
+                           "rms_dp, perplexity, mcnemar, layer_divergence", it->valuestring, sg.best);
             return BAD(c, field, "expected one of top1_agreement, kl, max_abs_dlogit, rms_dp, "
                                  "perplexity, mcnemar, layer_divergence");
+        }
         e->metrics |= bit;
     }
     /* Agreement is what the verdict and McNemar rest on: always computed. */
@@ -829,7 +841,11 @@ static int parse_arms(pctx *c, lab_experiment *e, const cJSON *root) {
     if ((rc = get_string(c, root, "reference", "reference", 1, &ref))) return rc;
     e->ref_index = lab_experiment_arm(e, ref);
     if (e->ref_index < 0) {
-        rc = BAD(c, "reference", "\"%s\" names no arm (expected the name of one of the arms)", ref);
+        vt_suggester sg;
+        vt_suggest_init(&sg, ref);
+        for (int64_t k = 0; k < e->n_arms; k++) vt_suggest_offer(&sg, e->arms[k].name);
+        if (sg.best) rc = BAD(c, "reference", "\"%s\" names no arm (did you mean %s?)", ref, sg.best);
+        else rc = BAD(c, "reference", "\"%s\" names no arm (expected the name of one of the arms)", ref);
         free(ref);
         return rc;
     }
