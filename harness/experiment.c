@@ -76,18 +76,18 @@ static int check_keys(pctx *c, const cJSON *obj, const char *where, const char *
         for (const char *const *a = allowed; *a; a++)
             if (!strcmp(it->string, *a)) { ok = 1; break; }
         if (ok) continue;
-        char list[512] = "";
+        char list[512] = "", meant[96] = "";
+        vt_suggester sg;
+        vt_suggest_init(&sg, it->string);
         for (const char *const *a = allowed; *a; a++) {
             strncat(list, *a, sizeof list - strlen(list) - 1);
             if (a[1]) strncat(list, ", ", sizeof list - strlen(list) - 1);
+            vt_suggest_offer(&sg, *a);
         }
+        if (sg.best) snprintf(meant, sizeof meant, "did you mean %s? ", sg.best);
         char field[256];
         snprintf(field, sizeof field, "%s%s%s", where, *where ? "." : "", it->string);
-        vt_suggester sg;
-        vt_suggest_init(&sg, it->string);
-        for (const char *const *a = allowed; *a; a++) vt_suggest_offer(&sg, *a);
-        if (sg.best) return BAD(c, field, "unknown field (did you mean %s? expected one of: %s)", sg.best, list);
-        return BAD(c, field, "unknown field (expected one of: %s)", list);
+        return BAD(c, field, "unknown field (%sexpected one of: %s)", meant, list);
     }
     return LAB_OK;
 }
@@ -720,15 +720,14 @@ static int parse_metrics(pctx *c, lab_experiment *e, const cJSON *m) {
             for (size_t k = 0; k < sizeof metric_names / sizeof metric_names[0]; k++)
                 if (!strcmp(it->valuestring, metric_names[k].name)) bit = metric_names[k].bit;
         if (!bit) {
+            char meant[160] = "";
             vt_suggester sg;
             vt_suggest_init(&sg, cJSON_IsString(it) ? it->valuestring : "");
             for (size_t k = 0; cJSON_IsString(it) && k < sizeof metric_names / sizeof metric_names[0]; k++)
                 vt_suggest_offer(&sg, metric_names[k].name);
-            if (sg.best)
-                return BAD(c, field, "\"%s\" (did you mean %s?): expected one of top1_agreement, kl, max_abs_dlogit, "
-                           "rms_dp, perplexity, mcnemar, layer_divergence", it->valuestring, sg.best);
-            return BAD(c, field, "expected one of top1_agreement, kl, max_abs_dlogit, rms_dp, "
-                                 "perplexity, mcnemar, layer_divergence");
+            if (sg.best) snprintf(meant, sizeof meant, "\"%.64s\" (did you mean %s?): ", it->valuestring, sg.best);
+            return BAD(c, field, "%sexpected one of top1_agreement, kl, max_abs_dlogit, rms_dp, "
+                                 "perplexity, mcnemar, layer_divergence", meant);
         }
         e->metrics |= bit;
     }
@@ -844,8 +843,9 @@ static int parse_arms(pctx *c, lab_experiment *e, const cJSON *root) {
         vt_suggester sg;
         vt_suggest_init(&sg, ref);
         for (int64_t k = 0; k < e->n_arms; k++) vt_suggest_offer(&sg, e->arms[k].name);
-        if (sg.best) rc = BAD(c, "reference", "\"%s\" names no arm (did you mean %s?)", ref, sg.best);
-        else rc = BAD(c, "reference", "\"%s\" names no arm (expected the name of one of the arms)", ref);
+        char meant[96];
+        snprintf(meant, sizeof meant, sg.best ? "did you mean %s?" : "expected the name of one of the arms", sg.best);
+        rc = BAD(c, "reference", "\"%s\" names no arm (%s)", ref, meant);
         free(ref);
         return rc;
     }
