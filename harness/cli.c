@@ -170,10 +170,3 @@ int lab_cli_write_file_atomic(const char *path, const void *data, size_t n, char
     }
     return VT_STATUS_OK;
 }
-
-void lab_write_shown(FILE *f, const char *text, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        fputc((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f ? '?' : c, f);
-    }
-}

@@ -4,7 +4,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 /* Prints "vtlab CMD: WHAT" and the hint to run `vtlab CMD --help`; returns 2. */
 int lab_cli_usage_error(const char *cmd, const char *what);
@@ -38,10 +37,5 @@ void lab_cli_out_abort(lab_cli_out *o);
 /* Writes path via path.<pid>.tmp + rename: the file appears whole or not at all.
  * Returns a VT_STATUS_* value. */
 int lab_cli_write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
-
-/* Writes n bytes of text to f with every control character other than
- * newline and tab (and DEL) shown as '?': text read from a results database
- * (names, tags, notes, reasons) cannot drive the reader's terminal. */
-void lab_write_shown(FILE *f, const char *text, size_t n);
 
 #endif

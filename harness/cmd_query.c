@@ -31,7 +31,6 @@
 #include "store_annot.h"
 #include "store_query.h"
 #include "store_report.h"
-#include "cli.h"
 #include "util.h"
 
 
@@ -39,7 +38,7 @@
 
 /* The text of runs, show and compare is built in one buffer and written
  * with every control character but newline and tab shown as '?'
- * (lab_write_shown): names, tags, notes and reasons come from a database
+ * (lab_write_shown, util.c): names, tags, notes and reasons come from a database
  * that anyone may have written with sqlite3, and an escape sequence in an
  * arm's name must not move the reader's cursor or recolour the terminal. */
 static FILE *g_text;

@@ -544,8 +544,7 @@ static const char *hello_parse(const cJSON *root, lab_engine_hello *h, char *whe
     snprintf(h->device, sizeof h->device, "engine: %s %s", name, ver);
     /* the device line is printed as is (show, run lines): an engine's name is
      * untrusted, so no control character reaches a terminal through it */
-    for (char *p = h->device; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    lab_show_controls(h->device);
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(root, "knobs");
     snprintf(where, wl, "knobs");
     if (!cJSON_IsArray(ks)) return "expected an array (the engine's knob registry)";

@@ -18,11 +18,21 @@
 #include <sys/stat.h>
 #include <time.h>
 
-/* An error is one line: control characters that came from the input (a JSON
- * key "a\nb", a name) are shown as '?'. */
-static void one_line(char *s) {
+/* The one rule for untrusted text on a terminal: a control character (and
+ * DEL) is shown as '?'. An error is one line: lab_errf shows the control
+ * characters that came from the input (a JSON key "a\nb", a name) so. */
+static int is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+void lab_show_controls(char *s) {
     for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+        if (is_control((unsigned char)*s)) *s = '?';
+}
+
+void lab_write_shown(FILE *f, const char *text, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        fputc(is_control(c) && c != '\n' && c != '\t' ? '?' : c, f);
+    }
 }
 
 int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -31,7 +41,7 @@ int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(err, errlen, fmt, ap);
         va_end(ap);
-        one_line(err);
+        lab_show_controls(err);
     }
     return code;
 }
@@ -45,7 +55,7 @@ int lab_err_prefix(char *err, size_t errlen, int code, const char *fmt, ...) {
     va_end(ap);
     snprintf(old, sizeof old, "%s", err);
     snprintf(err, errlen, "%s: %s", pre, old);
-    one_line(err);
+    lab_show_controls(err);
     return code;
 }
 
@@ -231,7 +241,7 @@ int lab_json_check_text(const char *path, const char *text, size_t len, char *er
     /* the model's rule (vt.h), so that a config and an experiment are held to
      * the same one */
     int rc = vt_json_text_check(text, len, path, err, errlen);
-    if (rc != VT_STATUS_OK) one_line(err);
+    if (rc != VT_STATUS_OK) lab_show_controls(err);
     return rc == VT_STATUS_OK ? LAB_OK : LAB_EINPUT;
 }
 

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model/vt.h"
 
@@ -38,6 +39,14 @@
  * SIGTERM, then SIGKILL. */
 #define LAB_ENGINE_TIMEOUT_S    600.0
 #define LAB_ENGINE_GRACE_S      5.0
+
+/* Untrusted text (an engine's hello, a name or note read from a results
+ * database) shown on a terminal: every control character as '?'.
+ * lab_show_controls: in place, newlines too (one line). lab_write_shown: n
+ * bytes written to f, newline and tab kept (a listing's own layout), so a
+ * planted escape sequence cannot drive the reader's terminal. */
+void lab_show_controls(char *s);
+void lab_write_shown(FILE *f, const char *text, size_t n);
 
 /* Formats into err (may be NULL) and returns code. */
 int lab_errf(char *err, size_t errlen, int code, const char *fmt, ...)
