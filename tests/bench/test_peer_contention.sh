@@ -17,27 +17,10 @@
 set -u
 VTLAB=${1:-./vtlab}
 case $VTLAB in /*) ;; *) VTLAB=$PWD/$VTLAB ;; esac
-BUILD=${BUILD:-build}
-BENCH=$PWD/$BUILD/bench
-PY=${BENCH_PEER_PYTHON:-/usr/bin/python3}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-STANDIN=$HERE/standin_modeling.py
 NAME=test_peer_contention
-pass=0 fail=0
-ok()    { echo "ok - $*"; pass=$((pass + 1)); }
-notok() { echo "not ok - $*"; fail=$((fail + 1)); }
-check() { if eval "$2"; then ok "$1"; else notok "$1"; sed 's/^/#   /' "$OUT"; fi; }
-
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "skip - $NAME: python3-torch is not installed in $PY (apt-get install python3-torch, or make deps-peer)"
-  echo "$NAME: 0 passed, 0 failed, 1 skipped"
-  exit 0
-fi
-if [ ! -x "$BENCH" ] || [ ! -x "$VTLAB" ]; then echo "not ok - build $BENCH and $VTLAB first (make vtlab $BUILD/bench)"; exit 1; fi
-W=$(mktemp -d "${TMPDIR:-/tmp}/vtpeercont.XXXXXX"); trap 'rm -rf "$W"' EXIT
-OUT=$W/out
+PY=${BENCH_PEER_PYTHON:-/usr/bin/python3}
+. "$(dirname "${BASH_SOURCE[0]}")/peer_test_lib.sh"
 NP=$(nproc)
-"$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 1 --out "$W/tiny" >/dev/null || { echo "not ok - synth"; exit 1; }
 cont() {   # cont [ENV=VALUE ...]: the short contention pass, its output in $OUT, its status in $W/rc
   rm -f "$W/c.json"
   env BENCH_CONTENTION_ROUNDS=3 BENCH_PEER_PY="$HERE/peer.py" BENCH_PEER_PYTHON="$PY" "$@" \

@@ -14,25 +14,9 @@
 set -u
 VTLAB=${1:-./vtlab}
 case $VTLAB in /*) ;; *) VTLAB=$PWD/$VTLAB ;; esac
-BUILD=${BUILD:-build}
-BENCH=$PWD/$BUILD/bench
+NAME=test_peer_mode
 PY=/usr/bin/python3
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-STANDIN=$HERE/standin_modeling.py
-pass=0 fail=0
-ok()    { echo "ok - $*"; pass=$((pass + 1)); }
-notok() { echo "not ok - $*"; fail=$((fail + 1)); }
-check() { if eval "$2"; then ok "$1"; else notok "$1"; sed 's/^/#   /' "$OUT"; fi; }
-
-if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "skip - test_peer_mode: python3-torch is not installed (apt-get install python3-torch, or make deps-peer)"
-  echo "test_peer_mode: 0 passed, 0 failed, 1 skipped"
-  exit 0
-fi
-if [ ! -x "$BENCH" ] || [ ! -x "$VTLAB" ]; then echo "not ok - build $BENCH and $VTLAB first (make vtlab $BUILD/bench)"; exit 1; fi
-W=$(mktemp -d "${TMPDIR:-/tmp}/vtpeer.XXXXXX"); trap 'rm -rf "$W"' EXIT
-OUT=$W/out
-"$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 1 --out "$W/tiny" >/dev/null || { echo "not ok - synth"; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/peer_test_lib.sh"
 peer() { "$PY" "$HERE/peer.py" --bench "$BENCH" --model "$W/tiny" --rounds 3 "$@" >"$OUT" 2>&1; echo $? >"$W/rc"; }
 delta_ok() {   # the printed max |delta| is a number <= 1e-4
   "$PY" - "$OUT" <<'PYEOF'
