@@ -196,7 +196,7 @@ static void run_task(void (*fn)(void *, int64_t, int), void *arg, int64_t i, int
 
 static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
     if (b->task) { run_task(b->task, b->task_arg, t, omp_get_thread_num()); return; }
-    tile c, n;
+    tile c, n = {0};
     if (!tile_at(b, t, &c)) return;
     const vt_gemm_job *g = c.g;
 #ifdef VT_MUTATE_PANEL_BOUNDARY
@@ -209,11 +209,15 @@ static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
     const int64_t npanel = vt_tensor_panel_rows(g->W);
 #endif
     const float *xp = b->xp && c.r0 == 0 && c.r1 == g->M ? b->xp[g - b->jobs] : NULL;
-    const vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
-                            g->W->shape[1], g->y, g->ldy, 0, b->solo, npanel, xp, g->M};
+    vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
+                      g->W->shape[1], g->y, g->ldy, 0, b->solo, npanel, xp, g->M, NULL, 0};
     const void *nrows = NULL;
     if (tile_at(b, next, &n) && n.r1 - n.r0 <= VT_GEMV_MAX_ROWS)
         nrows = (const char *)n.g->W->data + (size_t)n.c0 * vt_row_size(n.g->W->dtype, n.g->W->shape[1]);
+    else if (n.g && n.c0 < vt_tensor_panel_rows(n.g->W)) {   /* the packed kernel on panels: its first panel */
+        a.pf_next = (const char *)n.g->W->data + (size_t)n.c0 * vt_row_size(n.g->W->dtype, n.g->W->shape[1]);
+        a.pf_step = VT_PANEL * (int64_t)vt_dtype_size(n.g->W->dtype);
+    }
     run_block(&a, c.r0, c.r1, c.c0, c.c1, nrows);
 }
 
@@ -497,7 +501,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
 void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
-    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1, 0, NULL, 0};
+    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1, 0, NULL, 0, NULL, 0};
     if (isa() == ISA_AVX2) { vt_gemm256_block(&a, 0, M, 0, N); return; }
     if (isa() != ISA_AVX512) { scalar_block(&a, 0, M, 0, N); return; }
     for (int64_t i = 0; i < M; i += 256) {   /* rows by 256 keep the x block of a K panel in L2 */

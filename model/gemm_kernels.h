@@ -48,6 +48,10 @@ typedef struct vt_gemm_args {
     const float *xp;     /* NULL, or x's rows [0, xpm) packed by vt_gemm512_pack_x, for blocks
                             over all of them (the packed kernel then packs nothing) */
     int64_t      xpm;
+    const char  *pf_next; /* NULL, or the first K block of the W panel this thread runs right after
+                            this block (another tile's or another expert's): the packed kernel on
+                            panels prefetches it, pf_step bytes per k, under its last panel */
+    int64_t      pf_step;
 } vt_gemm_args;
 
 /* x[M, K] packed as the packed kernel packs it for rows [0, M) (per K block

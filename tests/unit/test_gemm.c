@@ -478,7 +478,7 @@ static void test_gemv_every_shift(void **state) {
                             }
                         for (int solo = 0; solo < 2; solo++) {   /* bf16: the 16-k step and the pair step */
                             for (int64_t i = 0; i < M * ldy; i++) got[i] = -7.0f + (float)(i % 5);
-                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo, 0, NULL, 0};
+                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo, 0, NULL, 0, NULL, 0};
                             vt_gemm512_gemv(&a, 0, M, 0, N, NULL);
                             char what[160];
                             snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d solo=%d",
@@ -663,7 +663,7 @@ static void test_avx2_any_block(void **state) {
                                     want[i * N + j] = r;
                                 }
                             const vt_gemm_args ga = {x, K, W->data, vt_row_size(W->dtype, K), W->dtype, K, got, N,
-                                                     acc, 1, vt_tensor_panel_rows(W), NULL, 0};
+                                                     acc, 1, vt_tensor_panel_rows(W), NULL, 0, NULL, 0};
                             vt_gemm256_block(&ga, 0, m, c0, c1);
                             if (memcmp(want, got, sizeof want))
                                 fail_msg("avx2 %s%s acc=%d rows %lld columns [%lld, %lld): not the reference's bits",
@@ -756,7 +756,7 @@ static void test_panel_gemv_accumulate(void **state) {
                 vt_err err = {0};
                 VT_ASSERT_OK(vt_tensor_panelize(&wp.t, &err), err);
                 const vt_gemm_args a = {x, LDX, wp.t.data, vt_row_size(DTYPES[d], K), DTYPES[d], K, got, LDY, acc, 1, N,
-                                        NULL, 0};
+                                        NULL, 0, NULL, 0};
                 vt_gemm512_panel_gemv(&a, 0, M, 0, N);
                 char what[96];
                 snprintf(what, sizeof what, "panel gemv %s M=%lld acc=%d", vt_dtype_name(DTYPES[d]), (long long)M, acc);
