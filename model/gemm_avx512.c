@@ -203,6 +203,7 @@ VT_INLINE void x_block(const float *x, int64_t ldx, int64_t i0, int64_t nr, int6
 /* x rows [r0, r1), k in [k0, k0+kc), into xp in the row blocks of ukr_rows:
  * block at rows i..i+mr is xp + (i-r0)*kc, laid out [k][mr]. 16 k of up to
  * 16 rows at a time through the register transpose, stored mr lanes wide. */
+enum { PACK_PF = 64 };   /* floats ahead per row */
 VT_AVX512 static void pack_rows(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t k0, int64_t kc,
                                 float *xp) {
     const int64_t nb = (r1 - r0 + MR - 1) / MR;
@@ -212,6 +213,8 @@ VT_AVX512 static void pack_rows(const float *x, int64_t ldx, int64_t r0, int64_t
         float *dst = xp + (i - r0) * kc;
         for (int64_t kk = 0; kk < kc; kk += 16) {
             __m512 r[16];
+            if (kk + PACK_PF < kc)
+                for (int t = 0; t < mr; t++) _mm_prefetch(x + (i + t) * ldx + k0 + kk + PACK_PF, _MM_HINT_T0);
             x_block(x, ldx, i, mr, k0 + kk, kc - kk, r);
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++)
