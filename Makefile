@@ -255,7 +255,7 @@ MUTATIONS := VT_MUTATE_SCATTER_STREAM_DTYPE:test_scatter VT_MUTATE_HALVE_ROW_BYT
              VT_MUTATE_NO_WAL_RETRY:test_store VT_MUTATE_NO_FINISH_CHECK:test_store \
              VT_MUTATE_GEMM_SPLIT_K:test_gemm VT_MUTATE_ATTN_NO_CAUSAL_MASK:test_attn \
              VT_MUTATE_KDA_CHUNK_NO_DECAY:test_kda_chunk VT_MUTATE_SILU_RCP:test_vmath \
-             VT_MUTATE_PANEL_BOUNDARY:test_gemm VT_MUTATE_XPACK_ANY_K:test_gemm \
+             VT_MUTATE_PANEL_BOUNDARY:test_gemm VT_MUTATE_XPACK_ANY_K:test_gemm VT_MUTATE_XMEMO_KEY:test_gemm \
              VT_MUTATE_ACK_UNCONFIRMED:cli/test_nightly_reliability VT_MUTATE_PIECE_UNROUNDED:test_forward \
              VT_MUTATE_KDA_DIAG_UNFUSED:test_kda_chunk VT_MUTATE_BATCH_STATE_LEAK:test_batch \
              VT_MUTATE_SCOPE_IGNORED:test_scope VT_MUTATE_DDMIN_NO_COMPLEMENTS:test_localize_search

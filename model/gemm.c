@@ -163,6 +163,7 @@ typedef struct batch_plan {
     int                solo;    /* every tile runs on the calling thread */
     const float *const *xp;     /* [njobs]: x packed once for the job's tiles (pack_shared), or NULL */
     void (*task)(void *arg, int64_t i, int thread);   /* a vt_par_for: "tile" i is task(task_arg, i, ...) */
+    uint64_t           id;      /* unique per vt_gemm_batch call (vt_gemm_args.batch) */
     void              *task_arg;
 } batch_plan;
 
@@ -210,7 +211,7 @@ static void run_tile(const batch_plan *b, int64_t t, int64_t next) {
 #endif
     const float *xp = b->xp && c.r0 == 0 && c.r1 == g->M ? b->xp[g - b->jobs] : NULL;
     vt_gemm_args a = {g->x, g->ldx, g->W->data, vt_row_size(g->W->dtype, g->W->shape[1]), g->W->dtype,
-                      g->W->shape[1], g->y, g->ldy, 0, b->solo, npanel, xp, g->M, NULL, 0};
+                      g->W->shape[1], g->y, g->ldy, 0, b->solo, npanel, xp, g->M, NULL, 0, b->id};
     const void *nrows = NULL;
     if (tile_at(b, next, &n) && n.r1 - n.r0 <= VT_GEMV_MAX_ROWS)
         nrows = (const char *)n.g->W->data + (size_t)n.c0 * vt_row_size(n.g->W->dtype, n.g->W->shape[1]);
@@ -463,7 +464,9 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
     const int64_t ntiles = first[njobs];
     const float *xp[njobs > 0 ? njobs : 1];
     int64_t own[njobs > 0 ? njobs : 1], nown = 0;
-    batch_plan b = {.jobs = jobs, .njobs = njobs, .plans = plans, .first = first};
+    static uint64_t batches;
+    batch_plan b = {.jobs = jobs, .njobs = njobs, .plans = plans, .first = first,
+                    .id = __atomic_add_fetch(&batches, 1, __ATOMIC_RELAXED)};
     if (isa() == ISA_AVX512 && plan_packs(jobs, njobs, plans, xp, own, &nown) == 0) b.xp = xp;
     const int64_t nunits = pack_units(jobs, own, nown);
     /* a small batch runs on the calling thread (VT_PAR_MIN_WORK, gemm.h) */
@@ -501,7 +504,7 @@ int64_t vt_gemm_batch(const vt_gemm_job *jobs, int64_t njobs) {
 void vt_sgemm_nt(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                  float *C, int64_t ldc, int accumulate) {
     if (M <= 0 || N <= 0) return;
-    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1, 0, NULL, 0, NULL, 0};
+    const vt_gemm_args a = {A, lda, B, (size_t)ldb * sizeof(float), VT_F32, K, C, ldc, accumulate, 1, 0, NULL, 0, NULL, 0, 0};
     if (isa() == ISA_AVX2) { vt_gemm256_block(&a, 0, M, 0, N); return; }
     if (isa() != ISA_AVX512) { scalar_block(&a, 0, M, 0, N); return; }
     for (int64_t i = 0; i < M; i += 256) {   /* rows by 256 keep the x block of a K panel in L2 */

@@ -52,6 +52,8 @@ typedef struct vt_gemm_args {
                             this block (another tile's or another expert's): the packed kernel on
                             panels prefetches it, pf_step bytes per k, under its last panel */
     int64_t      pf_step;
+    uint64_t     batch;   /* 0, or the batch this block is of (unique per vt_gemm_batch call): a tile
+                             may reuse x as packed by the previous tile of the same batch */
 } vt_gemm_args;
 
 /* x[M, K] packed as the packed kernel packs it for rows [0, M) (per K block

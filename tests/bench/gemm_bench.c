@@ -273,7 +273,7 @@ static void bench_threshold(char *pool) {
         for (int d = 0; d < 2; d++)
             for (int gv = 0; gv < 2; gv++) {
                 kern_arg k = {{x, 1024, pool, vt_row_size(d ? VT_BF16 : VT_F32, 1024), d ? VT_BF16 : VT_F32, 1024, y,
-                               1024, 0, 1, 0, NULL, 0}, M, 1024, gv};
+                               1024, 0, 1, 0, NULL, 0, NULL, 0, 0}, M, 1024, gv};
                 double b = 1e30;
                 for (int r = 0; r < ROUNDS; r++) {
                     double s = (gv && M > VT_GEMV_MAX_ROWS) ? 0 : time_call(run_kernel, &k);

@@ -478,7 +478,7 @@ static void test_gemv_every_shift(void **state) {
                             }
                         for (int solo = 0; solo < 2; solo++) {   /* bf16: the 16-k step and the pair step */
                             for (int64_t i = 0; i < M * ldy; i++) got[i] = -7.0f + (float)(i % 5);
-                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo, 0, NULL, 0, NULL, 0};
+                            const vt_gemm_args a = {x, ldx, w, wstride, dt, K, got, ldy, acc, solo, 0, NULL, 0, NULL, 0, 0};
                             vt_gemm512_gemv(&a, 0, M, 0, N, NULL);
                             char what[160];
                             snprintf(what, sizeof what, "gemv %s shift %d K=%lld wstride=%zu M=%lld N=%lld acc=%d solo=%d",
@@ -663,7 +663,7 @@ static void test_avx2_any_block(void **state) {
                                     want[i * N + j] = r;
                                 }
                             const vt_gemm_args ga = {x, K, W->data, vt_row_size(W->dtype, K), W->dtype, K, got, N,
-                                                     acc, 1, vt_tensor_panel_rows(W), NULL, 0, NULL, 0};
+                                                     acc, 1, vt_tensor_panel_rows(W), NULL, 0, NULL, 0, 0};
                             vt_gemm256_block(&ga, 0, m, c0, c1);
                             if (memcmp(want, got, sizeof want))
                                 fail_msg("avx2 %s%s acc=%d rows %lld columns [%lld, %lld): not the reference's bits",
@@ -729,6 +729,68 @@ static void test_batch_shared_x(void **state) {
     free(xb);
 }
 
+/* Tiles of one batch over the same x rows share its packing (gemm_avx512.c's
+ * x memo: an expert's up reuses what its gate packed), but never across a
+ * change of K, ldx or batch: jobs with the same x pointer and K = 300, 1024,
+ * 1024 (the first leaves a packed partial K block that a later K must not
+ * take), then the same pointer refilled and run again in a new batch, each
+ * against the reference, at 1 and 2 threads. The packed kernel only: W in
+ * panels or 16-bit (f32 rows of 5-64 rows go to the broadcast kernel). */
+static void test_batch_x_memo(void **state) {
+    (void)state;
+    enum { NJ = 4, M = 40, LDX = 1030 };
+    const int64_t Ks[NJ] = {300, 1024, 1024, 1024}, Ns[NJ] = {256, 256, 200, 256};
+    const vt_dtype dts[NJ] = {VT_BF16, VT_F32, VT_F16, VT_F32};
+    const int64_t ldxs[NJ] = {LDX, LDX, LDX, LDX - 2};
+    float *xb, *x = make_x(M, LDX, &xb);
+    wmat w[NJ], rows[NJ];   /* rows: W as made, for the reference (w goes into panels) */
+    vt_gemm_job jobs[NJ];
+    float *want[NJ], *got[NJ];
+    for (int j = 0; j < NJ; j++) {
+        w[j] = make_w(dts[j], Ns[j], Ks[j]);
+        rows[j] = w[j];
+        rows[j].base = malloc(w[j].t.nbytes);
+        assert_non_null(rows[j].base);
+        rows[j].t.data = memcpy(rows[j].base, w[j].t.data, w[j].t.nbytes);
+        want[j] = calloc((size_t)(M * Ns[j]), 4);
+        got[j] = calloc((size_t)(M * Ns[j]), 4);
+        jobs[j] = (vt_gemm_job){x, ldxs[j], M, &w[j].t, got[j], Ns[j]};
+        if (dts[j] == VT_F32) {
+            vt_err err = {0};
+            VT_ASSERT_OK(vt_tensor_panelize(&w[j].t, &err), err);
+        }
+    }
+    for (int round = 0; round < 3; round++) {
+        if (round) for (int64_t i = 0; i < M * LDX; i++) x[i] = mixed();   /* same pointer, new values */
+        if (round == 2) {   /* job 1 alone after job 1 alone: the memo of the batch before is stale */
+            omp_set_num_threads(1);
+            vt_gemm_batch(&jobs[1], 1);
+            for (int64_t i = 0; i < M * LDX; i++) x[i] = mixed();
+        }
+        for (int j = 0; j < NJ; j++) {
+            vt_gemm_job r = jobs[j];
+            r.y = want[j], r.W = &rows[j].t;
+            ref_job(&r, want[j]);
+        }
+        for (int th = 1; th <= 2; th++) {
+            omp_set_num_threads(th);
+            for (int j = 0; j < NJ; j++)
+                for (int64_t i = 0; i < M * Ns[j]; i++) got[j][i] = NAN;
+            if (round == 2) vt_gemm_batch(&jobs[1], 1);
+            else vt_gemm_batch(jobs, NJ);
+            for (int j = 0; j < NJ; j++) {
+                if (round == 2 && j != 1) continue;
+                char what[96];
+                snprintf(what, sizeof what, "x memo, round %d, job %d (K=%lld), threads=%d", round, j,
+                         (long long)Ks[j], th);
+                expect_equal(got[j], want[j], M, Ns[j], Ns[j], what);
+            }
+        }
+    }
+    for (int j = 0; j < NJ; j++) { free(w[j].base); free(rows[j].base); free(want[j]); free(got[j]); }
+    free(xb);
+}
+
 /* The panel GEMV itself (W in panels, tensor.h), chains from 0 and from y
  * (accumulate: bf16's even/odd lanes taken apart and put back), 1..4 rows,
  * three panels (two side by side, then one), every dtype. */
@@ -756,7 +818,7 @@ static void test_panel_gemv_accumulate(void **state) {
                 vt_err err = {0};
                 VT_ASSERT_OK(vt_tensor_panelize(&wp.t, &err), err);
                 const vt_gemm_args a = {x, LDX, wp.t.data, vt_row_size(DTYPES[d], K), DTYPES[d], K, got, LDY, acc, 1, N,
-                                        NULL, 0, NULL, 0};
+                                        NULL, 0, NULL, 0, 0};
                 vt_gemm512_panel_gemv(&a, 0, M, 0, N);
                 char what[96];
                 snprintf(what, sizeof what, "panel gemv %s M=%lld acc=%d", vt_dtype_name(DTYPES[d]), (long long)M, acc);
@@ -775,6 +837,7 @@ int main(void) {
         cmocka_unit_test(test_batch_large),
         cmocka_unit_test(test_batch_many_jobs),
         cmocka_unit_test(test_batch_shared_x),
+        cmocka_unit_test(test_batch_x_memo),
         cmocka_unit_test(test_panel_gemv_accumulate),
         cmocka_unit_test(test_gemm_step),
         cmocka_unit_test(test_gemv_every_shift),
