@@ -387,7 +387,7 @@ static _Thread_local float *t_xpack;
 static _Thread_local size_t t_xpack_cap;
 
 static int packs_x(const vt_gemm_job *g, const tile_plan *p) {
-    return p->nrb == 1 && p->ncb > 1 && g->M > VT_GEMV_MAX_ROWS && g->W->shape[1] > 0 &&
+    return p->nrb == 1 && p->ncb > 1 && g->M > VT_GEMV_MAX_ROWS && g->M > VT_XMEMO_MAX_ROWS && g->W->shape[1] > 0 &&
            !bcast_rows(g->M, g->W->dtype, 0, vt_tensor_panel_rows(g->W) > 0);
 }
 

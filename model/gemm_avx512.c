@@ -52,6 +52,7 @@ enum { MR = 12, NR = 32, KC = 256 };
  * 256 values) 1/16 of the tile's FMA work at 128 columns, 1/32 at 256. */
 enum { MC = 96, TILE_COLS = 256 };
 _Static_assert(NR == VT_PANEL, "a W panel (tensor.h) is one micro-kernel panel");
+_Static_assert(MC == VT_XMEMO_MAX_ROWS, "the x memo holds one block of MC rows");
 
 /* How a micro-kernel's chains start: at 0, or at y's value (a later K block,
  * or accumulate = 1). MODE_ADD exists only in the mutation build below. */

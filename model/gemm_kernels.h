@@ -64,6 +64,11 @@ typedef struct vt_gemm_args {
 size_t vt_gemm512_pack_x_floats(int64_t M, int64_t K);
 void   vt_gemm512_pack_x(const float *x, int64_t ldx, int64_t M, int64_t K, int64_t k0, float *xp);
 
+/* A tile of at most this many rows packs x into a memo that the next tile
+ * of the same batch on the same thread reuses when it reads the same rows
+ * (vt_gemm_args.batch); gemm.c packs x for the batch only for more rows. */
+#define VT_XMEMO_MAX_ROWS 96
+
 /* Rows at or below this go to the GEMV kernel (W read in place, no packing);
  * above it, to the packed micro-kernel. Measured: see gemm_avx512.c. */
 #define VT_GEMV_MAX_ROWS 4
