@@ -131,7 +131,7 @@ static void setup_case(bench_case *c, const shape *s, vt_dtype dt, int panel, fl
         memset(W, 0, sizeof *W);
         W->dtype = dt; W->ndim = 2; W->shape[0] = s->N; W->shape[1] = s->K;
         W->panel = panel ? VT_PANEL : 0;   /* the same bytes read as panels (tensor.h; the model's default) */
-        W->data = (char *)wbuf + (size_t)(s->moe ? j % 32 : j) * vt_row_size(dt, s->N * s->K);
+        W->data = (char *)wbuf + (size_t)j * vt_row_size(dt, s->N * s->K);   /* every job its own W, as in the model */
         int64_t M = s->moe ? moe_rows((int)(j % 32)) : TOKENS;
         c->jobs[j] = (vt_gemm_job){x, s->K, M, W, y + (size_t)j * 70 * s->N * (s->moe ? 1 : 4), s->N};
         c->flops += 2.0 * (double)M * s->N * s->K;
