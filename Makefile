@@ -326,7 +326,7 @@ bench: deps vtlab $(BUILD)/bench $(BUILD)/gemm_bench
 	BUILD=$(BUILD) PEER_MODELING="$(PEER_MODELING)" PEER_CONFIG="$(PEER_CONFIG)" bash tests/bench/run.sh ./vtlab
 
 # make bench-contention [CONTENTION_CONFIG=model/configs/kimi-linear-small.json] [CONTENTION_T=256]
-#     [BENCH_CONTENTION=quiet,steady1,steady2,bursty,teams,ci] [BENCH_CONTENTION_ROUNDS=9] [BENCH_DB=PATH]
+#     [BENCH_CONTENTION=quiet,steady1,steady2,bursty,membw,teams,ci] [BENCH_CONTENTION_ROUNDS=9] [BENCH_DB=PATH]
 #     [PEER_MODELING=/path/to/modeling_kimi_linear.py] [PEER_CONFIG=FILE]
 # The contention table (tests/bench/contention.h, docs/bench.md): prefill and
 # decode at the default thread count against one thread while other tenants

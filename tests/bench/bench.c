@@ -594,8 +594,9 @@ static void batch_report(vt_model *m, const vt_config *cfg, const int32_t *tok, 
 static int load_main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[2], "spin")) return cont_load_spin();
     if (argc >= 4 && !strcmp(argv[2], "bursty")) return cont_load_bursty((unsigned)atoi(argv[3]));
+    if (argc >= 3 && !strcmp(argv[2], "membw")) return cont_load_membw();
     if (argc >= 6 && !strcmp(argv[2], "team")) return cont_load_team(argv[3], atoi(argv[4]), atoi(argv[5]));
-    fprintf(stderr, "bench: --load spin | bursty SEED | team DIR THREADS READY_FD\n");
+    fprintf(stderr, "bench: --load spin | bursty SEED | membw | team DIR THREADS READY_FD\n");
     return 2;
 }
 

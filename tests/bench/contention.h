@@ -12,6 +12,9 @@
  *   steady1  one process spinning (one core busy, `yes`)
  *   steady2  two spinning (both cores busy)
  *   bursty   two processes, each busy then asleep for 5-80 ms at random
+ *   membw    one process streaming memory (a STREAM triad over 3 x 64 MiB,
+ *            far past the last-level cache): one core and much of the memory
+ *            bandwidth taken, as a co-tenant's decode or data loader takes them
  *   teams    N other vtlab processes (BENCH_CONTENTION_TEAMS, default 2), each
  *            running prefills of the same model on its own 2-thread team
  *   ci       the project's own build and unit tests in a loop (make -B -j2
@@ -107,6 +110,20 @@ static int cont_load_bursty(unsigned seed) {
     return 0;
 }
 
+/* `bench --load membw`: a STREAM triad, a = b + 3 c, over three arrays of
+ * 64 MiB each, until killed. */
+static int cont_load_membw(void) {
+    const size_t n = (size_t)8 << 20;   /* doubles per array: 64 MiB */
+    double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
+    if (!a || !b || !c) return 1;
+    for (size_t i = 0; i < n; i++) a[i] = 0, b[i] = 1, c[i] = 2;
+    for (;;) {
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0 * c[i];
+        double *t = a; a = b, b = t;   /* the stored array is read next: nothing folds the loop away */
+    }
+    return 0;
+}
+
 /* `bench --load team DIR THREADS READY_FD`: prefills of 256 tokens on a team
  * of THREADS, forever; a byte on READY_FD once the first is done. */
 static int cont_load_team(const char *dir, int threads, int ready_fd) {
@@ -146,6 +163,7 @@ static const cont_pattern CONT_PATTERNS[] = {
     {"steady1", "one busy loop (one core)"},
     {"steady2", "two busy loops (both cores)"},
     {"bursty", "two processes, 5-80 ms busy / 5-80 ms asleep"},
+    {"membw", "one process streaming memory (a triad)"},
     {"teams", "other vtlab processes, a 2-thread team each"},
     {"ci", "make -B -j2 of the project + unit tests, in a loop"},
 };
@@ -174,6 +192,9 @@ static int cont_start(cont_load *L, const char *p, const char *self, const char 
             char *argv[] = {(char *)self, "--load", "bursty", a1, NULL};
             if (cont_spawn(L, argv, -1)) return -1;
         }
+    } else if (!strcmp(p, "membw")) {
+        char *argv[] = {(char *)self, "--load", "membw", NULL};
+        if (cont_spawn(L, argv, -1)) return -1;
     } else if (!strcmp(p, "teams")) {
         int fds[2], n = env_int("BENCH_CONTENTION_TEAMS", 2);
         if (n > CONT_MAX_LOAD) n = CONT_MAX_LOAD;

@@ -5,7 +5,7 @@
 # pattern (one thread, the default count, their ratio, for prefill and
 # decode) and the lowest ratio, writes the phases cont-PATTERN-*-tN into
 # --json for record-bench, and leaves no load process behind. The tiny model,
-# one round, three light patterns (a few seconds; the ratios themselves are
+# one round, four light patterns (a few seconds; the ratios themselves are
 # measured by `make bench-contention`, not asserted here: this host is shared).
 #
 # Usage (from the repository root): bash tests/cli/test_bench_contention.sh ./build/vtlab
@@ -22,10 +22,10 @@ for v in $(env | sed -n 's/^\(VT_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 
 if [ ! -x "$BENCH" ]; then not_ok "bench binary" "$BENCH is not built (make $BENCH)"; finish; exit; fi
 "$VTLAB" synth --config model/configs/kimi-linear-tiny.json --seed 1 --out "$W/tiny" >/dev/null
-expect_exit "bench --contention quiet,steady1,bursty --json: exit 0" 0 env BENCH_CONTENTION_ROUNDS=1 \
-    "$BENCH" "$W/tiny" 16 --json "$W/c.json" --contention quiet,steady1,bursty
-rows=$(grep -cE "^  (quiet|steady1|bursty) " "$OUT_FILE")
-if [ "$rows" = 3 ] && grep -q "^contention: lowest ratio [0-9.]* (goal >= 0.90)" "$OUT_FILE" &&
+expect_exit "bench --contention quiet,steady1,bursty,membw --json: exit 0" 0 env BENCH_CONTENTION_ROUNDS=1 \
+    "$BENCH" "$W/tiny" 16 --json "$W/c.json" --contention quiet,steady1,bursty,membw
+rows=$(grep -cE "^  (quiet|steady1|bursty|membw) " "$OUT_FILE")
+if [ "$rows" = 4 ] && grep -q "^contention: lowest ratio [0-9.]* (goal >= 0.90)" "$OUT_FILE" &&
    ! grep -qE "^  (steady2|teams|ci) " "$OUT_FILE"; then
     ok "a row for each pattern asked for, and the lowest ratio"
 else not_ok "table" "$(cat "$OUT_FILE" | tail -6)"; fi
@@ -37,14 +37,14 @@ left=$(pgrep -f -- "$BENCH --load" | wc -l)
 if [ "$left" = 0 ]; then ok "no load process is left behind"; else not_ok "loads" "$left still running"; fi
 names=$(/usr/bin/python3 -c 'import json, sys; print(" ".join(p["name"] for p in json.load(open(sys.argv[1]))["phases"]))' "$W/c.json" 2>&1)
 want="cont-quiet-prefill-t1 cont-quiet-prefill-t2 cont-quiet-decode-t1 cont-quiet-decode-t2"
-if [ "$(nproc)" = 2 ] && echo "$names" | grep -qF "$want" && [ "$(echo "$names" | wc -w)" = 12 ]; then
-    ok "the report holds the 12 phases (cont-PATTERN-{prefill,decode}-t{1,2})"
-elif [ "$(nproc)" != 2 ] && [ "$(echo "$names" | wc -w)" = 12 ]; then
-    ok "the report holds the 12 phases"
+if [ "$(nproc)" = 2 ] && echo "$names" | grep -qF "$want" && [ "$(echo "$names" | wc -w)" = 16 ]; then
+    ok "the report holds the 16 phases (cont-PATTERN-{prefill,decode}-t{1,2})"
+elif [ "$(nproc)" != 2 ] && [ "$(echo "$names" | wc -w)" = 16 ]; then
+    ok "the report holds the 16 phases"
 else not_ok "phases" "$names"; fi
 expect_exit "record-bench records them" 0 "$VTLAB" record-bench "$W/c.json" --db "$W/c.db"
-if [ "$(sqlite3 "$W/c.db" "select count(*) from runs where arm like 'cont-%' and status = 'FINISHED'")" = 12 ]; then
-    ok "... as 12 runs"
+if [ "$(sqlite3 "$W/c.db" "select count(*) from runs where arm like 'cont-%' and status = 'FINISHED'")" = 16 ]; then
+    ok "... as 16 runs"
 else not_ok "runs" "$(sqlite3 "$W/c.db" "select arm, status from runs")"; fi
 expect_exit "an unknown load: exit 2" 2 "$BENCH" --load nothing
 finish
