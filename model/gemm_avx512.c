@@ -288,7 +288,9 @@ static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
  * block), kept for the next tile of the same batch over the same rows: an
  * expert's up after its gate (288M f32 prefill, 1 thread, MoE gate+up
  * GFLOP/s 202 -> 207 and 194 -> 197 in two interleaved runs of 21 rounds;
- * the x packing was ~3.5% of the prefill). done: K blocks [0, done) are packed. */
+ * the x packing was ~3.5% of the prefill). done: K blocks [0, done) are packed.
+ * Its buffer (MC x K floats at most, 384 KiB at K = 1024) grows, is kept, and
+ * is never shared: one per thread, like gemm.c's batch packing. */
 typedef struct x_memo {
     uint64_t     batch;
     const float *x;
