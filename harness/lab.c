@@ -13,6 +13,7 @@
  */
 #include "lab.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stddef.h>
@@ -46,12 +47,16 @@
 #include "util.h"
 
 #define LAB_MAX_POS 4096
+#define LAB_MAX_PAIRS 16   /* --knob and --tag filters of one `vtlab runs` */
 
 typedef struct lab_args {
     const char *db, *arm, *format, *out, *experiment, *specs, *defect, *alpha, *perf_min_drop, *reason;
     const char *good, *bad, *repo, *build, *workdir, *max_scale, *cache;
     const char *shard, *into, *results, *partition, *time, *gpus, *account, *shards, *slurm, *merge_into, *vtlab;
-    const char *claim_id, *hypothesis, *limit, *engine, *status, *knob, *tag, *since;
+    const char *claim_id, *hypothesis, *limit, *engine, *status, *since;
+    const char *knob[LAB_MAX_PAIRS], *tag[LAB_MAX_PAIRS];   /* runs --knob/--tag, each as often as wanted */
+    int         nknob, ntag;
+    uint64_t    given;   /* the value options given, by their index in SLOTS: a second one is refused */
     int         force, json, no_plots, no_audit, exact, allow_dirty, keep, bisect, partial, dry_run, resume, use_slurm;
     const char *pos[LAB_MAX_POS];   /* positional arguments after the command */
     int         npos, maxpos;
@@ -88,9 +93,20 @@ static const opt_slot SLOTS[] = {
     VALUE("--time", time), VALUE("--gpus-per-task", gpus), VALUE("--account", account),
     VALUE("--shards-per-arm", shards), VALUE("--slurm", slurm), VALUE("--merge-into", merge_into),
     VALUE("--vtlab", vtlab), VALUE("--id", claim_id), VALUE("--hypothesis", hypothesis), VALUE("--limit", limit),
-    VALUE("--status", status), VALUE("--knob", knob), VALUE("--tag", tag), VALUE("--since", since),
-    VALUE("--engine", engine), VALUE("--cache", cache),
+    VALUE("--status", status), VALUE("--since", since), VALUE("--engine", engine), VALUE("--cache", cache),
 };
+_Static_assert(sizeof SLOTS / sizeof SLOTS[0] <= 64, "lab_args.given has a bit per slot");
+
+/* runs --knob NAME=VALUE and --tag KEY=VALUE: each may be given again, and
+ * every one must hold (the others' second value would silently replace the
+ * first: they are refused). */
+static int add_pair(const char *cmd, const char *opt, const char *v, lab_args *a) {
+    const int knob = !strcmp(opt, "--knob");
+    int *n = knob ? &a->nknob : &a->ntag;
+    if (*n >= LAB_MAX_PAIRS) return usage_error(cmd, "more than 16 %s filters", opt);
+    (knob ? a->knob : a->tag)[(*n)++] = v;
+    return 0;
+}
 
 /* One option of cmd at argv[*i] into a: 0, or the exit status. A value
  * from a fixed set (runs --status, export --format) is checked here. */
@@ -98,6 +114,10 @@ static int parse_option(const char *cmd, int argc, char **argv, int *i, lab_args
     const char *s = argv[*i];
     const lab_help_opt *o = lab_help_option(lab_help_find(cmd), s);
     if (!o) return lab_help_bad_argument(cmd, s);
+    if (!strcmp(s, "--knob") || !strcmp(s, "--tag")) {
+        if (*i + 1 >= argc || !argv[*i + 1][0]) return usage_error(cmd, "%s needs a value", s);
+        return add_pair(cmd, s, argv[++*i], a);
+    }
     const opt_slot *slot = NULL;
     for (size_t k = 0; !slot && k < sizeof SLOTS / sizeof SLOTS[0]; k++)
         if (!strcmp(SLOTS[k].name, s) && SLOTS[k].flag == !o->arg) slot = &SLOTS[k];
@@ -108,6 +128,9 @@ static int parse_option(const char *cmd, int argc, char **argv, int *i, lab_args
     }
     if (*i + 1 >= argc || !argv[*i + 1][0]) return usage_error(cmd, "%s needs a value", s);
     const char *v = argv[++*i];
+    const uint64_t bit = (uint64_t)1 << (slot - SLOTS);
+    if (a->given & bit) return usage_error(cmd, "%s is given twice: it takes one value", s);
+    a->given |= bit;
     *(const char **)((char *)a + slot->off) = v;
     return lab_help_check_value(cmd, s, v);
 }
@@ -264,23 +287,43 @@ static int open_for_read(const char *cmd, const char *db, lab_store **st) {
     return 0;
 }
 
-/* NAME=VALUE of --knob or --tag into two fields (pointing into buf). */
-static int split_pair(const char *arg, char *buf, size_t n, const char **k, const char **v) {
-    const char *eq = strchr(arg, '=');
-    if (!eq || eq == arg || strlen(arg) >= n)
-        return usage_error("runs", "--knob and --tag take NAME=VALUE, got \"%s\"", arg);
-    snprintf(buf, n, "%s", arg);
-    buf[eq - arg] = 0;
-    *k = buf;
-    *v = buf + (eq - arg) + 1;
+/* The NAME=VALUE arguments of --knob (or --tag) as the JSON array of
+ * [name, value] pairs the query takes (*json: malloc'ed; NULL when none). */
+static int pairs_json(const char *const *args, int n, char **json) {
+    *json = NULL;
+    if (n == 0) return 0;
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < n; i++) {
+        const char *eq = strchr(args[i], '=');
+        if (!eq || eq == args[i]) {
+            cJSON_Delete(arr);
+            return usage_error("runs", "--knob and --tag take NAME=VALUE, got \"%s\"", args[i]);
+        }
+        cJSON *pair = cJSON_CreateArray(), *k = cJSON_CreateString(eq + 1);
+        char name[512];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - args[i]), args[i]);
+        cJSON *nm = cJSON_CreateString(name);
+        if (!pair || !k || !nm) { cJSON_Delete(pair), cJSON_Delete(k), cJSON_Delete(nm); break; }
+        cJSON_AddItemToArray(pair, nm);
+        cJSON_AddItemToArray(pair, k);
+        cJSON_AddItemToArray(arr, pair);
+    }
+    *json = arr && cJSON_GetArraySize(arr) == n ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    if (!*json) {
+        fprintf(stderr, "vtlab runs: out of memory\n");
+        return 1;
+    }
     return 0;
 }
 
 /* `vtlab runs` filters: a date or UTC time, NAME=VALUE pairs (the status,
  * one of those vtlab writes, was checked by the parser); anything else is a
- * usage error (exit 2) naming it. */
-static int runs_filter(const lab_args *a, lab_query_filter *f, char *kbuf, char *tbuf, size_t n) {
+ * usage error (exit 2) naming it. The pairs' JSON (*knobs, *tags) is the
+ * caller's to free. */
+static int runs_filter(const lab_args *a, lab_query_filter *f, char **knobs, char **tags) {
     memset(f, 0, sizeof *f);
+    *knobs = *tags = NULL;
     f->experiment = a->experiment;
     f->arm = a->arm;
     f->status = a->status;
@@ -291,9 +334,10 @@ static int runs_filter(const lab_args *a, lab_query_filter *f, char *kbuf, char 
     if (a->since && !(strlen(a->since) == 10 && sscanf(a->since, "%4d-%2d-%2d", &y, &mo, &d) == 3) &&
         !(strlen(a->since) == 20 && sscanf(a->since, "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &sec, &z) == 7 && z == 'Z'))
         return usage_error("runs", "--since takes a date YYYY-MM-DD or a UTC time YYYY-MM-DDTHH:MM:SSZ, got \"%s\"", a->since);
-    if (a->knob && split_pair(a->knob, kbuf, n, &f->knob_name, &f->knob_value)) return 2;
-    if (a->tag && split_pair(a->tag, tbuf, n, &f->tag_key, &f->tag_value)) return 2;
-    return 0;
+    int u = pairs_json(a->knob, a->nknob, knobs);
+    if (!u) u = pairs_json(a->tag, a->ntag, tags);
+    f->knobs = *knobs, f->tags = *tags;
+    return u;
 }
 
 static int cmd_read(const char *cmd, int argc, char **argv) {
@@ -301,11 +345,14 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
     int u;
     int64_t id = 0, id2 = 0;
     lab_query_filter f;
-    char kbuf[512], tbuf[512];
+    char *knobs = NULL, *tags = NULL;   /* runs: its --knob and --tag pairs as JSON */
     if (!strcmp(cmd, "runs")) {
         if ((u = parse_args(cmd, argc, argv, &a))) return u;
         if (a.npos) return usage_error(cmd, "unexpected argument %s", a.pos[0]);
-        if ((u = runs_filter(&a, &f, kbuf, tbuf, sizeof kbuf))) return u;
+        if ((u = runs_filter(&a, &f, &knobs, &tags))) {
+            free(knobs), free(tags);
+            return u;
+        }
     } else if (!strcmp(cmd, "show")) {
         if ((u = parse_args(cmd, argc, argv, &a))) return u;
         if (a.npos != 1) return usage_error(cmd, "expected one RUN id%s", "");
@@ -321,7 +368,10 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
         if (!a.format) a.format = "json";   /* its values checked by the parser (help.c's table) */
     }
     lab_store *st = NULL;
-    if ((u = open_for_read(cmd, a.db, &st))) return u;
+    if ((u = open_for_read(cmd, a.db, &st))) {
+        free(knobs), free(tags);
+        return u;
+    }
     char err[1024] = "";
     int rc;
     if (!strcmp(cmd, "runs")) rc = lab_cmd_runs_filtered(st, &f, a.json, err, sizeof err);
@@ -333,6 +383,7 @@ static int cmd_read(const char *cmd, int argc, char **argv) {
         else rc = lab_cmd_export(st, id, a.format, stdout, err, sizeof err);
     }
     lab_store_close(st);
+    free(knobs), free(tags);
     if (rc) {
         fprintf(stderr, "vtlab %s: %s\n", cmd, err);
         return lab_exit_code(rc);

@@ -58,8 +58,9 @@ typedef struct lab_query_run_row {
 typedef struct lab_query_filter {
     const char *experiment, *arm, *status;
     const char *engine;                  /* the hello's engine.name, or "builtin" */
-    const char *knob_name, *knob_value;  /* a resolved knob with that value (run_knobs) */
-    const char *tag_key, *tag_value;     /* a tag with that value (run_tags) */
+    const char *knobs;                   /* a JSON array of [name, value] pairs: the run has each
+                                            resolved knob with that value (run_knobs) */
+    const char *tags;                    /* the same for tags [key, value] (run_tags) */
     const char *since;                   /* started_at >= since (ISO 8601 UTC; a date is its prefix) */
 } lab_query_filter;
 

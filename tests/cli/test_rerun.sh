@@ -157,6 +157,17 @@ runs_ids() { "$VTLAB" runs --db "$DB" "$@" 2>"$ERR" | awk 'NR > 1 && $1 ~ /^[0-9
   && [ -n "$(runs_ids --engine builtin)" ] && ok "runs --engine NAME and builtin" || not_ok "runs --engine" "$(runs_ids --engine vtlab-builtin)"
 [ -n "$(runs_ids --since 2000-01-01)" ] && [ -z "$(runs_ids --since 2999-01-01T00:00:00Z)" ] && ok "runs --since DATE" || not_ok "runs --since" ""
 [ "$(runs_ids --status FINISHED --experiment x --arm bf16 --tag owner=bo)" = "$ARM " ] && ok "runs: the filters together" || not_ok "runs all" ""
+[ "$(runs_ids --tag owner=bo --tag reviewed=yes)" = "$ARM " ] && [ "$(runs_ids --tag reviewed=no --tag owner=bo)" = "" ] \
+  && [ "$(runs_ids --tag=reviewed=yes --tag=owner=bo)" = "$ARM " ] && ok "runs --tag twice: both must hold" \
+  || not_ok "runs --tag twice" "$(runs_ids --tag owner=bo --tag reviewed=no)"
+[ "$(runs_ids --knob VT_KIMI_BF16_STREAM=1 --tag reviewed=yes)" = "$ARM " ] \
+  && [ "$(runs_ids --knob VT_KIMI_BF16_STREAM=1 --knob VT_KIMI_BF16_STREAM=0)" = "" ] \
+  && ok "runs --knob with --tag, and --knob twice: every one must hold" || not_ok "runs --knob twice" ""
+# a value option given twice: refused, not the first value silently dropped
+expect_exit "runs --arm twice: exit 2" 2 "$VTLAB" runs --db "$DB" --arm f32 --arm bf16
+grep -q -- "--arm is given twice" "$ERR" && ok "... naming the option" || not_ok "twice" "$(cat "$ERR")"
+expect_exit "runs --db twice: exit 2" 2 "$VTLAB" runs --db "$DB" --db="$DB"
+expect_exit "runs --tag without =: exit 2" 2 "$VTLAB" runs --db "$DB" --tag owner=bo --tag reviewed
 expect_exit "runs --since with a bad date: exit 2" 2 "$VTLAB" runs --db "$DB" --since yesterday
 expect_exit "runs --status with a bad status: exit 2" 2 "$VTLAB" runs --db "$DB" --status DONE
 expect_exit "runs --json --tag" 0 "$VTLAB" runs --db "$DB" --json --tag reviewed=yes
