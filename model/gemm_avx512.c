@@ -27,6 +27,7 @@
  *    0.92-1.01; 2 threads f32 0.75-0.81 -> 1.03-1.31.
  */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,8 +290,8 @@ static _Thread_local _Alignas(64) float wbuf[TILE_COLS / NR][KC * NR];
  * expert's up after its gate (288M f32 prefill, 1 thread, MoE gate+up
  * GFLOP/s 202 -> 207 and 194 -> 197 in two interleaved runs of 21 rounds;
  * the x packing was ~3.5% of the prefill). done: K blocks [0, done) are packed.
- * Its buffer (MC x K floats at most, 384 KiB at K = 1024) grows, is kept, and
- * is never shared: one per thread, like gemm.c's batch packing. */
+ * Its buffer (MC x K floats at most, 384 KiB at K = 1024) grows, is kept
+ * while its thread lives, and is never shared. */
 typedef struct x_memo {
     uint64_t     batch;
     const float *x;
@@ -299,6 +300,14 @@ typedef struct x_memo {
     size_t       cap;   /* floats */
 } x_memo;
 static _Thread_local x_memo t_memo;
+
+/* The memo's buffer is freed when its thread ends (an OpenMP team's worker
+ * may end before the process: its thread-local pointer would be lost). */
+static pthread_key_t memo_key;
+static pthread_once_t memo_once = PTHREAD_ONCE_INIT;
+static int memo_key_ok;
+static void memo_free(void *p) { free(p); }
+static void memo_key_init(void) { memo_key_ok = pthread_key_create(&memo_key, memo_free) == 0; }
 
 /* The memo's K block k0 for these rows (packed now if it is not yet), or
  * NULL when the memo does not apply (no batch, more than MC rows, no memory). */
@@ -315,10 +324,12 @@ VT_AVX512 static const float *x_memo_rows(const vt_gemm_args *a, int64_t m0, int
         if (k0 != 0) return NULL;   /* a memo starts with the first K block */
         const size_t need = (size_t)rows * (size_t)((a->K + KC - 1) / KC * KC);
         if (need > m->cap) {
-            float *nb = aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
+            pthread_once(&memo_once, memo_key_init);
+            float *nb = memo_key_ok ? aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64) : NULL;
             if (!nb) return NULL;
             free(m->buf);
             m->buf = nb, m->cap = need;
+            pthread_setspecific(memo_key, nb);   /* the thread's end frees it */
         }
         *m = (x_memo){a->batch, a->x, a->ldx, m0, m1, a->K, 0, m->buf, m->cap};
     }
