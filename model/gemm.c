@@ -379,16 +379,21 @@ int vt_gemm_step(int nthreads, int (*fn)(void *), void *arg) {
  * q and kv_a) packed it again per job: here it is packed once, before the
  * tiles run (by K block, in parallel when the batch is), into a buffer of the
  * calling thread (it grows, never shrinks). Only for jobs the packed kernel
- * runs (run_block) with one row block and several column blocks. Same
+ * runs (run_block) with one row block, several column blocks and more than
+ * VT_XMEMO_MAX_ROWS rows: fewer rows (a MoE expert's) are packed by their
+ * first tile into the tiles' memo (gemm_avx512.c), while in cache. Same
  * packing, same bits. Without memory for it, the tiles pack as before.
  * 288M f32 prefill, interleaved: 1 thread 674/670 -> 691/694 tok/s,
  * 2 threads 1157/1259 -> 1225/1308. */
 static _Thread_local float *t_xpack;
 static _Thread_local size_t t_xpack_cap;
 
+/* Above the memo's rows, a job runs on the packed kernel (not the GEMV's
+ * rows, not the broadcast kernel's). */
+_Static_assert(VT_XMEMO_MAX_ROWS >= VT_GEMV_MAX_ROWS && VT_XMEMO_MAX_ROWS >= VT_BCAST_MAX_ROWS,
+               "packs_x: more rows than the memo takes go to the packed kernel");
 static int packs_x(const vt_gemm_job *g, const tile_plan *p) {
-    return p->nrb == 1 && p->ncb > 1 && g->M > VT_GEMV_MAX_ROWS && g->M > VT_XMEMO_MAX_ROWS && g->W->shape[1] > 0 &&
-           !bcast_rows(g->M, g->W->dtype, 0, vt_tensor_panel_rows(g->W) > 0);
+    return p->nrb == 1 && p->ncb > 1 && g->M > VT_XMEMO_MAX_ROWS && g->W->shape[1] > 0;
 }
 
 /* The packings a batch needs: xp[j] for each job (NULL: its tiles pack), and

@@ -184,11 +184,13 @@ static void ukr_rows(int64_t r0, int64_t r1, int64_t kc, const float *xp, const 
                      int64_t ldy, int64_t nc, int mode, const char *pf, int64_t pfstep) {
     const __mmask16 m0 = mask_n(nc), m1 = mask_n(nc - 16);
     const int64_t nb = (r1 - r0 + MR - 1) / MR;
-    /* the prefetch spread over the blocks: block q takes 1/nb of the panel, one line per k at most */
-    const int64_t share = nb > 1 && pfstep <= 128 ? (pfstep + nb - 1) / nb : pfstep;
+    /* the prefetch spread over the blocks: block q takes 1/nb of the panel, one line per k at most
+     * (ukr prefetches at most two lines per k: a wider step stays with the first block) */
+    const int spread = nb > 1 && pfstep <= 128;
+    const int64_t share = spread ? (pfstep + nb - 1) / nb : pfstep;
     for (int64_t q = 0, i = r0; q < nb; q++) {
         const int mr = (int)((r1 - i) / (nb - q));   /* the remaining rows shared by the remaining blocks */
-        const char *qpf = pf && (share != pfstep || q == 0) ? pf + q * share * kc : NULL;
+        const char *qpf = pf && (spread || q == 0) ? pf + q * share * kc : NULL;
         ukr_by_rows[mr](kc, xp + (i - r0) * kc, b, ldb, y + i * ldy, ldy, m0, m1, mode, qpf, share);
         i += mr;
     }
