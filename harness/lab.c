@@ -75,11 +75,14 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg) {
  * flag of status and sbatch options of submit: the table says which. */
 typedef struct opt_slot {
     const char *name;
-    int         flag;     /* 1: an int set to 1; 0: a const char * set to the value */
+    int         flag;     /* 1: an int set to 1; 0: a const char * set to the value (once) */
     size_t      off;
+    size_t      count;    /* > 0: a list (off: const char *[LAB_MAX_PAIRS]; count: its int length),
+                             the option given as often as wanted */
 } opt_slot;
-#define FLAG(n, f) {n, 1, offsetof(lab_args, f)}
-#define VALUE(n, f) {n, 0, offsetof(lab_args, f)}
+#define FLAG(n, f) {n, 1, offsetof(lab_args, f), 0}
+#define VALUE(n, f) {n, 0, offsetof(lab_args, f), 0}
+#define LIST(n, f, c) {n, 0, offsetof(lab_args, f), offsetof(lab_args, c)}
 static const opt_slot SLOTS[] = {
     FLAG("--force", force), FLAG("--json", json), FLAG("--no-plots", no_plots), FLAG("--no-audit", no_audit),
     FLAG("--exact", exact), FLAG("--allow-dirty", allow_dirty), FLAG("--keep-worktree", keep),
@@ -94,19 +97,9 @@ static const opt_slot SLOTS[] = {
     VALUE("--shards-per-arm", shards), VALUE("--slurm", slurm), VALUE("--merge-into", merge_into),
     VALUE("--vtlab", vtlab), VALUE("--id", claim_id), VALUE("--hypothesis", hypothesis), VALUE("--limit", limit),
     VALUE("--status", status), VALUE("--since", since), VALUE("--engine", engine), VALUE("--cache", cache),
+    LIST("--knob", knob, nknob), LIST("--tag", tag, ntag),
 };
 _Static_assert(sizeof SLOTS / sizeof SLOTS[0] <= 64, "lab_args.given has a bit per slot");
-
-/* runs --knob NAME=VALUE and --tag KEY=VALUE: each may be given again, and
- * every one must hold (the others' second value would silently replace the
- * first: they are refused). */
-static int add_pair(const char *cmd, const char *opt, const char *v, lab_args *a) {
-    const int knob = !strcmp(opt, "--knob");
-    int *n = knob ? &a->nknob : &a->ntag;
-    if (*n >= LAB_MAX_PAIRS) return usage_error(cmd, "more than 16 %s filters", opt);
-    (knob ? a->knob : a->tag)[(*n)++] = v;
-    return 0;
-}
 
 /* One option of cmd at argv[*i] into a: 0, or the exit status. A value
  * from a fixed set (runs --status, export --format) is checked here. */
@@ -114,10 +107,6 @@ static int parse_option(const char *cmd, int argc, char **argv, int *i, lab_args
     const char *s = argv[*i];
     const lab_help_opt *o = lab_help_option(lab_help_find(cmd), s);
     if (!o) return lab_help_bad_argument(cmd, s);
-    if (!strcmp(s, "--knob") || !strcmp(s, "--tag")) {
-        if (*i + 1 >= argc || !argv[*i + 1][0]) return usage_error(cmd, "%s needs a value", s);
-        return add_pair(cmd, s, argv[++*i], a);
-    }
     const opt_slot *slot = NULL;
     for (size_t k = 0; !slot && k < sizeof SLOTS / sizeof SLOTS[0]; k++)
         if (!strcmp(SLOTS[k].name, s) && SLOTS[k].flag == !o->arg) slot = &SLOTS[k];
@@ -128,6 +117,13 @@ static int parse_option(const char *cmd, int argc, char **argv, int *i, lab_args
     }
     if (*i + 1 >= argc || !argv[*i + 1][0]) return usage_error(cmd, "%s needs a value", s);
     const char *v = argv[++*i];
+    if (slot->count) {   /* a list: runs --knob and --tag, every one must hold */
+        int *n = (int *)((char *)a + slot->count);
+        if (*n >= LAB_MAX_PAIRS) return usage_error(cmd, "%s is given more than 16 times", s);
+        ((const char **)((char *)a + slot->off))[(*n)++] = v;
+        return lab_help_check_value(cmd, s, v);
+    }
+    /* given again, the first value would be dropped without a word */
     const uint64_t bit = (uint64_t)1 << (slot - SLOTS);
     if (a->given & bit) return usage_error(cmd, "%s is given twice: it takes one value", s);
     a->given |= bit;
@@ -292,23 +288,22 @@ static int open_for_read(const char *cmd, const char *db, lab_store **st) {
 static int pairs_json(const char *const *args, int n, char **json) {
     *json = NULL;
     if (n == 0) return 0;
-    cJSON *arr = cJSON_CreateArray();
-    for (int i = 0; arr && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         const char *eq = strchr(args[i], '=');
-        if (!eq || eq == args[i]) {
-            cJSON_Delete(arr);
-            return usage_error("runs", "--knob and --tag take NAME=VALUE, got \"%s\"", args[i]);
-        }
-        cJSON *pair = cJSON_CreateArray(), *k = cJSON_CreateString(eq + 1);
-        char name[512];
-        snprintf(name, sizeof name, "%.*s", (int)(eq - args[i]), args[i]);
-        cJSON *nm = cJSON_CreateString(name);
-        if (!pair || !k || !nm) { cJSON_Delete(pair), cJSON_Delete(k), cJSON_Delete(nm); break; }
-        cJSON_AddItemToArray(pair, nm);
-        cJSON_AddItemToArray(pair, k);
-        cJSON_AddItemToArray(arr, pair);
+        if (!eq || eq == args[i]) return usage_error("runs", "--knob and --tag take NAME=VALUE, got \"%s\"", args[i]);
     }
-    *json = arr && cJSON_GetArraySize(arr) == n ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON *arr = cJSON_CreateArray();
+    int ok = arr != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        const char *eq = strchr(args[i], '=');
+        char *name = strndup(args[i], (size_t)(eq - args[i]));
+        cJSON *pair = cJSON_CreateArray();
+        ok = name && pair && cJSON_AddItemToArray(pair, cJSON_CreateString(name)) &&
+             cJSON_AddItemToArray(pair, cJSON_CreateString(eq + 1)) && cJSON_AddItemToArray(arr, pair);
+        if (!ok) cJSON_Delete(pair);   /* not in arr yet: ours to free */
+        free(name);
+    }
+    *json = ok ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
     if (!*json) {
         fprintf(stderr, "vtlab runs: out of memory\n");

@@ -133,8 +133,8 @@ int lab_query_run_exists(lab_store *st, int64_t id, int *found, char *err, size_
 /* The filters of `vtlab runs` (lab_query_filter): each parameter NULL is no
  * filter. --engine NAME is the hello's engine.name, or "builtin" for vtlab's
  * own model; --knob and --tag (each as often as wanted) need the run to have
- * every name with its value: ?5 and ?7 are JSON arrays of [name, value]
- * pairs, none of which may be missing; --since compares with started_at
+ * every name with its value: ?5 and ?6 are JSON arrays of [name, value]
+ * pairs, none of which may be missing; --since (?7) compares with started_at
  * (ISO 8601 UTC, so a date is a prefix). */
 #define RUNS_PAIRS_ALL(PARAM, TABLE, KEY)                                                                 \
     "(" PARAM " IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(" PARAM ") j WHERE NOT EXISTS (SELECT 1 FROM " \
@@ -148,27 +148,27 @@ int lab_query_run_exists(lab_store *st, int64_t id, int *found, char *err, size_
     " LEFT JOIN verdicts v ON v.run_id = r.id AND v.reference_run_id = c.reference_run_id"                \
     " WHERE (?1 IS NULL OR r.experiment = ?1) AND (?2 IS NULL OR r.arm = ?2) AND (?3 IS NULL OR r.status = ?3)" \
     " AND " ENGINE_WHERE " AND " RUNS_PAIRS_ALL("?5", "run_knobs", "name") " AND " TAG_WHERE               \
-    " AND (?9 IS NULL OR r.started_at >= ?9)"                                                              \
+    " AND (?7 IS NULL OR r.started_at >= ?7)"                                                              \
     " ORDER BY r.id"
 #define RUNS_ENGINE_WHERE                                                                                 \
     "(?4 IS NULL OR (?4 = 'builtin' AND r.engine_hello IS NULL) OR (json_valid(r.engine_hello)"           \
     " AND json_extract(r.engine_hello, '$.engine.name') = ?4))"
 #define RUNS_TAGS "(SELECT json_group_object(t.key, t.value) FROM run_tags t WHERE t.run_id = r.id)"
-#define RUNS_TAG_WHERE RUNS_PAIRS_ALL("?7", "run_tags", "key")
+#define RUNS_TAG_WHERE RUNS_PAIRS_ALL("?6", "run_tags", "key")
 
 /* By the file's schema, read as it is: [0] older than v7 (no engine_hello:
  * every run builtin), [1] v7-v8 (no tags), [2] v9 on. */
 static const char *const runs_sql[3] = {
-    RUNS_SQL(LAB_ENGINE_SQL_V6("r"), "NULL", "(?4 IS NULL OR ?4 = 'builtin')", "(?7 IS NULL)"),
-    RUNS_SQL(LAB_ENGINE_SQL("r"), "NULL", RUNS_ENGINE_WHERE, "(?7 IS NULL)"),
+    RUNS_SQL(LAB_ENGINE_SQL_V6("r"), "NULL", "(?4 IS NULL OR ?4 = 'builtin')", "(?6 IS NULL)"),
+    RUNS_SQL(LAB_ENGINE_SQL("r"), "NULL", RUNS_ENGINE_WHERE, "(?6 IS NULL)"),
     RUNS_SQL(LAB_ENGINE_SQL("r"), RUNS_TAGS, RUNS_ENGINE_WHERE, RUNS_TAG_WHERE)};
 
 static int prep_runs(lab_store *st, const lab_query_filter *f, sqlite3_stmt **s, char *err, size_t errlen) {
     int v = lab_store_version(st);
     int rc = prep(st, runs_sql[v >= 9 ? 2 : has_hello(st)], s, err, errlen);
     if (rc || !f) return rc;
-    const char *p[9] = {f->experiment, f->arm, f->status, f->engine, f->knobs, NULL, f->tags, NULL, f->since};
-    for (int i = 0; i < 9; i++) lab_sq_bind_text(*s, i + 1, p[i]);
+    const char *p[7] = {f->experiment, f->arm, f->status, f->engine, f->knobs, f->tags, f->since};
+    for (int i = 0; i < 7; i++) lab_sq_bind_text(*s, i + 1, p[i]);
     return LAB_OK;
 }
 
