@@ -12,6 +12,7 @@
  * The engine leads a process group that vtlab creates for it (setpgid
  * before exec), and vtlab ends that whole group — at a failure, at close,
  * after SIGINT/SIGTERM — so that nothing the engine started outlives vtlab.
+ * Should vtlab itself be killed, a warden process (warden.h) ends the group.
  * Its exit is noticed by waitid, not only by the end of its stdout: a
  * process it started may hold that pipe open after the engine is gone.
  */
@@ -34,6 +35,7 @@
 #include "interrupt.h"
 #include "paths.h"
 #include "util.h"
+#include "warden.h"
 
 #define TAIL_BYTES 4096
 /* How often a wait on the engine's pipes asks whether the engine has
@@ -56,6 +58,7 @@ typedef struct pending {
 typedef struct cmd_inst {
     const lab_engine_spec *spec;
     pid_t    pid;
+    lab_warden warden;                 /* ends the group should vtlab be killed */
     int      to_fd, from_fd, err_fd;   /* engine stdin, stdout, stderr; -1 closed */
     char     label[160];               /* "engine ARGV0" for messages */
     char     tail[TAIL_BYTES];         /* last bytes of stderr (ring) */
@@ -126,6 +129,7 @@ static void kill_child(cmd_inst *c, int *status) {
         while (waitpid(c->pid, status, 0) < 0 && errno == EINTR) {}
         c->pid = 0;
     }
+    lab_warden_release(&c->warden);
     c->dead = 1;
 }
 
@@ -338,6 +342,8 @@ static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errle
         return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot start it%s%s: %s", c->label, sp->cwd ? " in " : "",
                         sp->cwd ? sp->cwd : "", strerror(e));
     }
+    if ((e = lab_warden_start(&c->warden, pid)))
+        return fail(c, err, errlen, LAB_EIO, "cannot start a warden for its process group: %s", strerror(e));
     return LAB_OK;
 }
 
@@ -643,7 +649,7 @@ static int cmd_open(void *model, const lab_engine_req *req, void **inst, lab_eng
     cmd_inst *c = calloc(1, sizeof *c);
     if (!c) return lab_errf(err, errlen, LAB_ENOMEM, "out of memory");
     c->spec = m->spec;
-    c->to_fd = c->from_fd = c->err_fd = -1;
+    c->to_fd = c->from_fd = c->err_fd = c->warden.fd = -1;
     snprintf(c->label, sizeof c->label, "engine %s", m->spec->argv[0]);
     c->agg.mode = VTP_ON;
     lab_engine_req r = *req;
@@ -955,6 +961,7 @@ static void cmd_close(void *inst) {
     if (!c) return;
     if (c->to_fd >= 0) close(c->to_fd);
     if (c->pid > 0) end_group(c);
+    lab_warden_release(&c->warden);
     if (c->from_fd >= 0) close(c->from_fd);
     if (c->err_fd >= 0) close(c->err_fd);
     vtp_probes_free(&c->agg);

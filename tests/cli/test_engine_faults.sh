@@ -7,7 +7,7 @@
 #
 # Issue 30 item 6: an engine that crashes while a process it started still
 # holds its stdout fails its run at once, and nothing of the engine's process
-# group outlives vtlab (after a crash, at close, on SIGTERM); a hello with a
+# group outlives vtlab (after a crash, at close, on SIGTERM, on SIGKILL of vtlab); a hello with a
 # payload, or an arm whose engine reports another model than the reference
 # arm's, is bad input (exit 2, nothing written) unless allow_model_mismatch.
 #
@@ -164,6 +164,23 @@ wait "$VP"; rc=$?
 if [ "$rc" != 0 ] && [ -s "$W/gct.pids" ] && gone "$W/gct.pids"; then
     ok "SIGTERM to vtlab: it exits ($rc) and ends the engine's group, helper included"
 else not_ok "SIGTERM: group left" "rc $rc, $(cat "$W/gct.pids" 2>&1), $(head -c 300 "$ERR")"; fi
+
+# SIGKILL (or the OOM killer) to vtlab mid-run: vtlab can do nothing, so a
+# warden process it left for the engine's group ends that group, helper
+# included, when vtlab's end of the warden's pipe closes.
+gcexp "$W/gck.json" "$W/gck.pids" ', "FAULT_CRASH_AFTER": "-1", "FAULT_SLEEP_EACH": "0.2"' 300
+"$VTLAB" run "$W/gck.json" --db "$W/gck.db" >"$OUT_FILE" 2>"$ERR" &
+VP=$!
+for i in $(seq 1 300); do [ -s "$W/gck.pids" ] && break; sleep 0.1; done
+sleep 1
+kill -KILL "$VP"
+wait "$VP"; rc=$?
+if [ "$rc" = 137 ] && [ -s "$W/gck.pids" ] && gone "$W/gck.pids"; then
+    ok "SIGKILL to vtlab: its warden ends the engine's group, helper included"
+else not_ok "SIGKILL: group left" "rc $rc, $(cat "$W/gck.pids" 2>&1), $(head -c 300 "$ERR")"; fi
+if [ "$(sqlite3 "$W/gck.db" "select count(*) from runs where status = 'FINISHED' and arm = 'orphan'" 2>/dev/null || echo 0)" = 0 ]; then
+    ok "... and the killed run is not recorded as finished"
+else not_ok "SIGKILL: finished row" "$(sqlite3 "$W/gck.db" "select arm, status from runs")"; fi
 
 # A hello with a payload is bad input: exit 2 before anything is written.
 cat > "$W/ph.json" <<JSON
