@@ -125,6 +125,30 @@ static void run_line(const lab_query_run_row *r, int we, int wa) {
            lab_engine_label(&r->engine, engine, sizeof engine));
 }
 
+static int cmp_item_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* A tagged run's second line, "      tags: k=v, k2=v2" in key order (the
+ * row's tags are a JSON object's text); nothing for a run without tags. The
+ * columns of the row above keep their places for scripts that read them. */
+static void run_tags_line(const lab_query_run_row *r) {
+    cJSON *o = r->tags ? cJSON_Parse(r->tags) : NULL;
+    int n = cJSON_IsObject(o) ? cJSON_GetArraySize(o) : 0;
+    const cJSON **v = n > 0 ? malloc((size_t)n * sizeof *v) : NULL;
+    if (v) {
+        int k = 0;
+        for (const cJSON *t = o->child; t && k < n; t = t->next) v[k++] = t;
+        qsort(v, (size_t)k, sizeof *v, cmp_item_key);
+        tprintf("      tags:");
+        for (int i = 0; i < k; i++)
+            tprintf("%s %s=%s", i ? "," : "", v[i]->string, cJSON_IsString(v[i]) ? v[i]->valuestring : "?");
+        tprintf("\n");
+        free(v);
+    }
+    cJSON_Delete(o);
+}
+
 int lab_cmd_runs(lab_store *st, const char *experiment, int json, char *err, size_t errlen) {
     lab_query_filter f = {0};
     f.experiment = experiment;
@@ -154,7 +178,10 @@ static int runs_text(lab_store *st, const lab_query_filter *f, char *err, size_t
     }
     tprintf("%-5s %-*s %-*s %-9s %-7s %-22s %-10s %-13s %-9s %-20s %s\n", "id", we, "experiment", wa, "arm", "status",
            "asserts", "top1 k/n [95% CI]", "KL mean", "verdict", "diverges", "started", "engine");
-    for (int64_t i = 0; i < runs.n; i++) run_line(&runs.rows[i], we, wa);
+    for (int64_t i = 0; i < runs.n; i++) {
+        run_line(&runs.rows[i], we, wa);
+        run_tags_line(&runs.rows[i]);
+    }
     if (!runs.n) tprintf("(no runs)\n");
     else tprintf("asserts: ok / FAIL (runtime dtype assertions); * = the arm replays a defect and expects FAIL\n");
     lab_query_runs_free(&runs);

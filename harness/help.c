@@ -160,7 +160,7 @@ static const lab_help_cmd CMDS[] = {
      {"every rerun finished (the comparison says whether identical)", "a rerun did not finish",
       X_BAD " (no such run, a RUNNING run or a shard, no stored spec, a model not found; nothing run)"},
      {"vtlab rerun 2 --db /tmp/r.db", "vtlab rerun --experiment bf16-stream --db /tmp/r.db --engine builtin"}},
-    {"runs", S_LAB, "", NULL, "list runs: status, assertions, top-1 k/n, verdict; the filters all apply", NULL,
+    {"runs", S_LAB, "", NULL, "list runs: status, assertions, top-1 k/n, verdict, and a tagged run's tags on a line below it; the filters all apply", NULL,
      {O_DB_READ,
       {"--experiment", "ID", "any", NULL, "runs of this experiment"},
       {"--arm", "NAME", "any", NULL, "runs of this arm"},

@@ -150,6 +150,11 @@ $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [t["key"] for t 
 runs_ids() { "$VTLAB" runs --db "$DB" "$@" 2>"$ERR" | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}' | sort -un | tr '\n' ' '; }
 [ "$(runs_ids --tag reviewed=yes)" = "$ARM " ] && ok "runs --tag" || not_ok "runs --tag" "$(runs_ids --tag reviewed=yes)"
 [ "$(runs_ids --tag reviewed=no)" = "" ] && ok "runs --tag with another value: none" || not_ok "runs --tag no" ""
+# the text listing shows a tagged run's tags on the line below its row, in key order
+"$VTLAB" runs --db "$DB" >"$OUT_FILE" 2>"$ERR"
+awk -v id="$ARM" '$1 == id {getline; print; exit}' "$OUT_FILE" | grep -qx "      tags: owner=bo, reviewed=yes" \
+  && [ "$(grep -c "^      tags:" "$OUT_FILE")" = 1 ] && ok "runs: the tagged run's tags on the line below it, and no other tags line" \
+  || not_ok "runs tags line" "$(head -c 600 "$OUT_FILE")"
 [ "$(runs_ids --arm f32)" = "$(q "$DB" "select id from runs where arm = 'f32' order by id" | tr '\n' ' ')" ] && ok "runs --arm" || not_ok "runs --arm" "$(runs_ids --arm f32)"
 [ "$(runs_ids --knob VT_KIMI_BF16_STREAM=1)" = "$(q "$DB" "select id from runs where arm = 'bf16' order by id" | tr '\n' ' ')" ] \
   && ok "runs --knob NAME=VALUE" || not_ok "runs --knob" "$(runs_ids --knob VT_KIMI_BF16_STREAM=1)"
