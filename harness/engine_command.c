@@ -1017,6 +1017,14 @@ static int value_allowed(const lab_engine_knob *k, const char *value) {
     return 0;
 }
 
+/* For an enumerated knob ("a|b|c"), " (did you mean b?)" in meant when one
+ * of its values is close to value (suggest.c); else meant is left empty. */
+static void suggest_value(const lab_engine_knob *k, const char *value, char *meant, size_t cap) {
+    char best[LAB_NAME_MAX + 1];
+    if (strcmp(k->type, "string") && strcmp(k->type, "int") && vt_suggest_list(value, k->values, best, sizeof best))
+        snprintf(meant, cap, " (did you mean %s?)", best);
+}
+
 /* name is NAME_LAYERS of a declared knob NAME that is not scoped: that knob. */
 static const lab_engine_knob *unscoped_parent(const lab_engine_hello *h, const char *name) {
     size_t n = strlen(name);
@@ -1053,9 +1061,12 @@ int lab_engine_check_arm(const lab_engine_hello *h, const lab_experiment *e, int
                                     why, sizeof why))
                 return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: \"%.80s\": %s (engine %s)", e->path,
                                 (long long)arm, name, a->knob_values[i], why, h->info.engine);
-        } else if (!value_allowed(k, a->knob_values[i]))
+        } else if (!value_allowed(k, a->knob_values[i])) {
+            char meant[LAB_NAME_MAX + 24] = "";
+            suggest_value(k, a->knob_values[i], meant, sizeof meant);
             return lab_errf(err, errlen, LAB_EINPUT, "%s: arms[%lld].knobs.%s: \"%s\" is not one of the engine's "
-                            "values (%s)", e->path, (long long)arm, name, a->knob_values[i], k->values);
+                            "values (%s)%s", e->path, (long long)arm, name, a->knob_values[i], k->values, meant);
+        }
     }
     for (int64_t i = 0; i < a->n_expect; i++) {
         int64_t s = 0;

@@ -75,6 +75,23 @@ exp "$W/val.json" "[\"$VTLAB\", \"engine\"]" '"VT_KIMI_ROUTER_WEIGHTS": "sideway
 expect_exit "a value outside the engine's declared values: exit 2" 2 "$VTLAB" run "$W/val.json" --db "$W/val.db"
 stderr_has "... naming the allowed values" 'expected one of unbiased|biased'
 
+# an engine that declares an enum it leaves to vtlab to check (vtp.py's own check
+# would refuse the value before its hello)
+cat >"$W/enum_engine.py" <<PY
+#!/usr/bin/python3
+import sys
+sys.path.insert(0, "$PWD/tests/engines")
+import fake, vtp
+knobs, scale = fake.make_knobs()
+knobs.enum("FAKE_MODE", ["fast", "exact"], "exact", numeric=True, read=False)
+sys.exit(vtp.serve(fake.hello("enum_engine", knobs), lambda req: fake.response(req, scale)))
+PY
+chmod +x "$W/enum_engine.py"
+exp "$W/eval.json" "[\"$W/enum_engine.py\"]" '"FAKE_MODE": "exakt"'
+expect_exit "a value outside a command engine's enum: exit 2" 2 "$VTLAB" run "$W/eval.json" --db "$W/eval.db"
+stderr_has "... naming its values and the one meant" "\"exakt\" is not one of the engine's values (fast|exact) (did you mean exact?)"
+nodb "$W/eval.db" "bad enum value"
+
 exp "$W/noexec.json" '["./no/such/engine"]' ''
 expect_exit "an engine that cannot be started: exit 2" 2 "$VTLAB" run "$W/noexec.json" --db "$W/noexec.db"
 stderr_has "... saying why" "engine ./no/such/engine: cannot start it: No such file or directory"
