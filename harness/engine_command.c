@@ -339,8 +339,15 @@ static int spawn(cmd_inst *c, const lab_engine_req *req, char *err, size_t errle
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
         c->pid = 0;
         c->dead = 1;
-        return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot start it%s%s: %s", c->label, sp->cwd ? " in " : "",
-                        sp->cwd ? sp->cwd : "", strerror(e));
+        /* A relative program path is found from the directory the engine
+         * starts in, which is not the experiment file's: say which it was. */
+        char here[PATH_MAX], hint[PATH_MAX + 96] = "";
+        const char *a0 = sp->argv[0];
+        if (e == ENOENT && !sp->cwd && a0[0] != '/' && strchr(a0, '/') && getcwd(here, sizeof here))
+            snprintf(hint, sizeof hint, " (looked for from the current directory %s; an engine's argv runs there, or in "
+                     "its \"cwd\")", here);
+        return lab_errf(err, errlen, LAB_EINPUT, "%s: cannot start it%s%s: %s%s", c->label, sp->cwd ? " in " : "",
+                        sp->cwd ? sp->cwd : "", strerror(e), hint);
     }
     if ((e = lab_warden_start(&c->warden, pid)))
         return fail(c, err, errlen, LAB_EIO, "cannot start a warden for its process group: %s", strerror(e));

@@ -95,6 +95,7 @@ nodb "$W/eval.db" "bad enum value"
 exp "$W/noexec.json" '["./no/such/engine"]' ''
 expect_exit "an engine that cannot be started: exit 2" 2 "$VTLAB" run "$W/noexec.json" --db "$W/noexec.db"
 stderr_has "... saying why" "engine ./no/such/engine: cannot start it: No such file or directory"
+stderr_has "... and from which directory a relative program was looked for" "(looked for from the current directory $PWD; an engine's argv runs there, or in its \"cwd\")"
 nodb "$W/noexec.db" "no such program"
 
 printf '#!/bin/sh\necho "engine: cannot load weights from /nowhere" >&2\nexit 3\n' > "$W/dies.sh"; chmod +x "$W/dies.sh"
