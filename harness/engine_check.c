@@ -741,6 +741,95 @@ static int batch_compare(checker *k, void *inst, const lab_engine_hello *h, batc
     return 0;
 }
 
+/* The residual captures of a request of several sequences (capture on):
+ * a run's per-layer divergence is read from them (run_forward.c), so each
+ * sequence's must be what it captures alone, as its logits must. The first
+ * BATCH_CAP_SEQS sequences of batch_len's lengths (at most 64 tokens).
+ * 0 ok; -1 after a FAIL line. */
+#define BATCH_CAP_SEQS 8
+static int cap_compare(checker *k, void *inst, const lab_engine_hello *h, const batch_req *b, const float *kept,
+                       float *alone) {
+    const int64_t L = h->info.n_layers, H = h->info.hidden;
+    const int exact = h->deterministic && !k->nondeterministic;
+    char err[1024];
+    for (int64_t i = 0; i < b->n; i++) {
+        const int64_t T = b->off[i + 1] - b->off[i];
+        if (lab_engine_command.forward(inst, b->tok + b->off[i], T, 1, alone, err, sizeof err)) {
+            line(k, "FAIL", "batch capture: sequence %lld sent alone with capture: %s", (long long)i, err);
+            return -1;
+        }
+        for (int64_t l = 0; l < L; l++)
+            for (int site = 0; site < 2; site++) {
+                int64_t Tr = 0;
+                const float *want = lab_engine_command.residual(inst, l, site, &Tr);
+                const float *got = kept + (b->off[i] * L * 2 + (l * 2 + site) * T) * H;
+                if (!want || Tr != T) {
+                    line(k, "FAIL", "batch capture: sequence %lld sent alone with capture: no residual of layer %lld "
+                         "after %s", (long long)i, (long long)l, site ? "FFN" : "attention");
+                    return -1;
+                }
+                double scale = max_abs(want, T * H);
+                int64_t d = first_diff(got, want, T * H, exact ? -1 : k->o->prefix_tol * (scale > 1 ? scale : 1));
+                if (d >= 0) {
+                    line(k, "FAIL", "batch capture: sequence %lld of the request of %lld sequences: the residual after "
+                         "layer %lld's %s differs from the same sequence's captured alone%s, first at position %lld, "
+                         "index %lld: %.9g batched, %.9g alone", (long long)i, (long long)b->n, (long long)l,
+                         site ? "FFN" : "attention", exact ? "" : " (beyond --prefix-tol)", (long long)(d / H),
+                         (long long)(d % H), got[d], want[d]);
+                    return -1;
+                }
+            }
+    }
+    return 0;
+}
+
+static void check_batch_capture(checker *k, void *inst, const lab_engine_hello *h) {
+    if (!h->capture) {
+        line(k, "skip", "batch capture: the hello says the engine cannot capture the residual stream");
+        return;
+    }
+    const int64_t L = h->info.n_layers, H = h->info.hidden, V = h->info.vocab;
+    const int64_t n = h->max_batch < BATCH_CAP_SEQS ? h->max_batch : BATCH_CAP_SEQS;
+    batch_req b;
+    vtp_probes drop = {0};
+    char err[1024];
+    float *kept = NULL, *alone = malloc((size_t)(15 * V) * sizeof *alone);
+    if (batch_make(&b, n, 1000, 0, V) || !alone ||
+        !(kept = malloc((size_t)(b.off[n] * L * 2 * H) * sizeof *kept))) {
+        line(k, "FAIL", "batch capture: out of memory");
+        goto done;
+    }
+    if (lab_engine_command.batch_forward(inst, n, b.tok, b.off, 1, b.logits, err, sizeof err)) {
+        line(k, "FAIL", "batch capture: a request of %lld sequences with capture: %s", (long long)n, err);
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t T = b.off[i + 1] - b.off[i];
+        for (int64_t l = 0; l < L; l++)
+            for (int site = 0; site < 2; site++) {
+                int64_t Tr = 0;
+                const float *r = lab_engine_command.batch_residual(inst, i, l, site, &Tr);
+                if (!r || Tr != T) {
+                    line(k, "FAIL", "batch capture: a request of %lld sequences with capture: no residual of sequence "
+                         "%lld, layer %lld after %s", (long long)n, (long long)i, (long long)l,
+                         site ? "FFN" : "attention");
+                    goto done;
+                }
+                memcpy(kept + (b.off[i] * L * 2 + (l * 2 + site) * T) * H, r, (size_t)(T * H) * sizeof *r);
+            }
+    }
+    if (!cap_compare(k, inst, h, &b, kept, alone))
+        line(k, "ok", "batch capture: a request of %lld sequences with capture gave each sequence the residual stream "
+             "it captures alone (%lld layers, after attention and FFN)%s", (long long)n, (long long)L,
+             h->deterministic && !k->nondeterministic ? ", bit for bit" : " (within --prefix-tol)");
+done:
+    if (take_probes(inst, &drop, err, sizeof err)) line(k, "FAIL", "batch capture: %s", err);
+    vtp_probes_free(&drop);
+    free(alone);
+    free(kept);
+    batch_free(&b);
+}
+
 /* More sequences than max_batch, and lengths that do not sum to tokens:
  * each must get an error, and serving go on. */
 static void check_batch_limits(checker *k, void *inst, int64_t M, int64_t V) {
@@ -796,6 +885,7 @@ static void check_batch(checker *k, void *inst, const lab_engine_hello *h) {
          "sequence the logits it gets alone%s and the same probe records (%lld)", (long long)n, (long long)b[0].off[n],
          (long long)M, more, h->deterministic && !k->nondeterministic ? ", bit for bit," : " (within --prefix-tol)",
          (long long)b[0].want.n);
+    check_batch_capture(k, inst, h);
     check_batch_limits(k, inst, M, V);
 done:
     free(alone);

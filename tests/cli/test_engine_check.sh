@@ -69,6 +69,7 @@ else not_ok "good batch skip" "$(grep -i batch "$W/good.out")"; fi
 expect_exit "batch.py (max_batch 4) passes" 0 "$VTLAB" engine-check --timeout 5 $E/batch.py
 if grep -Eq "^ok +batch: a request of 4 sequences of 1-15 tokens \(16 tokens; max_batch 4\) and one of 2 sequences of 5 tokens, both in flight, gave each sequence the logits it gets alone, bit for bit, and the same probe records" "$OUT_FILE" &&
    grep -Eq "^ok +batch limits: a request of 5 sequences \(max_batch 4\) and one whose lengths do not sum to its tokens answered with errors" "$OUT_FILE" &&
+   grep -Eq "^ok +batch capture: a request of 4 sequences with capture gave each sequence the residual stream it captures alone \(2 layers, after attention and FFN\), bit for bit$" "$OUT_FILE" &&
    grep -q "^ok    hello: .*, max_batch 4$" "$OUT_FILE"; then ok "... its batch and batch limits lines"
 else not_ok "batch.py lines" "$(cat "$OUT_FILE")"; fi
 expect_exit "batch.py BATCH_MAX=2 passes" 0 env BATCH_MAX=2 "$VTLAB" engine-check --timeout 5 $E/batch.py
@@ -87,6 +88,7 @@ fails bad_batch_mix.py "batch: sequence 2 of the request of 4 sequences \(7 toke
 fails bad_batch_mix.py "batch: sequence 0 of the request of 2 sequences \(3 tokens\) differs" env BAD_MIX=swap BAD_MIX_MAX=2
 fails bad_batch_mix.py "batch: the probe records of the request of 4 sequences are not those of its sequences sent alone \(summed\): site logits layer -1 \(f32\): calls 1, rows 16" env BAD_MIX=probes
 fails bad_batch_mix.py "batch limits \(5 sequences, max_batch 4\): the answer is not an error" env BAD_MIX=limit
+fails bad_batch_mix.py "batch capture: sequence 1 of the request of 4 sequences: the residual after layer 0's attention differs from the same sequence's captured alone, first at position 0, index 0: " env BAD_MIX=capture
 fails bad_batch.py "batch: the request of 4 sequences \(16 tokens\): .*sequences \[3,1,7\], expected \[3,1,7,5\]"
 fails bad_batch.py "batch: the request of 4 sequences \(16 tokens\): .*sequences none, expected \[3,1,7,5\]" env BAD_BATCH=joined
 # A hello whose max_batch is no integer 1..65536: a FAIL hello line naming the member.
@@ -110,6 +112,7 @@ conf "batch " $E/bad_batch_mix.py BAD_MIX=ulp
 conf "batch " $E/bad_batch_mix.py BAD_MIX=swap
 conf "batch " $E/bad_batch_mix.py BAD_MIX=probes
 conf "batch-limit " $E/bad_batch_mix.py BAD_MIX=limit
+conf "batch " $E/bad_batch_mix.py BAD_MIX=capture
 conf "batch " $E/bad_batch.py BAD_BATCH=joined
 
 expect_exit "unread_knob.py is honest about its unread knob: it passes" 0 "$VTLAB" engine-check $E/unread_knob.py

@@ -12,6 +12,10 @@ BAD_MIX selects how (a request of one sequence is always answered right, as good
   probes  one `logits` record for the whole request (calls 1) instead of one per sequence: a run
           would record other probes batched than one sequence per request
   limit   serves requests of more sequences than its max_batch instead of refusing them
+  capture logits and records right, but with capture on each sequence's first residual row
+          (every layer and site) is the previous sequence's last: a state carried over from
+          one sequence of the request to the next, which a run would read as per-layer
+          divergence
 Knobs as good.py (FAKE_SCALE, FAKE_UNUSED); deterministic; capture supported."""
 import os
 import sys
@@ -37,15 +41,18 @@ def mixed(req, scale, mode):
         probes = [vtp.buffer_record("logits", -1, "f32", int(req.tokens.size), 4 * fake.VOCAB)]
     out = {"logits": np.concatenate(blocks, axis=0), "probes": probes}
     if req.capture:
-        out["residuals"] = [o["residuals"] for o in outs]
+        out["residuals"] = [o["residuals"].copy() for o in outs]
+        if mode == "capture":
+            for i in range(len(outs) - 1, 0, -1):
+                out["residuals"][i][:, :, 0, :] = outs[i - 1]["residuals"][:, :, -1, :]
     return out
 
 
 def main():
     knobs, scale = fake.make_knobs()
     mode = os.environ.get("BAD_MIX", "ulp")
-    if mode not in ("ulp", "swap", "probes", "limit"):
-        vtp.die("BAD_MIX=%s: not one of ulp, swap, probes, limit" % mode)
+    if mode not in ("ulp", "swap", "probes", "limit", "capture"):
+        vtp.die("BAD_MIX=%s: not one of ulp, swap, probes, limit, capture" % mode)
     hello = fake.hello("bad_batch_mix", knobs)
     hello["max_batch"] = int(os.environ.get("BAD_MIX_MAX", "4"))
     if mode == "limit":
