@@ -420,7 +420,7 @@ int vt_session_new(vt_session **out, vt_model *m, const vt_knobset *ks, char *er
     /* one thread pool: OpenMP's, sized by VT_THREADS (gemm.c runs every product);
      * on a busy host a pass, decode step or prefill, may run on one thread
      * (team.h: the governor learns each kind apart) */
-    vt_team_init(&s->team, s->k.threads > 0 ? s->k.threads : omp_get_num_procs());
+    vt_team_init(&s->team, s->k.threads > 0 ? s->k.threads : vt_team_default_threads());
     s->stream_dtype = s->k.bf16_stream ? VT_BF16 : VT_F32;
     s->expert_dtype = s->k.bf16_expert_out ? s->stream_dtype : VT_F32;
     const vt_config *cfg = &m->cfg;

@@ -54,7 +54,7 @@ static const vt_knob_info KNOBS[VT_K_COUNT] = {
     [VT_K_FAULT] = {"VT_FAULT", VT_KNOB_ENUM, FAULT_NONE_NAME, "none|moe_scatter_row_bytes_from_stream",
      "replay a registered defect (see `vtlab faults`); none in normal runs", 1, 0},
     [VT_K_THREADS] = {"VT_THREADS", VT_KNOB_INT, "0", "0..1024",
-     "CPU threads (OpenMP); 0 = all cores (results do not depend on it)", 0, 0},
+     "CPU threads (OpenMP); 0 = all cores, or fewer under a cgroup CPU quota (results do not depend on it)", 0, 0},
     [VT_K_PROBE] = {"VT_PROBE", VT_KNOB_ENUM, "off", "off|on|audit",
      "runtime dtype probes: off, on (record every site), audit (also sentinel-fill and check every copy destination)", 0, 0},
     [VT_K_TEST_IGNORED] = {"VT_TEST_IGNORED_KNOB", VT_KNOB_BOOL, "0", "0|1",

@@ -303,7 +303,8 @@ static void cont_phase(phases *P, const vt_config *cfg, const char *pat, const c
 static void cont_header(int T, int rounds, int ndef, const char *peer_why) {
     printf("contention (rounds of prefills of T=%d and decode steps, %d per prefill, per session, the sessions "
            "taking turns; tok/s: medians of %d rounds; ratio: default / 1 thread, the median of the rounds' own ratios, goal >= "
-           "0.90; default = %d threads, governed (model/team.h)%s):\n", T, CONT_DECODE, rounds, ndef,
+           "0.90; default = %d thread(s), governed (model/team.h; the CPUs, lowered to a cgroup CPU quota)%s):\n", T,
+           CONT_DECODE, rounds, ndef,
            env_int("BENCH_CONTENTION_AA", 0) ? "; BENCH_CONTENTION_AA=1: the 'default' is a second 1-thread session, "
                                                "the ratios are the noise floor" : "");
     if (peer_why)
@@ -351,7 +352,7 @@ static int cont_wanted(const char *which, const char *p) {
 /* The table: each pattern of the comma-separated list which (NULL: all). */
 static int contention_table(vt_model *m, const char *dir, const vt_config *cfg, const int32_t *tok, int ntok, int T,
                             float *logits, const char *which, phases *P) {
-    const int ndef = omp_get_num_procs(), rounds = env_int("BENCH_CONTENTION_ROUNDS", 9);
+    const int ndef = vt_team_default_threads(), rounds = env_int("BENCH_CONTENTION_ROUNDS", 9);
     double worst = 1e9, vq_lo = 1e30, vq_hi = 0;
     char self[4096], why[1024] = "PEER_MODELING not set (make bench-contention PEER_MODELING=/path/to/"
                                  "modeling_kimi_linear.py: docs/bench.md, \"The official peer\")";

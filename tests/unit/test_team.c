@@ -3,12 +3,16 @@
  * faster team is kept and probed within a budget, a slower one is dropped
  * and probed again, prefills are governed apart from decode steps, a change
  * of load is noticed at once, what is learnt is the process's, the switch
- * that turns it off; and what vt_gemm_batch reports.
+ * that turns it off; what vt_gemm_batch reports; and the default thread
+ * count under a cgroup CPU quota, read from made-up cgroup trees.
  */
 #include "tests/unit/vt_test.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "model/gemm.h"
 #include "model/team.h"
@@ -223,6 +227,98 @@ static void test_batch_report(void **state) {
     free(x), free(w), free(y);
 }
 
+/* ---- the cgroup CPU quota (cpu_quota.c) */
+
+static char g_root[256];
+
+/* Writes text into g_root/rel, making its directories. */
+static void put(const char *rel, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_root, rel);
+    for (char *p = path + strlen(g_root) + 1; *p; p++)
+        if (*p == '/') { *p = 0; mkdir(path, 0755); *p = '/'; }
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static double limit_of(void) {
+    char pc[512], root[512];
+    snprintf(pc, sizeof pc, "%s/proc-cgroup", g_root);
+    snprintf(root, sizeof root, "%s/fs", g_root);
+    return vt_cgroup_cpu_limit(pc, root);
+}
+
+static void fresh_root(void) {
+    snprintf(g_root, sizeof g_root, "/tmp/vt-cgroup.XXXXXX");
+    assert_non_null(mkdtemp(g_root));
+}
+
+static void drop_root(void) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* cgroup v2: the process's cpu.max and its parents'; the lowest binds;
+ * "max" is no limit; a path the namespace hides reads the root alone. */
+static void test_cgroup_v2_quota(void **state) {
+    (void)state;
+    fresh_root();
+    put("proc-cgroup", "0::/kubepods/pod1/c1\n");
+    put("fs/kubepods/pod1/c1/cpu.max", "max 100000\n");
+    assert_true(limit_of() == 0);                         /* no limit anywhere */
+    put("fs/kubepods/pod1/c1/cpu.max", "150000 100000\n");
+    assert_true(fabs(limit_of() - 1.5) < 1e-12);
+    put("fs/kubepods/pod1/cpu.max", "50000 100000\n");   /* the pod's half a CPU binds the container */
+    assert_true(fabs(limit_of() - 0.5) < 1e-12);
+    put("fs/kubepods/cpu.max", "400000 100000\n");
+    assert_true(fabs(limit_of() - 0.5) < 1e-12);
+    drop_root();
+    fresh_root();   /* a cgroup namespace: the path is the host's, the mount the container's own */
+    put("proc-cgroup", "0::/system.slice/docker-abc.scope\n");
+    put("fs/cpu.max", "100000 100000\n");
+    assert_true(fabs(limit_of() - 1.0) < 1e-12);
+    put("fs/cpu.max", "garbage\n");
+    assert_true(limit_of() == 0);
+    drop_root();
+}
+
+/* cgroup v1: the cpu controller's line (cpu,cpuacct mounted together),
+ * quota -1 is none; other controllers' lines are not read. */
+static void test_cgroup_v1_quota(void **state) {
+    (void)state;
+    fresh_root();
+    put("proc-cgroup", "8:memory:/docker/abc\n4:cpuacct,cpu:/docker/abc\n1:name=systemd:/docker/abc\n");
+    put("fs/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
+    put("fs/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+    put("fs/memory/docker/abc/cpu.cfs_quota_us", "10000\n");   /* not the cpu controller's: ignored */
+    put("fs/memory/docker/abc/cpu.cfs_period_us", "100000\n");
+    assert_true(limit_of() == 0);
+    put("fs/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "200000\n");
+    assert_true(fabs(limit_of() - 2.0) < 1e-12);
+    put("fs/cpu,cpuacct/docker/cpu.cfs_quota_us", "25000\n");
+    put("fs/cpu,cpuacct/docker/cpu.cfs_period_us", "50000\n");
+    assert_true(fabs(limit_of() - 0.5) < 1e-12);
+    drop_root();
+    fresh_root();   /* no /proc/self/cgroup at all: no limit */
+    assert_true(limit_of() == 0);
+    drop_root();
+}
+
+/* The thread count: the limit rounded up, at least 1, at most the CPUs. */
+static void test_threads_for_limit(void **state) {
+    (void)state;
+    assert_int_equal(vt_threads_for_limit(2, 0), 2);
+    assert_int_equal(vt_threads_for_limit(2, 1.0), 1);
+    assert_int_equal(vt_threads_for_limit(2, 1.5), 2);
+    assert_int_equal(vt_threads_for_limit(16, 0.25), 1);
+    assert_int_equal(vt_threads_for_limit(16, 3.2), 4);
+    assert_int_equal(vt_threads_for_limit(4, 64), 4);
+    assert_true(vt_team_default_threads() >= 1 && vt_team_default_threads() <= omp_get_num_procs());
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_faster_team_is_kept),
@@ -233,6 +329,9 @@ int main(void) {
         cmocka_unit_test(test_learnt_for_the_process),
         cmocka_unit_test(test_off_and_one_thread),
         cmocka_unit_test(test_batch_report),
+        cmocka_unit_test(test_cgroup_v2_quota),
+        cmocka_unit_test(test_cgroup_v1_quota),
+        cmocka_unit_test(test_threads_for_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
