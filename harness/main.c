@@ -8,6 +8,7 @@
  * naming the file, the field or tensor, and what was expected).
  */
 #include <errno.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "harness/experiment.h"   /* LAB_DS_MAX_SEQ_LEN: the longest sequence, as in a dataset */
 #include "harness/help.h"
 #include "harness/lab.h"
+#include "model/team.h"
 #include "model/vt.h"
 
 extern char **environ;
@@ -415,6 +417,9 @@ static void wait_passively(char **argv) {
     int computes = 0;
     for (int i = 0; argv[1] && computing[i]; i++) computes |= !strcmp(argv[1], computing[i]);
     if (computes) vt_openmp_wait_passively(argv);
+    /* the harness's own regions (scoring) start at the model's default
+     * count: all CPUs, lowered to a cgroup CPU quota (model/team.h) */
+    if (computes && !getenv("OMP_NUM_THREADS")) omp_set_num_threads(vt_team_default_threads());
 }
 
 /* --help or -h among a command's arguments (before a "--", after which
