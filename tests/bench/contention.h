@@ -318,7 +318,10 @@ static void cont_header(int T, int rounds, int ndef, const char *peer_why) {
            "dec def", "ratio");
 }
 
-/* A pattern's rows, and its phases. */
+/* A pattern's rows, and its phases: cont-PATTERN-{prefill,decode}-t1 and
+ * -tN for the default count N; when N is 1 (one CPU, or a cgroup CPU quota
+ * of at most one) the default session is a second one-thread session, its
+ * ratio the noise floor, and only the -t1 phases are recorded (a name once). */
 static void cont_report(phases *P, const vt_config *cfg, int i, int ndef, int T, int with_peer, double l0,
                         const cont_result *c) {
     const char *p = CONT_PATTERNS[i].name;
@@ -327,9 +330,9 @@ static void cont_report(phases *P, const vt_config *cfg, int i, int ndef, int T,
            CONT_DECODE / c->td[1], CONT_DECODE / c->td[0], c->ratio[1], l0, c->gov[0], c->gov[1], c->gov[2],
            c->gov[3]);
     cont_phase(P, cfg, p, "prefill", 1, T, c->tp[1]);
-    cont_phase(P, cfg, p, "prefill", ndef, T, c->tp[0]);
+    if (ndef > 1) cont_phase(P, cfg, p, "prefill", ndef, T, c->tp[0]);
     cont_phase(P, cfg, p, "decode", 1, T, c->td[1]);
-    cont_phase(P, cfg, p, "decode", ndef, T, c->td[0]);
+    if (ndef > 1) cont_phase(P, cfg, p, "decode", ndef, T, c->td[0]);
     if (!with_peer) return;
     if (!c->peer) {
         printf("  %-8s not run in this pattern: the peer stopped answering (above)\n", "+peer");
@@ -338,7 +341,7 @@ static void cont_report(phases *P, const vt_config *cfg, int i, int ndef, int T,
     printf("  %-8s %-46s %8.1f %8.1f %6.2f | vtlab def / peer def %.2f\n", "+peer", "the peer (PEER_MODELING), prefill",
            T / c->qp[1], T / c->qp[0], c->qratio, c->vq);
     cont_phase(P, cfg, p, "peer-prefill", 1, T, c->qp[1]);
-    cont_phase(P, cfg, p, "peer-prefill", ndef, T, c->qp[0]);
+    if (ndef > 1) cont_phase(P, cfg, p, "peer-prefill", ndef, T, c->qp[0]);
 }
 
 /* Pattern p is in the comma-separated list which (NULL or "": all). */

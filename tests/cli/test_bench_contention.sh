@@ -36,15 +36,18 @@ sleep 0.2
 left=$(pgrep -f -- "$BENCH --load" | wc -l)
 if [ "$left" = 0 ]; then ok "no load process is left behind"; else not_ok "loads" "$left still running"; fi
 names=$(/usr/bin/python3 -c 'import json, sys; print(" ".join(p["name"] for p in json.load(open(sys.argv[1]))["phases"]))' "$W/c.json" 2>&1)
-want="cont-quiet-prefill-t1 cont-quiet-prefill-t2 cont-quiet-decode-t1 cont-quiet-decode-t2"
-if [ "$(nproc)" = 2 ] && echo "$names" | grep -qF "$want" && [ "$(echo "$names" | wc -w)" = 16 ]; then
-    ok "the report holds the 16 phases (cont-PATTERN-{prefill,decode}-t{1,2})"
-elif [ "$(nproc)" != 2 ] && [ "$(echo "$names" | wc -w)" = 16 ]; then
-    ok "the report holds the 16 phases"
-else not_ok "phases" "$names"; fi
+# the default count: all CPUs, or fewer under a cgroup CPU quota; at 1 only the -t1 phases
+ND=$(sed -n 's/.*default = \([0-9]*\) thread(s).*/\1/p' "$OUT_FILE" | head -1)
+NP=$([ "${ND:-0}" -gt 1 ] && echo 16 || echo 8)
+want="cont-quiet-prefill-t1 cont-quiet-prefill-t$ND cont-quiet-decode-t1 cont-quiet-decode-t$ND"
+[ "${ND:-0}" -gt 1 ] || want="cont-quiet-prefill-t1 cont-quiet-decode-t1"
+if [ -n "$ND" ] && echo "$names" | grep -qF "$want" && [ "$(echo "$names" | wc -w)" = "$NP" ] &&
+   [ "$(echo "$names" | tr ' ' '\n' | sort | uniq -d)" = "" ]; then
+    ok "the report holds the $NP phases (cont-PATTERN-{prefill,decode}-t{1,$ND}), each name once"
+else not_ok "phases" "default $ND: $names"; fi
 expect_exit "record-bench records them" 0 "$VTLAB" record-bench "$W/c.json" --db "$W/c.db"
-if [ "$(sqlite3 "$W/c.db" "select count(*) from runs where arm like 'cont-%' and status = 'FINISHED'")" = 16 ]; then
-    ok "... as 16 runs"
+if [ "$(sqlite3 "$W/c.db" "select count(*) from runs where arm like 'cont-%' and status = 'FINISHED'")" = "$NP" ]; then
+    ok "... as $NP runs"
 else not_ok "runs" "$(sqlite3 "$W/c.db" "select arm, status from runs")"; fi
 expect_exit "an unknown load: exit 2" 2 "$BENCH" --load nothing
 finish
