@@ -22,7 +22,6 @@
 #include "harness/experiment.h"   /* LAB_DS_MAX_SEQ_LEN: the longest sequence, as in a dataset */
 #include "harness/help.h"
 #include "harness/lab.h"
-#include "model/team.h"
 #include "model/vt.h"
 
 extern char **environ;

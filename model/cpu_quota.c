@@ -20,6 +20,7 @@
  * ROOT alone is read. Anything unreadable is taken as no limit.
  */
 #include "team.h"
+#include "vt.h"
 
 #include <math.h>
 #include <omp.h>

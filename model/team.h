@@ -107,12 +107,7 @@ void vt_team_add(vt_team *t, int64_t madds);
  * the next pass's count. */
 void vt_team_end(vt_team *t, double seconds);
 
-/* The session's thread count when VT_THREADS is 0: the CPUs of the
- * process's affinity, lowered to a cgroup CPU quota rounded up (a container's
- * `--cpus`; cpu_quota.c), read once a process. VTLAB_CPU_QUOTA=0 in the
- * environment: the quota is not read. */
-int vt_team_default_threads(void);
-/* The parts, for tests: the lowest cgroup CPU limit in CPUs (quota over
+/* The parts of vt_team_default_threads (vt.h), for tests: the lowest cgroup CPU limit in CPUs (quota over
  * period) that proc_cgroup (a /proc/self/cgroup) and the cgroup tree under
  * root (/sys/fs/cgroup) set, 0 when none; and the thread count for procs
  * CPUs under that limit (the limit rounded up, at least 1, at most procs). */

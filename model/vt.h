@@ -184,6 +184,11 @@ int  vt_model_validate(const char *dir, vt_model_info *out, char *err, size_t er
  * threads spin ~35 us and then sleep (libgomp reads both only when it loads;
  * model/omp_wait.c says why). Returns only when no exec happened. */
 void vt_openmp_wait_passively(char **argv);
+/* The thread count a session uses when VT_THREADS is 0: the CPUs of the
+ * process's affinity, lowered to a cgroup CPU quota rounded up (a
+ * container's `--cpus`; model/cpu_quota.c), read once a process.
+ * VTLAB_CPU_QUOTA=0 in the environment: the quota is not read. */
+int  vt_team_default_threads(void);
 
 /* The host's speed for the forward pass's kernels now: the best of 5 timings
  * of 4 products 256x256x256 (f32, OpenMP's current threads), in GFLOP/s; NaN
