@@ -150,13 +150,20 @@ if [ "$RC" = 0 ] && [ "$(sqlite3 "$W/gcc.db" "select group_concat(status) from r
    gone "$W/gcc.pids"; then ok "at close the engine's whole group is ended: no helper outlives vtlab"
 else not_ok "close: group left" "rc $RC, $(cat "$W/gcc.pids"), $(head -c 300 "$ERR")"; fi
 
+# midrun NAME : a run of 300 sequences through fault_grandchild.py (never
+# crashing, 0.2 s an answer) started in the background as $VP, returned once
+# the engine and its helper run (W/NAME.pids written) and a second has passed
+midrun() {
+    gcexp "$W/$1.json" "$W/$1.pids" ', "FAULT_CRASH_AFTER": "-1", "FAULT_SLEEP_EACH": "0.2"' 300
+    "$VTLAB" run "$W/$1.json" --db "$W/$1.db" >"$OUT_FILE" 2>"$ERR" &
+    VP=$!
+    for i in $(seq 1 300); do [ -s "$W/$1.pids" ] && break; sleep 0.1; done
+    sleep 1
+}
+
 # SIGTERM to vtlab mid-run: the engines are in groups of their own (a terminal's
 # signal does not reach them), so vtlab must end them.
-gcexp "$W/gct.json" "$W/gct.pids" ', "FAULT_CRASH_AFTER": "-1", "FAULT_SLEEP_EACH": "0.2"' 300
-"$VTLAB" run "$W/gct.json" --db "$W/gct.db" >"$OUT_FILE" 2>"$ERR" &
-VP=$!
-for i in $(seq 1 300); do [ -s "$W/gct.pids" ] && break; sleep 0.1; done
-sleep 1
+midrun gct
 kill -TERM "$VP"
 for i in $(seq 1 600); do kill -0 "$VP" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$VP" 2>/dev/null; then kill -KILL "$VP"; not_ok "SIGTERM" "vtlab still running 60 s after SIGTERM"; fi
@@ -168,11 +175,7 @@ else not_ok "SIGTERM: group left" "rc $rc, $(cat "$W/gct.pids" 2>&1), $(head -c 
 # SIGKILL (or the OOM killer) to vtlab mid-run: vtlab can do nothing, so a
 # warden process it left for the engine's group ends that group, helper
 # included, when vtlab's end of the warden's pipe closes.
-gcexp "$W/gck.json" "$W/gck.pids" ', "FAULT_CRASH_AFTER": "-1", "FAULT_SLEEP_EACH": "0.2"' 300
-"$VTLAB" run "$W/gck.json" --db "$W/gck.db" >"$OUT_FILE" 2>"$ERR" &
-VP=$!
-for i in $(seq 1 300); do [ -s "$W/gck.pids" ] && break; sleep 0.1; done
-sleep 1
+midrun gck
 kill -KILL "$VP"
 wait "$VP"; rc=$?
 if [ "$rc" = 137 ] && [ -s "$W/gck.pids" ] && gone "$W/gck.pids"; then
