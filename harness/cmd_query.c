@@ -125,26 +125,16 @@ static void run_line(const lab_query_run_row *r, int we, int wa) {
            lab_engine_label(&r->engine, engine, sizeof engine));
 }
 
-static int cmp_item_key(const void *a, const void *b) {
-    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
-}
-
-/* A tagged run's second line, "      tags: k=v, k2=v2" in key order (the
- * row's tags are a JSON object's text); nothing for a run without tags. The
- * columns of the row above keep their places for scripts that read them. */
+/* A tagged run's second line, "      tags: k=v, k2=v2" (the row's tags are
+ * a JSON object's text, in key order: RUNS_TAGS); nothing for a run without
+ * tags. The columns of the row above keep their places for scripts. */
 static void run_tags_line(const lab_query_run_row *r) {
     cJSON *o = r->tags ? cJSON_Parse(r->tags) : NULL;
-    int n = cJSON_IsObject(o) ? cJSON_GetArraySize(o) : 0;
-    const cJSON **v = n > 0 ? malloc((size_t)n * sizeof *v) : NULL;
-    if (v) {
-        int k = 0;
-        for (const cJSON *t = o->child; t && k < n; t = t->next) v[k++] = t;
-        qsort(v, (size_t)k, sizeof *v, cmp_item_key);
+    if (cJSON_IsObject(o) && o->child) {
         tprintf("      tags:");
-        for (int i = 0; i < k; i++)
-            tprintf("%s %s=%s", i ? "," : "", v[i]->string, cJSON_IsString(v[i]) ? v[i]->valuestring : "?");
+        for (const cJSON *t = o->child; t; t = t->next)
+            tprintf("%s %s=%s", t == o->child ? "" : ",", t->string, cJSON_IsString(t) ? t->valuestring : "?");
         tprintf("\n");
-        free(v);
     }
     cJSON_Delete(o);
 }

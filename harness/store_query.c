@@ -153,7 +153,10 @@ int lab_query_run_exists(lab_store *st, int64_t id, int *found, char *err, size_
 #define RUNS_ENGINE_WHERE                                                                                 \
     "(?4 IS NULL OR (?4 = 'builtin' AND r.engine_hello IS NULL) OR (json_valid(r.engine_hello)"           \
     " AND json_extract(r.engine_hello, '$.engine.name') = ?4))"
-#define RUNS_TAGS "(SELECT json_group_object(t.key, t.value) FROM run_tags t WHERE t.run_id = r.id)"
+/* in key order, as the run_summary view has them (the text listing prints them so) */
+#define RUNS_TAGS                                                                                         \
+    "(SELECT json_group_object(t.key, t.value) FROM (SELECT key, value FROM run_tags WHERE run_id = r.id"  \
+    " ORDER BY key) t)"
 #define RUNS_TAG_WHERE RUNS_PAIRS_ALL("?6", "run_tags", "key")
 
 /* By the file's schema, read as it is: [0] older than v7 (no engine_hello:
