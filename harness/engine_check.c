@@ -676,6 +676,20 @@ static int64_t first_diff(const float *got, const float *want, int64_t n, double
     return -1;
 }
 
+/* Whether a batch check compares bit for bit: the hello says deterministic
+ * and the same request twice gave the same bits. */
+static int batch_exact(const checker *k, const lab_engine_hello *h) {
+    return h->deterministic && !k->nondeterministic;
+}
+
+/* The first element of n where a request's got and the same sequence's want
+ * sent alone differ: bit for bit when exact, else by more than --prefix-tol
+ * of want's largest |value| (at least 1); -1 when none. */
+static int64_t batch_diff(const checker *k, int exact, const float *got, const float *want, int64_t n) {
+    double scale = exact ? 0 : max_abs(want, n);
+    return first_diff(got, want, n, exact ? -1 : k->o->prefix_tol * (scale > 1 ? scale : 1));
+}
+
 /* The first way two record sets differ, in why; 1 when they do. Records are
  * matched by key: their order is the engine's business. */
 static int probes_differ(const vtp_probes *got, const vtp_probes *want, char *why, size_t wl) {
@@ -714,7 +728,7 @@ static int probes_differ(const vtp_probes *got, const vtp_probes *want, char *wh
  * records of all of them, merged in order, b's. 0, or -1 after a FAIL line. */
 static int batch_compare(checker *k, void *inst, const lab_engine_hello *h, batch_req *b, float *alone, int64_t V) {
     char err[1024], why[512];
-    const int exact = h->deterministic && !k->nondeterministic;
+    const int exact = batch_exact(k, h);
     for (int64_t i = 0; i < b->n; i++) {
         const int64_t T = b->off[i + 1] - b->off[i];
         const float *got = b->logits + b->off[i] * V;
@@ -723,8 +737,7 @@ static int batch_compare(checker *k, void *inst, const lab_engine_hello *h, batc
                  (long long)b->n, (long long)T, err);
             return -1;
         }
-        double scale = max_abs(alone, T * V);
-        int64_t d = first_diff(got, alone, T * V, exact ? -1 : k->o->prefix_tol * (scale > 1 ? scale : 1));
+        int64_t d = batch_diff(k, exact, got, alone, T * V);
         if (d >= 0) {
             line(k, "FAIL", "batch: sequence %lld of the request of %lld sequences (%lld tokens) differs from the same "
                  "sequence sent alone%s, first at position %lld, vocab index %lld: %.9g batched, %.9g alone", (long long)i,
@@ -744,13 +757,18 @@ static int batch_compare(checker *k, void *inst, const lab_engine_hello *h, batc
 /* The residual captures of a request of several sequences (capture on):
  * a run's per-layer divergence is read from them (run_forward.c), so each
  * sequence's must be what it captures alone, as its logits must. The first
- * BATCH_CAP_SEQS sequences of batch_len's lengths (at most 64 tokens).
+ * BATCH_CAP_SEQS sequences of batch_len's lengths (at most 64 tokens),
+ * kept as sequence after sequence of [L][2][T_i][H] floats (cap_at).
  * 0 ok; -1 after a FAIL line. */
 #define BATCH_CAP_SEQS 8
+static int64_t cap_at(const batch_req *b, int64_t i, int64_t l, int site, int64_t L, int64_t H) {
+    return (b->off[i] * L * 2 + (l * 2 + site) * (b->off[i + 1] - b->off[i])) * H;
+}
+
 static int cap_compare(checker *k, void *inst, const lab_engine_hello *h, const batch_req *b, const float *kept,
                        float *alone) {
     const int64_t L = h->info.n_layers, H = h->info.hidden;
-    const int exact = h->deterministic && !k->nondeterministic;
+    const int exact = batch_exact(k, h);
     char err[1024];
     for (int64_t i = 0; i < b->n; i++) {
         const int64_t T = b->off[i + 1] - b->off[i];
@@ -762,14 +780,13 @@ static int cap_compare(checker *k, void *inst, const lab_engine_hello *h, const 
             for (int site = 0; site < 2; site++) {
                 int64_t Tr = 0;
                 const float *want = lab_engine_command.residual(inst, l, site, &Tr);
-                const float *got = kept + (b->off[i] * L * 2 + (l * 2 + site) * T) * H;
+                const float *got = kept + cap_at(b, i, l, site, L, H);
                 if (!want || Tr != T) {
                     line(k, "FAIL", "batch capture: sequence %lld sent alone with capture: no residual of layer %lld "
                          "after %s", (long long)i, (long long)l, site ? "FFN" : "attention");
                     return -1;
                 }
-                double scale = max_abs(want, T * H);
-                int64_t d = first_diff(got, want, T * H, exact ? -1 : k->o->prefix_tol * (scale > 1 ? scale : 1));
+                int64_t d = batch_diff(k, exact, got, want, T * H);
                 if (d >= 0) {
                     line(k, "FAIL", "batch capture: sequence %lld of the request of %lld sequences: the residual after "
                          "layer %lld's %s differs from the same sequence's captured alone%s, first at position %lld, "
@@ -815,13 +832,13 @@ static void check_batch_capture(checker *k, void *inst, const lab_engine_hello *
                          site ? "FFN" : "attention");
                     goto done;
                 }
-                memcpy(kept + (b.off[i] * L * 2 + (l * 2 + site) * T) * H, r, (size_t)(T * H) * sizeof *r);
+                memcpy(kept + cap_at(&b, i, l, site, L, H), r, (size_t)(T * H) * sizeof *r);
             }
     }
     if (!cap_compare(k, inst, h, &b, kept, alone))
         line(k, "ok", "batch capture: a request of %lld sequences with capture gave each sequence the residual stream "
              "it captures alone (%lld layers, after attention and FFN)%s", (long long)n, (long long)L,
-             h->deterministic && !k->nondeterministic ? ", bit for bit" : " (within --prefix-tol)");
+             batch_exact(k, h) ? ", bit for bit" : " (within --prefix-tol)");
 done:
     if (take_probes(inst, &drop, err, sizeof err)) line(k, "FAIL", "batch capture: %s", err);
     vtp_probes_free(&drop);
@@ -883,7 +900,7 @@ static void check_batch(checker *k, void *inst, const lab_engine_hello *h) {
     if (nb == 2) snprintf(more, sizeof more, " and one of 2 sequences of %d tokens, both in flight,", BATCH_PAIR_T);
     line(k, "ok", "batch: a request of %lld sequences of 1-15 tokens (%lld tokens; max_batch %lld)%s gave each "
          "sequence the logits it gets alone%s and the same probe records (%lld)", (long long)n, (long long)b[0].off[n],
-         (long long)M, more, h->deterministic && !k->nondeterministic ? ", bit for bit," : " (within --prefix-tol)",
+         (long long)M, more, batch_exact(k, h) ? ", bit for bit," : " (within --prefix-tol)",
          (long long)b[0].want.n);
     check_batch_capture(k, inst, h);
     check_batch_limits(k, inst, M, V);
