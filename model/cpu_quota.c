@@ -1,6 +1,6 @@
 /*
- * cpu_quota.c — the CPUs a cgroup CPU quota allows this process (team.h:
- * vt_team_default_threads).
+ * cpu_quota.c — the CPUs a cgroup CPU quota allows this process
+ * (vt_team_default_threads, vt.h; its parts for tests in team.h).
  *
  * A container started with `--cpus=1`, a Kubernetes pod with a CPU limit,
  * a systemd unit with CPUQuota= all see every core of the host in their
@@ -99,14 +99,15 @@ double vt_cgroup_cpu_limit(const char *proc_cgroup, const char *root) {
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2 || c2[1] != '/') continue;
         double l = 0;
-        char mount[4096];
+        const char *path = strcmp(c2 + 1, "/") ? c2 + 1 : "";   /* "/": the mount itself */
         if (c2 == c1 + 1 && !strncmp(line, "0:", 2)) {   /* v2: "0::PATH" */
-            l = walk_up(root, strcmp(c2 + 1, "/") ? c2 + 1 : "", 1);
+            l = walk_up(root, path, 1);
         } else if (names_cpu(c1 + 1, (size_t)(c2 - c1 - 1))) {   /* v1 */
             static const char *const names[] = {"cpu", "cpu,cpuacct", "cpuacct,cpu"};
+            char mount[4096];
             for (int i = 0; i < 3 && l == 0; i++) {
                 snprintf(mount, sizeof mount, "%s/%s", root, names[i]);
-                if (is_dir(mount)) l = walk_up(mount, strcmp(c2 + 1, "/") ? c2 + 1 : "", 0);
+                if (is_dir(mount)) l = walk_up(mount, path, 0);
             }
         }
         if (l > 0 && (best == 0 || l < best)) best = l;
