@@ -417,7 +417,7 @@ static void wait_passively(char **argv) {
     for (int i = 0; argv[1] && computing[i]; i++) computes |= !strcmp(argv[1], computing[i]);
     if (computes) vt_openmp_wait_passively(argv);
     /* the harness's own regions (scoring) start at the model's default
-     * count: all CPUs, lowered to a cgroup CPU quota (model/team.h) */
+     * count: all CPUs, lowered to a cgroup CPU quota (vt_team_default_threads) */
     if (computes && !getenv("OMP_NUM_THREADS")) omp_set_num_threads(vt_team_default_threads());
 }
 
